@@ -1,0 +1,143 @@
+"""Import and export of YAML bundles: one readable file per entry.
+
+Layout: ``prompts/<name>.yaml``, ``resources/<name>.yaml``, ``tools/<name>.yaml``. Export writes
+each entry's latest version in its stored (canonical) form, a prompt with a single user text
+message as the ``template:`` shorthand, and write-only values masked. Import compares each file
+with the entry's latest version and writes only what differs, so importing a bundle twice, or
+re-importing an export, changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from registry.catalog.errors import CatalogError, Invalid
+from registry.catalog.secrets import MASK
+from registry.catalog.service import CatalogService, ImportPlanItem, to_yaml
+from registry.catalog.specs import KIND_BY_COLLECTION, dump_spec
+
+COLLECTION_BY_KIND = {kind: collection for collection, kind in KIND_BY_COLLECTION.items()}
+
+
+@dataclass(frozen=True)
+class BundleFile:
+    kind: str
+    path: Path
+    raw: dict[str, Any]
+
+
+def read_bundle(directory: Path) -> list[BundleFile]:
+    if not directory.is_dir():
+        raise Invalid(f"bundle folder {directory} does not exist")
+    files: list[BundleFile] = []
+    for collection, kind in KIND_BY_COLLECTION.items():
+        folder = directory / collection
+        if not folder.is_dir():
+            continue
+        for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
+            try:
+                raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+            except yaml.YAMLError as exc:
+                raise Invalid(f"{path}: not valid YAML: {exc}") from None
+            if not isinstance(raw, dict):
+                raise Invalid(f"{path}: expected a mapping at the top level")
+            files.append(BundleFile(kind, path, raw))
+    if not files:
+        raise Invalid(f"{directory} holds no prompts/, resources/ or tools/ YAML files")
+    return files
+
+
+def _comparable(service: CatalogService, kind: str, stored: dict[str, Any], incoming: dict[str, Any]) -> dict[str, Any]:
+    """The stored spec in the incoming file's terms: secrets decrypted, or masked where the file masks them."""
+    revealed = service.reveal(kind, stored)
+    if kind == "tool":
+        hook_in = incoming.get("webhook", {})
+        hook = revealed.get("webhook", {})
+        for header, value in hook_in.get("headers", {}).items():
+            if value == MASK and header in hook.get("headers", {}):
+                hook["headers"][header] = MASK
+        if hook_in.get("secret") == MASK and hook.get("secret"):
+            hook["secret"] = MASK
+    return revealed
+
+
+def plan_import(service: CatalogService, directory: Path) -> list[tuple[ImportPlanItem, BundleFile]]:
+    plan: list[tuple[ImportPlanItem, BundleFile]] = []
+    seen: set[tuple[str, str]] = set()
+    for bundle_file in read_bundle(directory):
+        try:
+            spec = service.parse_spec(bundle_file.kind, bundle_file.raw)
+        except CatalogError as exc:
+            raise Invalid(f"{bundle_file.path}: {exc.detail}", errors=exc.errors) from None
+        key = (bundle_file.kind, spec.name)
+        if key in seen:
+            raise Invalid(f"{bundle_file.path}: {bundle_file.kind} {spec.name!r} appears twice in the bundle")
+        seen.add(key)
+        incoming = dump_spec(spec)
+        current = service.latest_stored(bundle_file.kind, spec.name)
+        if current is None:
+            action = "create"
+        else:
+            entry, stored = current
+            same = _comparable(service, bundle_file.kind, stored, incoming) == incoming
+            # An archived entry was retired on purpose; a bundle does not bring it back.
+            action = "skip-archived" if entry.archived else ("unchanged" if same else "update")
+        plan.append((ImportPlanItem(bundle_file.kind, spec.name, action, str(bundle_file.path)), bundle_file))
+    return plan
+
+
+def apply_import(
+    service: CatalogService,
+    directory: Path,
+    *,
+    actor: str,
+    labels: list[str] | None = None,
+    only_missing: bool = False,
+) -> list[ImportPlanItem]:
+    """Write the plan. ``only_missing`` (used for seeding at start-up) creates new entries but never
+    overwrites an existing one, so a restart does not undo what admins edited since."""
+    plan = plan_import(service, directory)
+    note = f"imported from {directory.name}"
+    done: list[ImportPlanItem] = []
+    for item, bundle_file in plan:
+        if item.action == "create":
+            service.create(item.kind, bundle_file.raw, actor=actor, note=note, labels=labels)
+        elif item.action == "update" and not only_missing:
+            service.update(item.kind, item.name, bundle_file.raw, actor=actor, note=note, labels=labels)
+        elif item.action == "update":
+            item = ImportPlanItem(item.kind, item.name, "kept", item.source)
+        done.append(item)
+    return done
+
+
+def _export_form(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
+    if kind == "prompt":
+        messages = spec.get("messages", [])
+        if len(messages) == 1 and messages[0]["role"] == "user" and messages[0]["content"].get("type") == "text":
+            spec = {k: v for k, v in spec.items() if k != "messages"}
+            spec["template"] = messages[0]["content"]["text"]
+    return spec
+
+
+def export_bundle(service: CatalogService, directory: Path) -> list[Path]:
+    """Write every live entry's latest version; returns the files written."""
+    written: list[Path] = []
+    for kind, collection in COLLECTION_BY_KIND.items():
+        offset = 0
+        while True:
+            page = service.list(kind, limit=500, offset=offset)
+            for item in page.items:
+                view = service.get(kind, item["name"])
+                folder = directory / collection
+                folder.mkdir(parents=True, exist_ok=True)
+                path = folder / f"{view.name}.yaml"
+                path.write_text(to_yaml(_export_form(kind, view.spec)), encoding="utf-8")
+                written.append(path)
+            offset += page.limit
+            if offset >= page.total:
+                break
+    return written

@@ -1,0 +1,35 @@
+"""Errors the service layer raises; the REST API turns them into problem+json, MCP into JSON-RPC errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class CatalogError(Exception):
+    status = 400
+    title = "Bad request"
+
+    def __init__(self, detail: str, *, errors: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.errors = errors
+
+
+class NotFound(CatalogError):
+    status = 404
+    title = "Not found"
+
+
+class Conflict(CatalogError):
+    status = 409
+    title = "Conflict"
+
+
+class PreconditionFailed(CatalogError):
+    status = 412
+    title = "Precondition failed"
+
+
+class Invalid(CatalogError):
+    status = 422
+    title = "Invalid entry"

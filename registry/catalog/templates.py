@@ -1,0 +1,165 @@
+"""The Jinja2 sandbox that every prompt and resource template goes through.
+
+Templates are written by editors but rendered with arguments from agents, so rendering is
+sandboxed (no attribute games), strict (an undeclared or missing variable is an error, never an
+empty string) and bounded: output size and wall time are capped, and ``range`` is a capped
+generator that also watches the clock, so a runaway loop ends with an error.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+from jinja2 import StrictUndefined, TemplateSyntaxError, meta, nodes
+from jinja2.exceptions import SecurityError, UndefinedError
+from jinja2.sandbox import SandboxedEnvironment
+
+MAX_OUTPUT_CHARS = 1_000_000
+MAX_RENDER_SECONDS = 2.0
+MAX_RANGE = 100_000
+
+
+class TemplateError(ValueError):
+    """A template cannot be saved or rendered. The message is safe to show to users and agents."""
+
+
+@dataclass(frozen=True)
+class TemplateIssue:
+    line: int | None
+    message: str
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.message}" if self.line else self.message
+
+
+class _Budget:
+    def __init__(self, seconds: float, max_chars: int) -> None:
+        self.deadline = time.monotonic() + seconds
+        self.max_chars = max_chars
+
+    def check_time(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise TemplateError("template rendering took too long and was stopped")
+
+
+#: The budget of the render running in this thread/task (renders run concurrently).
+_current_budget: ContextVar[_Budget | None] = ContextVar("template_budget", default=None)
+
+
+class _RegistrySandbox(SandboxedEnvironment):
+    """A sandbox whose calls and loops keep an eye on the current render's time budget."""
+
+    def call(self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+        budget = _current_budget.get()
+        if budget is not None:
+            budget.check_time()
+        return super().call(__context, __obj, *args, **kwargs)
+
+
+def _make_environment() -> _RegistrySandbox:
+    env = _RegistrySandbox(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
+    return env
+
+
+_ENV = _make_environment()
+
+
+def _bounded_range(*args: int) -> Iterator[int]:
+    values = range(*args)
+    if len(values) > MAX_RANGE:
+        raise TemplateError(f"range() is limited to {MAX_RANGE} items in templates")
+    budget = _current_budget.get()
+    for i, value in enumerate(values):
+        if budget is not None and i % 256 == 0:
+            budget.check_time()
+        yield value
+
+
+_ENV.globals["range"] = _bounded_range
+
+
+def _parse(source: str) -> nodes.Template:
+    try:
+        return _ENV.parse(source)
+    except TemplateSyntaxError as exc:
+        raise TemplateError(str(TemplateIssue(exc.lineno, exc.message or "syntax error"))) from None
+
+
+def template_variables(source: str) -> set[str]:
+    """The variables a template reads from its context (Jinja2 globals such as ``range`` excluded)."""
+    return set(meta.find_undeclared_variables(_parse(source))) - set(_ENV.globals)
+
+
+def check_template(source: str, declared: Iterable[str], *, where: str = "template") -> None:
+    """Raise ``TemplateError`` on a syntax error or a variable the declared arguments do not cover."""
+    try:
+        used = template_variables(source)
+    except TemplateError as exc:
+        raise TemplateError(f"{where}: {exc}") from None
+    unknown = sorted(used - set(declared))
+    if unknown:
+        line = _first_line_using(source, unknown[0])
+        issue = TemplateIssue(line, f"uses undeclared variable(s) {', '.join(unknown)}; declare them as arguments")
+        raise TemplateError(f"{where}: {issue}")
+    try:
+        _ENV.from_string(source)
+    except TemplateSyntaxError as exc:  # pragma: no cover - parse() above catches these first
+        raise TemplateError(f"{where}: {TemplateIssue(exc.lineno, exc.message or 'syntax error')}") from None
+
+
+def _first_line_using(source: str, name: str) -> int | None:
+    for node in _parse(source).find_all(nodes.Name):
+        if node.name == name:
+            return node.lineno
+    return None
+
+
+class CompiledTemplate:
+    """A parsed template, compiled once and rendered many times (the MCP hot path keeps these)."""
+
+    __slots__ = ("_template", "source")
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        try:
+            self._template = _ENV.from_string(source)
+        except TemplateSyntaxError as exc:
+            raise TemplateError(str(TemplateIssue(exc.lineno, exc.message or "syntax error"))) from None
+
+    def render(
+        self,
+        variables: Mapping[str, Any],
+        *,
+        max_chars: int = MAX_OUTPUT_CHARS,
+        max_seconds: float = MAX_RENDER_SECONDS,
+    ) -> str:
+        budget = _Budget(max_seconds, max_chars)
+        token = _current_budget.set(budget)
+        parts: list[str] = []
+        size = 0
+        try:
+            for chunk in self._template.generate(dict(variables)):
+                size += len(chunk)
+                if size > max_chars:
+                    raise TemplateError(f"rendered output exceeds {max_chars} characters")
+                parts.append(chunk)
+                budget.check_time()
+        except UndefinedError as exc:
+            raise TemplateError(f"template error: {exc.message}") from None
+        except SecurityError as exc:
+            raise TemplateError(f"template tried something the sandbox forbids: {exc}") from None
+        except TemplateError:
+            raise
+        except Exception as exc:  # a filter or test blew up on the given arguments
+            raise TemplateError(f"template error: {type(exc).__name__}: {exc}") from None
+        finally:
+            _current_budget.reset(token)
+        return "".join(parts)
+
+
+def render_template(source: str, variables: Mapping[str, Any]) -> str:
+    return CompiledTemplate(source).render(variables)

@@ -1,0 +1,73 @@
+"""Settings, read once from the environment (and the CLI, which overrides them).
+
+Kept as a plain frozen dataclass so tests can build one directly without touching os.environ.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def _env_bool(name: str, default: bool | None) -> bool | None:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    return raw.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _env_list(name: str) -> tuple[str, ...]:
+    raw = os.environ.get(name, "")
+    return tuple(item.strip() for item in raw.split(",") if item.strip())
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: Path = field(default_factory=lambda: Path.cwd() / "data")
+    database_url: str | None = None
+    admin_token: str | None = None
+    secret_key: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8080
+    #: Extra Origins allowed on the MCP endpoint besides the server's own.
+    allowed_origins: tuple[str, ...] = ()
+    #: None means "on when bound to loopback"; see ``anonymous_agents_enabled``.
+    anonymous_agents: bool | None = None
+    max_body_bytes: int = 4 * 1024 * 1024
+    webhook_allowed_networks: str = ""
+    session_idle_timeout_s: float = 3600.0
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        data_dir = Path(os.environ.get("REGISTRY_DATA_DIR", str(Path.cwd() / "data")))
+        return cls(
+            data_dir=data_dir,
+            database_url=os.environ.get("REGISTRY_DATABASE_URL") or None,
+            admin_token=os.environ.get("REGISTRY_ADMIN_TOKEN") or None,
+            secret_key=os.environ.get("REGISTRY_SECRET_KEY") or None,
+            host=os.environ.get("REGISTRY_HOST", "127.0.0.1"),
+            port=int(os.environ.get("REGISTRY_PORT", "8080")),
+            allowed_origins=_env_list("REGISTRY_ALLOWED_ORIGINS"),
+            anonymous_agents=_env_bool("REGISTRY_ANONYMOUS_AGENTS", None),
+            max_body_bytes=int(os.environ.get("REGISTRY_MAX_BODY_BYTES", str(4 * 1024 * 1024))),
+            webhook_allowed_networks=os.environ.get("REGISTRY_WEBHOOK_ALLOWED_NETWORKS", ""),
+            session_idle_timeout_s=float(os.environ.get("REGISTRY_SESSION_IDLE_TIMEOUT_S", "3600")),
+        )
+
+    def with_overrides(self, **changes: object) -> Settings:
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})  # type: ignore[arg-type]
+
+    @property
+    def effective_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'registry.db').as_posix()}"
+
+    @property
+    def anonymous_agents_enabled(self) -> bool:
+        if self.anonymous_agents is not None:
+            return self.anonymous_agents
+        return self.host in LOOPBACK_HOSTS

@@ -1,0 +1,153 @@
+"""ORM models (SQLAlchemy 2.0 typed declarative).
+
+One row per catalog entry (prompt, resource or tool) keyed by kind and name; its immutable
+versions hold the full definition as a JSON document (validated by ``registry.catalog.specs``);
+labels point at version numbers; the change log records every committed change.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+#: BIGINT on PostgreSQL, INTEGER on SQLite (only INTEGER PRIMARY KEY is SQLite's rowid alias).
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    # Named constraints, so later migrations can alter them on SQLite (batch mode) and PostgreSQL alike.
+    metadata = MetaData(
+        naming_convention={
+            "ix": "ix_%(column_0_label)s",
+            "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+            "ck": "ck_%(table_name)s_%(constraint_name)s",
+            "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+            "pk": "pk_%(table_name)s",
+        }
+    )
+    type_annotation_map = {
+        dict[str, Any]: JSON,
+        list[str]: JSON,
+        datetime: DateTime(timezone=True),
+    }
+
+
+class Entry(Base):
+    """A named prompt, resource or tool. Its content lives in ``EntryVersion`` rows."""
+
+    __tablename__ = "entries"
+    __table_args__ = (UniqueConstraint("kind", "name"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(128))
+    #: Resources only: the URI (or URI template) of the newest version, unique across resources.
+    uri: Mapped[str | None] = mapped_column(String(2048), unique=True)
+    latest_version: Mapped[int] = mapped_column(Integer)
+    archived: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: Copies of the newest version's descriptive fields, so listing and search stay in SQL.
+    title: Mapped[str | None] = mapped_column(String(256))
+    description: Mapped[str | None] = mapped_column(Text)
+    #: Tags as ",a,b," so a tag filter is a portable LIKE.
+    tags: Mapped[str] = mapped_column(String(1024), default=",")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    versions: Mapped[list[EntryVersion]] = relationship(
+        back_populates="entry", order_by="EntryVersion.number", cascade="all, delete-orphan"
+    )
+    labels: Mapped[list[Label]] = relationship(
+        back_populates="entry", order_by="Label.name", cascade="all, delete-orphan"
+    )
+
+
+class EntryVersion(Base):
+    """An immutable snapshot of an entry's definition."""
+
+    __tablename__ = "entry_versions"
+    __table_args__ = (UniqueConstraint("entry_id", "number"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    entry_id: Mapped[int] = mapped_column(ForeignKey("entries.id", ondelete="CASCADE"), index=True)
+    number: Mapped[int] = mapped_column(Integer)
+    spec: Mapped[dict[str, Any]]
+    author: Mapped[str] = mapped_column(String(128))
+    change_note: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    entry: Mapped[Entry] = relationship(back_populates="versions")
+
+
+class Label(Base):
+    """A movable pointer from a label name (``production``, ``staging``, ...) to a version number."""
+
+    __tablename__ = "labels"
+
+    entry_id: Mapped[int] = mapped_column(ForeignKey("entries.id", ondelete="CASCADE"), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    entry: Mapped[Entry] = relationship(back_populates="labels")
+
+
+class Change(Base):
+    """One committed change, appended in the same transaction as the change itself.
+
+    Ids are handed out in commit order (writers serialise on a lock before appending; see
+    ``registry.db.changelog``), so "everything after id N" is a complete, gap-free answer: the
+    audit trail, MCP change notifications and stream resumption all read this table.
+    """
+
+    __tablename__ = "changes"
+    __table_args__ = (Index("ix_changes_entry", "kind", "name"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    kind: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(128))
+    #: created | updated | label_moved | label_deleted | archived | restored
+    action: Mapped[str] = mapped_column(String(32))
+    version: Mapped[int | None] = mapped_column(Integer)
+    #: The labels whose view of the catalog this change alters.
+    labels: Mapped[list[str]]
+    #: Resources: the URIs whose content may differ for those labels (for resources/updated).
+    uris: Mapped[list[str]]
+    actor: Mapped[str] = mapped_column(String(128))
+    note: Mapped[str | None] = mapped_column(Text)
+
+
+class ApiToken(Base):
+    """A bearer token. Only its SHA-256 is stored; the token itself is shown once, at creation."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(128))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    scopes: Mapped[list[str]]
+    #: Agent tokens: which label the agent is served (None: production).
+    label: Mapped[str | None] = mapped_column(String(64))
+    created_by: Mapped[str | None] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_used_at: Mapped[datetime | None] = mapped_column()
+    revoked_at: Mapped[datetime | None] = mapped_column()

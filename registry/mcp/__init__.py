@@ -1,0 +1,1 @@
+"""The MCP protocol layer: message models, dispatcher, handlers, sessions, transports."""

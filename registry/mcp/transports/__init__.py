@@ -1,0 +1,1 @@
+"""Transports only frame messages; the dispatcher does the protocol."""

@@ -1,0 +1,91 @@
+"""The running registry's parts, built once from the settings and shared by the app and the CLI."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from sqlalchemy import text
+
+from registry.catalog.bundles import apply_import
+from registry.catalog.secrets import SecretBox, load_or_create_key
+from registry.catalog.service import CatalogService
+from registry.config import Settings
+from registry.db import migrate
+from registry.db.engine import Database
+from registry.paths import seed_data_dir
+from registry.tokens import TokenService
+
+log = logging.getLogger("registry")
+
+
+def resolve_bundle(name_or_path: str) -> Path:
+    """A bundle given as a folder, or as the name of one under ``seed_data/``."""
+    candidate = Path(name_or_path)
+    if candidate.is_dir():
+        return candidate
+    bundled = seed_data_dir() / name_or_path
+    if bundled.is_dir():
+        return bundled
+    available = sorted(p.name for p in seed_data_dir().iterdir() if p.is_dir() and not p.name.startswith("_"))
+    raise FileNotFoundError(f"no bundle folder {name_or_path!r}; bundled ones: {', '.join(available)}")
+
+
+class Registry:
+    """Database, secrets, services. One per process."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.db = Database(settings.effective_database_url)
+        self.secrets = SecretBox(load_or_create_key(settings.secret_key, settings.data_dir))
+        self.catalog = CatalogService(self.db, self.secrets, url_guard=self._url_guard())
+        self.tokens = TokenService(self.db)
+
+    def _url_guard(self):  # type: ignore[no-untyped-def]
+        try:
+            from registry.webhooks import ssrf
+        except ImportError:  # pragma: no cover - the webhooks package ships with the registry
+            return None
+        allowed = ssrf.parse_networks(self.settings.webhook_allowed_networks)
+
+        def guard(url: str) -> None:
+            try:
+                ssrf.check_url_sync(url, allowed)
+            except ssrf.ForbiddenDestination as exc:
+                raise ValueError(str(exc)) from None
+
+        return guard
+
+    def migrate(self) -> None:
+        migrate.upgrade(self.db)
+
+    def is_empty(self) -> bool:
+        with self.db.session() as session:
+            return session.execute(text("SELECT COUNT(*) FROM entries")).scalar_one() == 0
+
+    def seed(self, bundle: str, *, only_missing: bool = True) -> None:
+        path = resolve_bundle(bundle)
+        done = apply_import(self.catalog, path, actor="seed", only_missing=only_missing)
+        created = sum(1 for item in done if item.action == "create")
+        log.info("seed %s: %d created, %d already present", path.name, created, len(done) - created)
+
+    def prepare(self, *, seed: str | None = None, demo_if_empty: bool = False) -> None:
+        """Migrate, ensure the environment's admin token, load seed data."""
+        self.migrate()
+        if self.settings.admin_token:
+            self.tokens.ensure("admin (REGISTRY_ADMIN_TOKEN)", self.settings.admin_token, ["admin"])
+        if demo_if_empty and self.is_empty():
+            self.seed("demo")
+        if seed:
+            self.seed(seed)
+
+    def ready(self) -> tuple[bool, str]:
+        try:
+            if not migrate.is_current(self.db):
+                return False, "database schema is not at the current migration; run `mcp-registry db upgrade`"
+        except Exception as exc:
+            return False, f"database unreachable: {type(exc).__name__}"
+        return True, "ok"
+
+    def close(self) -> None:
+        self.db.dispose()

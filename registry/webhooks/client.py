@@ -1,0 +1,383 @@
+"""Calling a tool's webhook and turning the answer into an MCP ``CallToolResult``.
+
+:func:`call_webhook` is the one entry point. Everything that can go wrong on the far side of the
+call (timeouts, refused connections, SSRF refusals, HTTP errors, bad or oversized bodies) comes
+back as an ``isError`` result the model can read, because to MCP a failing tool is a tool result,
+not a protocol error. Only cancellation propagates: the MCP server cancels the task running this
+call when the client sends ``notifications/cancelled``, and the HTTP response is closed on the way
+out.
+
+Error messages name at most the destination host: URLs, header values and secrets can all be
+credentials, and results are shown to models and end users.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, NoReturn
+
+import httpx
+
+from ._types import LOG_LEVELS, JSONObject, LogCallback, ProgressCallback
+from .builtin import BUILTINS, HookContext, HookError, builtin_name
+from .results import InvalidResult, error_result, to_call_tool_result
+from .signing import SIGNATURE_HEADER, sign
+from .ssrf import ForbiddenDestination
+
+__all__ = ["DEFAULT_MAX_RESPONSE_BYTES", "WebhookTarget", "call_webhook"]
+
+#: Bodies above this (after content decoding) are refused: results end up in a model's context
+#: and in memory here, so an unbounded answer is a denial-of-service vector.
+DEFAULT_MAX_RESPONSE_BYTES: Final = 4 * 1024 * 1024
+
+USER_AGENT: Final = "mcp-registry"
+_ACCEPT: Final = "application/json, application/x-ndjson"
+_NDJSON_TYPES: Final = frozenset({"application/x-ndjson", "application/ndjson", "application/jsonl"})
+_SNIPPET_CHARS: Final = 500
+_HTTP_SCHEMES: Final = frozenset({"http", "https"})
+_TOKEN_RE: Final = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+# Set by httpx from the request itself; letting a tool's configuration override them would let it
+# break message framing (request smuggling) or route around the connection the guard checked.
+_RESERVED_HEADERS: Final = frozenset(
+    {
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "te",
+        "trailer",
+        "upgrade",
+        "proxy-authorization",
+        "proxy-connection",
+        # Ours: the body is always JSON, and the signature must cover exactly what is sent.
+        "content-type",
+        "accept",
+        "user-agent",
+        SIGNATURE_HEADER.lower(),
+    }
+)
+
+
+@dataclass(frozen=True)
+class WebhookTarget:
+    """Where and how to call one tool. ``headers`` and ``secret`` are kept out of ``repr`` since
+    they are usually credentials."""
+
+    url: str
+    method: str = "POST"
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False, hash=False)
+    timeout_s: float = 30.0
+    secret: str | None = field(default=None, repr=False)
+
+
+class _Failure(Exception):
+    """Internal: ends the call with an ``isError`` result carrying this (already safe) message."""
+
+
+def _fail(message: str) -> NoReturn:
+    raise _Failure(message)
+
+
+def _loads(data: bytes | str) -> Any:
+    """``json.loads`` that refuses NaN and Infinity, which are not JSON and would not re-encode."""
+
+    def reject(constant: str) -> NoReturn:
+        raise ValueError(f"{constant} is not valid JSON")
+
+    return json.loads(data, parse_constant=reject)
+
+
+def _encode_payload(payload: Mapping[str, Any]) -> bytes:
+    try:
+        text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        _fail(f"tool arguments cannot be sent as JSON: {exc}")
+    return text.encode("utf-8")
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+async def call_webhook(
+    target: WebhookTarget,
+    payload: Mapping[str, Any],
+    *,
+    client: httpx.AsyncClient,
+    on_progress: ProgressCallback | None = None,
+    on_log: LogCallback | None = None,
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+) -> JSONObject:
+    """Call ``target`` with ``payload`` as its JSON body and return a ``CallToolResult`` dict.
+
+    ``client`` should come from :func:`~registry.webhooks.ssrf.make_guarded_client`: the SSRF guard
+    lives in its transport, not here. It is not used for ``builtin://`` targets.
+
+    The whole call, streaming included, is bounded by ``target.timeout_s``. Responses:
+
+    * ``application/x-ndjson``: one JSON object per line; ``{"progress": n, "total"?, "message"?}``
+      awaits ``on_progress``, ``{"log": {"level", "data"}}`` awaits ``on_log``, and
+      ``{"result": ...}`` ends the call with that result (mapped like a JSON body). Other objects
+      are ignored, for forward compatibility.
+    * a JSON ``CallToolResult`` (an object with a ``content`` list) is passed through, any other
+      JSON value is wrapped as text (and ``structuredContent`` if an object), and an empty body
+      (e.g. 204) is a success with no content.
+
+    Exceptions raised by ``on_progress``/``on_log`` propagate for HTTP targets (they are the
+    caller's), as does ``asyncio.CancelledError``; everything else becomes an ``isError`` result.
+    """
+    host = _host_for_messages(target.url)
+    name = builtin_name(target.url)
+    what = f"built-in hook {name!r}" if name is not None else f"webhook call to {host}"
+    try:
+        body = _encode_payload(payload)
+        async with asyncio.timeout(target.timeout_s):
+            if name is not None:
+                return await _call_builtin(name, body, HookContext(on_progress, on_log))
+            return await _call_http(target, body, client, on_progress, on_log, max_response_bytes)
+    except _Failure as exc:
+        return error_result(str(exc))
+    except (TimeoutError, httpx.TimeoutException):
+        return error_result(f"{what} timed out after {target.timeout_s:g} s")
+    except ForbiddenDestination as exc:
+        return error_result(f"webhook call refused: {exc}")
+    except httpx.ConnectError as exc:
+        return error_result(f"could not connect to webhook host {host}: {_exception_text(exc)}")
+    except httpx.LocalProtocolError:
+        # Its message may quote the offending header value.
+        return error_result(f"webhook request to {host} could not be sent: invalid request")
+    except httpx.DecodingError:
+        return error_result(f"webhook response from {host} could not be decoded (bad Content-Encoding)")
+    except httpx.HTTPError as exc:
+        return error_result(f"webhook call to {host} failed: {type(exc).__name__}: {_exception_text(exc)}")
+    except httpx.InvalidURL:
+        return error_result("webhook URL is not a valid URL")
+
+
+def _host_for_messages(url: str) -> str:
+    try:
+        host = httpx.URL(url).host
+    except (httpx.InvalidURL, TypeError, ValueError):
+        return "(invalid URL)"
+    return repr(host) if host else "(no host)"
+
+
+def _exception_text(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
+# --------------------------------------------------------------------------- built-in hooks
+
+
+async def _call_builtin(name: str, body: bytes, ctx: HookContext) -> JSONObject:
+    hook = BUILTINS.get(name)
+    if hook is None:
+        _fail(f"unknown built-in hook {name!r}")
+    # Decode the exact bytes an HTTP webhook would get, so built-ins see the same payload and
+    # cannot mutate the caller's dict.
+    arguments = _loads(body)
+    try:
+        value = await hook(arguments, ctx)
+    except HookError as exc:
+        _fail(str(exc))
+    except Exception as exc:
+        _fail(f"built-in hook {name!r} failed: {type(exc).__name__}: {exc}")
+    if not isinstance(value, dict):
+        _fail(f"built-in hook {name!r} returned {type(value).__name__}, expected an object")
+    try:
+        json.dumps(value, allow_nan=False)
+        return to_call_tool_result(value)
+    except (TypeError, ValueError, RecursionError) as exc:
+        _fail(f"built-in hook {name!r} returned an invalid result: {exc}")
+
+
+# --------------------------------------------------------------------------- HTTP
+
+
+def _request_headers(target: WebhookTarget, body: bytes) -> list[tuple[str, str]]:
+    headers: list[tuple[str, str]] = []
+    for name, value in target.headers.items():
+        if not isinstance(name, str) or not _TOKEN_RE.fullmatch(name):
+            _fail(f"invalid webhook header name {name!r}")
+        # Checked here so httpx never gets to quote the value in an exception message.
+        if not isinstance(value, str) or not value.isascii() or any(c in value for c in "\r\n\0"):
+            _fail(f"invalid value for webhook header {name!r} (must be ASCII text on one line)")
+        if name.lower() not in _RESERVED_HEADERS:
+            headers.append((name, value))
+    headers += [
+        ("Content-Type", "application/json"),
+        ("Accept", _ACCEPT),
+        ("User-Agent", USER_AGENT),
+    ]
+    if target.secret:
+        headers.append((SIGNATURE_HEADER, sign(target.secret, body)))
+    return headers
+
+
+def _check_target(target: WebhookTarget) -> str:
+    """The request method, once the target is known to be an HTTP(S) call we can make."""
+    try:
+        scheme = httpx.URL(target.url).scheme
+    except (httpx.InvalidURL, TypeError, ValueError):
+        _fail("webhook URL is not a valid URL")
+    if scheme not in _HTTP_SCHEMES:
+        _fail(f"webhook URL scheme must be http, https or builtin, not {scheme!r}")
+    method = target.method.upper()
+    if not _TOKEN_RE.fullmatch(method):
+        _fail(f"invalid webhook method {target.method!r}")
+    return method
+
+
+async def _call_http(
+    target: WebhookTarget,
+    body: bytes,
+    client: httpx.AsyncClient,
+    on_progress: ProgressCallback | None,
+    on_log: LogCallback | None,
+    max_bytes: int,
+) -> JSONObject:
+    method = _check_target(target)
+    headers = _request_headers(target, body)
+    # ``async with`` closes the response (and so the connection, if unread) on every way out,
+    # cancellation included.
+    async with client.stream(
+        method,
+        target.url,
+        content=body,
+        headers=headers,
+        timeout=target.timeout_s,
+        follow_redirects=False,
+    ) as response:
+        if not response.is_success:
+            _fail(await _status_message(response))
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > max_bytes:
+            _fail(_too_large(max_bytes))
+        media_type = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if media_type in _NDJSON_TYPES:
+            return await _read_ndjson(response, max_bytes, on_progress, on_log)
+        raw = await _read_capped(response, max_bytes)
+    return _json_body_result(raw, media_type)
+
+
+def _too_large(max_bytes: int) -> str:
+    return f"webhook response is larger than the {max_bytes}-byte limit"
+
+
+async def _status_message(response: httpx.Response) -> str:
+    message = f"webhook returned HTTP {response.status_code} {response.reason_phrase}".rstrip()
+    if response.is_redirect:
+        message += " (redirects are not followed)"
+    snippet = bytearray()
+    try:
+        async for chunk in response.aiter_bytes():
+            snippet += chunk
+            if len(snippet) >= _SNIPPET_CHARS * 4:
+                break
+    except httpx.HTTPError:
+        pass  # The status is the news; a body that cannot be read just goes unquoted.
+    text = " ".join(snippet.decode("utf-8", "replace").split())
+    if len(text) > _SNIPPET_CHARS:
+        text = text[:_SNIPPET_CHARS] + "…"
+    return f"{message}: {text}" if text else message
+
+
+async def _read_capped(response: httpx.Response, max_bytes: int) -> bytes:
+    data = bytearray()
+    async for chunk in response.aiter_bytes():
+        data += chunk
+        if len(data) > max_bytes:
+            _fail(_too_large(max_bytes))
+    return bytes(data)
+
+
+def _json_body_result(raw: bytes, media_type: str) -> JSONObject:
+    if not raw.strip():
+        return {"content": [], "isError": False}
+    try:
+        value = _loads(raw)
+    except (ValueError, RecursionError) as exc:
+        _fail(f"webhook returned invalid JSON ({media_type or 'no Content-Type'}): {exc}")
+    try:
+        return to_call_tool_result(value)
+    except InvalidResult as exc:
+        _fail(f"webhook returned an invalid CallToolResult: {exc}")
+
+
+# --------------------------------------------------------------------------- NDJSON streaming
+
+
+async def _read_ndjson(
+    response: httpx.Response,
+    max_bytes: int,
+    on_progress: ProgressCallback | None,
+    on_log: LogCallback | None,
+) -> JSONObject:
+    buffer = bytearray()
+    received = 0
+    line_number = 0
+    async for chunk in response.aiter_bytes():
+        received += len(chunk)
+        if received > max_bytes:
+            _fail(_too_large(max_bytes))
+        buffer += chunk
+        while (end := buffer.find(b"\n")) >= 0:
+            line = bytes(buffer[:end])
+            del buffer[: end + 1]
+            line_number += 1
+            result = await _ndjson_event(line, line_number, on_progress, on_log)
+            if result is not None:
+                return result
+    if buffer.strip():
+        result = await _ndjson_event(bytes(buffer), line_number + 1, on_progress, on_log)
+        if result is not None:
+            return result
+    _fail("webhook NDJSON stream ended without a result")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+async def _ndjson_event(
+    line: bytes,
+    line_number: int,
+    on_progress: ProgressCallback | None,
+    on_log: LogCallback | None,
+) -> JSONObject | None:
+    """Act on one NDJSON line; return the mapped result if it was the ``result`` line."""
+    if not line.strip():
+        return None
+    try:
+        event = _loads(line)
+    except (ValueError, RecursionError) as exc:
+        _fail(f"webhook NDJSON line {line_number} is not valid JSON: {exc}")
+    if not isinstance(event, dict):
+        _fail(f"webhook NDJSON line {line_number} is not a JSON object")
+    if "result" in event:
+        try:
+            return to_call_tool_result(event["result"])
+        except InvalidResult as exc:
+            _fail(f"webhook returned an invalid CallToolResult: {exc}")
+    if "progress" in event:
+        progress, total, message = event["progress"], event.get("total"), event.get("message")
+        if not _is_number(progress) or not (total is None or _is_number(total)):
+            _fail(f"webhook NDJSON line {line_number}: 'progress' and 'total' must be numbers")
+        if not (message is None or isinstance(message, str)):
+            _fail(f"webhook NDJSON line {line_number}: 'message' must be a string")
+        if on_progress is not None:
+            await on_progress(progress, total, message)
+    elif "log" in event:
+        log = event["log"]
+        if not isinstance(log, dict) or log.get("level") not in LOG_LEVELS:
+            _fail(
+                f"webhook NDJSON line {line_number}: 'log' must be an object with a 'level' "
+                f"among {', '.join(sorted(LOG_LEVELS))}"
+            )
+        if on_log is not None:
+            await on_log(log["level"], log.get("data"))
+    return None

@@ -1,0 +1,394 @@
+"""Server-side request forgery (SSRF) guard for outbound webhook calls.
+
+A webhook URL is chosen by whoever registers a tool, and the registry then makes requests to it
+from inside the network it runs in. Without a guard a tool could point at ``http://127.0.0.1``,
+an internal service, or a cloud metadata endpoint and read the answer back through the tool
+result. So two checks exist:
+
+* :func:`check_url` / :func:`check_url_sync` at save time: a clear, early error for an obviously
+  bad URL. It is advisory only, since DNS can answer differently later (DNS rebinding).
+* :class:`GuardedNetworkBackend` at call time: checks the address the socket is *actually*
+  connected to, after connect and before a single byte is sent, whatever resolver was used. This
+  is the check that matters; :func:`make_guarded_client` builds an ``httpx.AsyncClient`` with it.
+
+Operators who do want to reach an internal network (or loopback, in tests) list it in
+``REGISTRY_WEBHOOK_ALLOWED_NETWORKS`` (see :func:`parse_networks`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import ssl
+from collections.abc import Iterable
+from typing import Any, Final, TypeAlias
+
+import httpcore
+import httpx
+
+__all__ = [
+    "ALLOWED_NETWORKS_ENV",
+    "ForbiddenDestination",
+    "GuardedNetworkBackend",
+    "GuardedTransport",
+    "IPAddress",
+    "IPNetwork",
+    "InvalidWebhookURL",
+    "WebhookURLError",
+    "check_url",
+    "check_url_sync",
+    "forbidden_reason",
+    "is_forbidden_address",
+    "make_guarded_client",
+    "parse_networks",
+]
+
+IPAddress: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+#: The environment variable holding the comma-separated allow-list of CIDRs.
+ALLOWED_NETWORKS_ENV: Final = "REGISTRY_WEBHOOK_ALLOWED_NETWORKS"
+
+_SCHEME_PORTS: Final = {"http": 80, "https": 443}
+
+# Named explicitly (not only via ``ipaddress`` flags) because they are the crown jewels of SSRF and
+# the flags' coverage differs between Python versions.
+_METADATA_ADDRESSES: Final = frozenset(
+    {
+        ipaddress.ip_address("169.254.169.254"),  # AWS, GCP, Azure, OpenStack, ...
+        ipaddress.ip_address("fd00:ec2::254"),  # AWS over IPv6
+        ipaddress.ip_address("100.100.100.200"),  # Alibaba Cloud
+    }
+)
+# RFC 6598 shared address space: ``ipaddress`` calls it neither private nor global.
+_CGNAT: Final = ipaddress.IPv4Network("100.64.0.0/10")
+# RFC 6052 well-known NAT64 prefix: a NAT64 gateway forwards these to the embedded IPv4 address.
+_NAT64: Final = ipaddress.IPv6Network("64:ff9b::/96")
+
+_DEFAULT_LIMITS: Final = httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=5.0)
+
+
+class WebhookURLError(Exception):
+    """Base class for "this webhook URL must not be used"."""
+
+
+class InvalidWebhookURL(WebhookURLError, ValueError):
+    """The URL is malformed, has a scheme other than http(s), or its host does not resolve."""
+
+
+class ForbiddenDestination(WebhookURLError):
+    """The destination resolves to (or is connected to) an address the registry must not call.
+
+    The message names the host and the address but never the full URL, whose path or query may
+    carry credentials.
+    """
+
+    def __init__(self, host: str, address: IPAddress | None, reason: str) -> None:
+        self.host = host
+        self.address = address
+        self.reason = reason
+        if address is None:
+            message = f"refusing to connect to {host!r}: {reason}"
+        else:
+            message = (
+                f"refusing to connect to {host!r} at {address}: {reason} address "
+                f"(add its network to {ALLOWED_NETWORKS_ENV} to allow it)"
+            )
+        super().__init__(message)
+
+
+# --------------------------------------------------------------------------- address policy
+
+
+def parse_networks(value: str | None) -> tuple[IPNetwork, ...]:
+    """Parse a comma-separated list of CIDRs, e.g. ``"10.0.0.0/8, 127.0.0.0/8"``.
+
+    Host bits are tolerated (``127.0.0.1/8`` means ``127.0.0.0/8``) and a bare address means that
+    single address, because this is typed by operators into an environment variable; anything that
+    is not a network at all is a ``ValueError`` naming the offending item, so a typo fails startup
+    instead of silently allowing nothing.
+    """
+    if not value:
+        return ()
+    networks: list[IPNetwork] = []
+    for item in value.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(item, strict=False))
+        except ValueError as exc:
+            raise ValueError(f"invalid network {item!r} in {ALLOWED_NETWORKS_ENV}: {exc}") from None
+    return tuple(networks)
+
+
+def _coerce_address(ip: IPAddress | str) -> IPAddress:
+    """Accept text as well as address objects, dropping any IPv6 zone (``fe80::1%eth0``)."""
+    text = str(ip).split("%", 1)[0]
+    return ipaddress.ip_address(text)
+
+
+def _addresses_to_check(address: IPAddress) -> list[IPAddress]:
+    """The address itself plus any IPv4 address tunnelled inside it.
+
+    An IPv4-mapped address (``::ffff:127.0.0.1``) *is* that IPv4 address to the kernel, and a
+    NAT64 address (``64:ff9b::7f00:1``) is how DNS64 on IPv6-only networks spells every IPv4
+    destination, so for those only the embedded address is judged. 6to4 and Teredo addresses are
+    IPv6 destinations in their own right that a relay forwards, so both forms are judged.
+    """
+    if not isinstance(address, ipaddress.IPv6Address):
+        return [address]
+    if address.ipv4_mapped is not None:
+        return [address.ipv4_mapped]
+    if address in _NAT64:
+        return [ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)]
+    candidates: list[IPAddress] = [address]
+    if address.sixtofour is not None:
+        candidates.append(address.sixtofour)
+    if address.teredo is not None:
+        candidates.append(address.teredo[1])
+    return candidates
+
+
+def _classify(address: IPAddress) -> str | None:
+    """Why ``address`` is not a public destination, or None if it is."""
+    if address in _METADATA_ADDRESSES:
+        return "cloud metadata"
+    if address.is_unspecified:
+        return "unspecified"
+    if address.is_loopback:
+        return "loopback"
+    if address.is_link_local:
+        return "link-local"
+    if isinstance(address, ipaddress.IPv4Address) and address in _CGNAT:
+        return "carrier-grade NAT (100.64.0.0/10)"
+    if address.is_multicast:
+        return "multicast"
+    if address.is_private:
+        return "private"
+    if address.is_reserved:
+        return "reserved"
+    if not address.is_global:
+        return "non-global"
+    return None
+
+
+def forbidden_reason(ip: IPAddress | str, allowed: Iterable[IPNetwork] = ()) -> str | None:
+    """Why calling ``ip`` is forbidden (e.g. ``"loopback"``), or None when it may be called.
+
+    An address inside one of ``allowed`` is always permitted, in either its own or its unwrapped
+    IPv4 form, so allowing ``127.0.0.0/8`` also allows ``::ffff:127.0.0.1``.
+    """
+    candidates = _addresses_to_check(_coerce_address(ip))
+    allowed = tuple(allowed)
+    if any(candidate in network for candidate in candidates for network in allowed):
+        return None
+    for candidate in candidates:
+        reason = _classify(candidate)
+        if reason is not None:
+            return reason
+    return None
+
+
+def is_forbidden_address(ip: IPAddress | str, allowed: Iterable[IPNetwork] = ()) -> bool:
+    """True for loopback, private, link-local, CGNAT, metadata, unspecified, multicast, reserved
+    and other non-global addresses (IPv4 tunnelled in IPv6 unwrapped), unless inside ``allowed``."""
+    return forbidden_reason(ip, allowed) is not None
+
+
+# --------------------------------------------------------------------------- save-time check
+
+
+def _destination(url: str) -> tuple[str, int]:
+    """The host (IDNA-encoded, as it will be resolved) and port of an http(s) URL.
+
+    Parsed with httpx so the check sees the URL exactly the way the client that calls it will.
+    """
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError, ValueError):
+        raise InvalidWebhookURL("webhook URL is not a valid URL") from None
+    scheme = parsed.scheme
+    if scheme not in _SCHEME_PORTS:
+        raise InvalidWebhookURL(f"webhook URL scheme must be http or https, not {scheme!r}")
+    host = parsed.raw_host.decode("ascii")
+    if not host:
+        raise InvalidWebhookURL("webhook URL has no host")
+    return host, parsed.port or _SCHEME_PORTS[scheme]
+
+
+def _literal_address(host: str) -> IPAddress | None:
+    try:
+        return _coerce_address(host)
+    except ValueError:
+        return None
+
+
+def _ensure_allowed(host: str, addresses: Iterable[IPAddress], allowed: Iterable[IPNetwork]) -> None:
+    allowed = tuple(allowed)
+    for address in addresses:
+        reason = forbidden_reason(address, allowed)
+        if reason is not None:
+            raise ForbiddenDestination(host, address, reason)
+
+
+def _resolved_addresses(host: str, infos: list[tuple[Any, ...]]) -> list[IPAddress]:
+    addresses = [_coerce_address(info[4][0]) for info in infos]
+    if not addresses:
+        raise InvalidWebhookURL(f"webhook host {host!r} resolves to no address")
+    return addresses
+
+
+async def check_url(url: str, allowed: Iterable[IPNetwork] = ()) -> None:
+    """Save-time check: raise unless ``url`` is http(s) and *every* address its host resolves to
+    may be called.
+
+    Refusing when any address is forbidden (not only the first) matters because the client may
+    connect to any of them. Raises :class:`InvalidWebhookURL` or :class:`ForbiddenDestination`.
+    """
+    host, port = _destination(url)
+    literal = _literal_address(host)
+    if literal is not None:
+        _ensure_allowed(host, [literal], allowed)
+        return
+    loop = asyncio.get_running_loop()
+    try:
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise InvalidWebhookURL(f"webhook host {host!r} does not resolve: {exc}") from None
+    _ensure_allowed(host, _resolved_addresses(host, infos), allowed)
+
+
+def check_url_sync(url: str, allowed: Iterable[IPNetwork] = ()) -> None:
+    """Blocking twin of :func:`check_url`, for save-time validation from synchronous code."""
+    host, port = _destination(url)
+    literal = _literal_address(host)
+    if literal is not None:
+        _ensure_allowed(host, [literal], allowed)
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise InvalidWebhookURL(f"webhook host {host!r} does not resolve: {exc}") from None
+    _ensure_allowed(host, _resolved_addresses(host, infos), allowed)
+
+
+# --------------------------------------------------------------------------- call-time guard
+
+
+def _peer_address(stream: httpcore.AsyncNetworkStream) -> IPAddress | None:
+    """The remote address of a freshly connected stream, or None if it cannot be told."""
+    peer = stream.get_extra_info("server_addr")
+    if peer is None:
+        sock = stream.get_extra_info("socket")
+        if sock is not None:
+            try:
+                peer = sock.getpeername()
+            except OSError:
+                return None
+    if isinstance(peer, tuple) and peer and isinstance(peer[0], str):
+        try:
+            return _coerce_address(peer[0])
+        except ValueError:
+            return None
+    return None
+
+
+class GuardedNetworkBackend(httpcore.AsyncNetworkBackend):
+    """An httpcore network backend that refuses connections to forbidden addresses.
+
+    It connects through the wrapped backend and then inspects the peer address of the connected
+    socket, so the check covers whatever the resolver answered at that moment: a DNS rebinding
+    trick that passed the save-time check cannot get past it. The TCP handshake with a forbidden
+    address may complete, but the stream is closed before any request byte (or TLS hello) is
+    written. Fails closed when the peer address cannot be determined.
+    """
+
+    def __init__(
+        self,
+        allowed: Iterable[IPNetwork] = (),
+        backend: httpcore.AsyncNetworkBackend | None = None,
+    ) -> None:
+        self._allowed = tuple(allowed)
+        self._backend = backend if backend is not None else httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        stream = await self._backend.connect_tcp(
+            host, port, timeout=timeout, local_address=local_address, socket_options=socket_options
+        )
+        address = _peer_address(stream)
+        if address is None:
+            reason: str | None = "could not determine the connected peer address"
+        else:
+            reason = forbidden_reason(address, self._allowed)
+        if reason is not None:
+            await stream.aclose()
+            raise ForbiddenDestination(host, address, reason)
+        return stream
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        # A Unix socket is a local destination by definition.
+        raise ForbiddenDestination(path, None, "Unix domain sockets are not allowed")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._backend.sleep(seconds)
+
+
+class GuardedTransport(httpx.AsyncHTTPTransport):
+    """``httpx.AsyncHTTPTransport`` whose connections go through :class:`GuardedNetworkBackend`.
+
+    httpx has no public way to hand its connection pool a network backend, so after the normal
+    initialisation (which keeps every other attribute the base class relies on) the pool is
+    replaced by an equivalent one that uses the guard. Proxies are never used: a proxy would make
+    the peer address the proxy's, defeating the check.
+    """
+
+    def __init__(
+        self,
+        allowed: Iterable[IPNetwork] = (),
+        *,
+        verify: ssl.SSLContext | str | bool = True,
+        limits: httpx.Limits = _DEFAULT_LIMITS,
+        retries: int = 0,
+        backend: httpcore.AsyncNetworkBackend | None = None,
+    ) -> None:
+        super().__init__(verify=verify, trust_env=False, limits=limits, retries=retries)
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=httpx.create_ssl_context(verify=verify, trust_env=False),
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            retries=retries,
+            network_backend=GuardedNetworkBackend(allowed, backend),
+        )
+
+
+def make_guarded_client(
+    allowed: Iterable[IPNetwork] = (),
+    *,
+    timeout: float | httpx.Timeout = 30.0,
+    verify: ssl.SSLContext | str | bool = True,
+    limits: httpx.Limits = _DEFAULT_LIMITS,
+) -> httpx.AsyncClient:
+    """An ``httpx.AsyncClient`` for webhook calls: SSRF-guarded at connect time, no redirects
+    (a redirect could point anywhere, and would be a second, unsigned request), and no proxies,
+    ``.netrc`` or other settings taken from the environment."""
+    return httpx.AsyncClient(
+        transport=GuardedTransport(allowed, verify=verify, limits=limits),
+        timeout=timeout,
+        follow_redirects=False,
+        trust_env=False,
+    )

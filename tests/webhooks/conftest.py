@@ -1,0 +1,231 @@
+"""A real loopback HTTP server playing the webhook, shared by the webhook tests.
+
+Uvicorn runs a small Starlette app in a background thread on 127.0.0.1 with an OS-chosen port, so
+the client under test goes through real sockets, httpcore and the SSRF guard, with nothing mocked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+import pytest_asyncio
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from registry.webhooks import make_guarded_client, parse_networks
+
+NDJSON = "application/x-ndjson"
+METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+
+
+@dataclass
+class ServerState:
+    """What the server saw, for assertions made from the test's side."""
+
+    hits: collections.Counter[str] = field(default_factory=collections.Counter)
+    #: Set when the streaming generator for ``?key=`` was closed (client went away).
+    closed: dict[str, threading.Event] = field(default_factory=lambda: collections.defaultdict(threading.Event))
+
+
+def _line(obj: Any) -> bytes:
+    return json.dumps(obj).encode() + b"\n"
+
+
+def build_app(state: ServerState) -> ASGIApp:
+    async def inspect(request: Request) -> Response:
+        body = await request.body()
+        return JSONResponse({"method": request.method, "headers": dict(request.headers), "body": body.decode()})
+
+    async def call_tool_result(request: Request) -> Response:
+        return JSONResponse(
+            {
+                "content": [{"type": "text", "text": "hi"}, {"type": "image", "data": "AAAA", "mimeType": "image/png"}],
+                "structuredContent": {"greeting": "hi"},
+                "_meta": {"dropped": True},
+            }
+        )
+
+    async def call_tool_error(request: Request) -> Response:
+        return JSONResponse({"content": [{"type": "text", "text": "nope"}], "isError": True})
+
+    async def plain_object(request: Request) -> Response:
+        return JSONResponse({"temperature": 21.5, "unit": "C"})
+
+    async def plain_list(request: Request) -> Response:
+        return JSONResponse([1, "two", {"three": 3}])
+
+    async def bad_call_tool_result(request: Request) -> Response:
+        return JSONResponse({"content": [{"text": "no type"}]})
+
+    async def ndjson(request: Request) -> Response:
+        async def events() -> AsyncIterator[bytes]:
+            yield _line({"progress": 1, "total": 3, "message": "starting"})
+            await asyncio.sleep(0.01)
+            yield _line({"log": {"level": "info", "data": {"step": 1}}})
+            # Split a line across chunks to exercise reassembly.
+            second = _line({"progress": 2, "total": 3})
+            yield second[:5]
+            await asyncio.sleep(0.01)
+            yield second[5:] + _line({"log": {"level": "warning", "data": "almost"}}) + b"\n"
+            yield _line({"unknown": "ignored"})
+            yield _line({"result": {"content": [{"type": "text", "text": "done"}], "structuredContent": {"n": 3}}})
+            yield _line({"progress": 99})  # after the result: never seen
+
+        return StreamingResponse(events(), media_type=NDJSON)
+
+    async def ndjson_plain_result(request: Request) -> Response:
+        return Response(_line({"result": {"answer": 42}}), media_type=NDJSON)
+
+    async def ndjson_no_result(request: Request) -> Response:
+        return Response(_line({"progress": 1}), media_type=NDJSON)
+
+    async def ndjson_bad_line(request: Request) -> Response:
+        return Response(_line({"progress": 1}) + b"{oops\n", media_type=NDJSON)
+
+    async def ndjson_forever(request: Request) -> Response:
+        key = request.query_params.get("key", "")
+
+        async def events() -> AsyncIterator[bytes]:
+            try:
+                n = 0
+                while True:
+                    n += 1
+                    yield _line({"progress": n, "message": "x" * 100})
+                    await asyncio.sleep(0.02)
+            finally:
+                state.closed[key].set()
+
+        return StreamingResponse(events(), media_type=NDJSON)
+
+    async def status(request: Request) -> Response:
+        code = int(request.path_params["code"])
+        return Response("upstream   exploded\n" + "x" * 5000, status_code=code, media_type="text/plain")
+
+    async def redirect(request: Request) -> Response:
+        return RedirectResponse("/plain-object", status_code=302)
+
+    async def slow(request: Request) -> Response:
+        await asyncio.sleep(float(request.query_params.get("s", "2")))
+        return JSONResponse({"late": True})
+
+    async def invalid_json(request: Request) -> Response:
+        return Response(b"{not json", media_type="application/json")
+
+    async def nan_json(request: Request) -> Response:
+        return Response(b'{"x": NaN}', media_type="application/json")
+
+    async def big(request: Request) -> Response:
+        n = int(request.query_params["n"])
+        return Response(json.dumps("a" * n).encode(), media_type="application/json")
+
+    async def big_chunked(request: Request) -> Response:
+        n = int(request.query_params["n"])
+
+        async def chunks() -> AsyncIterator[bytes]:
+            yield b'"'
+            for _ in range(n // 1000):
+                yield b"a" * 1000
+            yield b'"'
+
+        return StreamingResponse(chunks(), media_type="application/json")
+
+    async def empty(request: Request) -> Response:
+        return Response(status_code=204)
+
+    starlette = Starlette(
+        routes=[
+            Route("/inspect", inspect, methods=METHODS),
+            Route("/canary", inspect, methods=METHODS),
+            Route("/call-tool-result", call_tool_result, methods=METHODS),
+            Route("/call-tool-error", call_tool_error, methods=METHODS),
+            Route("/plain-object", plain_object, methods=METHODS),
+            Route("/plain-list", plain_list, methods=METHODS),
+            Route("/bad-call-tool-result", bad_call_tool_result, methods=METHODS),
+            Route("/ndjson", ndjson, methods=METHODS),
+            Route("/ndjson-plain-result", ndjson_plain_result, methods=METHODS),
+            Route("/ndjson-no-result", ndjson_no_result, methods=METHODS),
+            Route("/ndjson-bad-line", ndjson_bad_line, methods=METHODS),
+            Route("/ndjson-forever", ndjson_forever, methods=METHODS),
+            Route("/status/{code}", status, methods=METHODS),
+            Route("/redirect", redirect, methods=METHODS),
+            Route("/slow", slow, methods=METHODS),
+            Route("/invalid-json", invalid_json, methods=METHODS),
+            Route("/nan-json", nan_json, methods=METHODS),
+            Route("/big", big, methods=METHODS),
+            Route("/big-chunked", big_chunked, methods=METHODS),
+            Route("/empty", empty, methods=METHODS),
+        ]
+    )
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            state.hits[scope["path"]] += 1
+        await starlette(scope, receive, send)
+
+    return app
+
+
+@dataclass
+class WebhookServer:
+    base_url: str
+    port: int
+    state: ServerState
+
+    def url(self, path: str, *, host: str = "127.0.0.1") -> str:
+        return f"http://{host}:{self.port}{path}"
+
+
+@pytest.fixture(scope="session")
+def webhook_server() -> Iterator[WebhookServer]:
+    state = ServerState()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        build_app(state), log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="webhook-server")
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the loopback webhook server did not start")
+        time.sleep(0.01)
+    try:
+        yield WebhookServer(base_url=f"http://127.0.0.1:{port}", port=port, state=state)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
+@pytest_asyncio.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    """A guarded client that may reach loopback (where the test server lives) and nothing else."""
+    async with make_guarded_client(parse_networks("127.0.0.0/8"), timeout=5.0) as guarded:
+        yield guarded
+
+
+@pytest.fixture
+def free_port() -> int:
+    """A loopback port with nothing listening on it (connections are refused)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
