@@ -1,7 +1,13 @@
-"""Builds the ASGI application: admin API, health, admin UI and (later) the MCP endpoint."""
+"""Builds the ASGI application: the MCP endpoints, the admin API, health and the admin UI.
+
+``/mcp`` (and the legacy ``/sse`` + ``/messages``) are routed before FastAPI: they are the
+agents' hot path and need none of FastAPI's per-request machinery.
+"""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
@@ -11,18 +17,57 @@ from registry import __version__
 from registry.api import admin, problems
 from registry.api.entries import entry_router
 from registry.catalog.specs import KIND_BY_COLLECTION
+from registry.mcp.http_common import Receive, Scope, SendFn
+from registry.mcp.runtime import McpRuntime
 from registry.runtime import Registry
+from registry.ui import mount_admin_ui
 
 
-def create_app(registry: Registry) -> FastAPI:
+class RegistryApp:
+    """The ASGI entry point: MCP paths go straight to their transports, the rest to FastAPI."""
+
+    def __init__(self, api: FastAPI, mcp: McpRuntime) -> None:
+        self.api = api
+        self.mcp = mcp
+        self.registry: Registry = mcp.registry
+        self._routes = {
+            "/mcp": mcp.streamable_http,
+            "/mcp/": mcp.streamable_http,
+            "/sse": mcp.legacy_sse.stream,
+            "/messages": mcp.legacy_sse.messages,
+            "/messages/": mcp.legacy_sse.messages,
+        }
+
+    async def __call__(self, scope: Scope, receive: Receive, send: SendFn) -> None:
+        if scope["type"] == "http":
+            handler = self._routes.get(scope["path"])
+            if handler is not None:
+                await handler(scope, receive, send)
+                return
+        await self.api(scope, receive, send)
+
+
+def create_app(registry: Registry) -> RegistryApp:
+    mcp = McpRuntime(registry)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        await mcp.start()
+        try:
+            yield
+        finally:
+            await mcp.stop()
+
     app = FastAPI(
         title="mcp-registry",
         version=__version__,
         summary="Versioned prompts, resources and tools, served to every agent over MCP.",
         docs_url="/docs",
         openapi_url="/openapi.json",
+        lifespan=lifespan,
     )
     app.state.registry = registry
+    app.state.mcp = mcp
     problems.install(app)
 
     for collection, kind in KIND_BY_COLLECTION.items():
@@ -38,7 +83,5 @@ def create_app(registry: Registry) -> FastAPI:
         ok, detail = registry.ready()
         return JSONResponse({"status": "ok" if ok else "unavailable", "detail": detail}, status_code=200 if ok else 503)
 
-    from registry.ui import mount_admin_ui
-
     mount_admin_ui(app)
-    return app
+    return RegistryApp(app, mcp)

@@ -62,6 +62,30 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_stdio(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from registry.mcp.server import McpServer
+    from registry.mcp.sessions import ClientState
+    from registry.mcp.transports.stdio import StdioTransport, open_stdin_reader
+    from registry.runtime import Registry
+
+    settings = _settings(args)
+    registry = Registry(settings)
+    registry.prepare(seed=args.seed, demo_if_empty=settings.database_url is None)
+    server = McpServer(registry.catalog, webhook_allowed_networks=settings.webhook_allowed_networks)
+    client = ClientState(label=args.label or "production", principal="stdio")
+
+    async def run() -> None:
+        try:
+            await StdioTransport(server, client).run(await open_stdin_reader())
+        finally:
+            await server.aclose()
+
+    asyncio.run(run())
+    return 0
+
+
 def cmd_db_upgrade(args: argparse.Namespace) -> int:
     registry = _registry(args)
     registry.migrate()
@@ -121,6 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     serve.set_defaults(func=cmd_serve)
 
+    stdio = commands.add_parser("stdio", help="serve MCP over stdin/stdout (for hosts that start a child process)")
+    common(stdio)
+    stdio.add_argument("--label", help="which label to serve (default: production)")
+    stdio.add_argument("--seed", help="import a bundle at start (a name under seed_data/ or a folder); idempotent")
+    stdio.set_defaults(func=cmd_stdio)
+
     db = commands.add_parser("db", help="database maintenance")
     db_commands = db.add_subparsers(dest="db_command", required=True)
     upgrade = db_commands.add_parser("upgrade", help="apply migrations")
@@ -152,7 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    # Logs go to stderr: with `stdio`, stdout carries the protocol.
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from sqlalchemy import text
@@ -15,6 +16,7 @@ from registry.db import migrate
 from registry.db.engine import Database
 from registry.paths import seed_data_dir
 from registry.tokens import TokenService
+from registry.webhooks import WebhookURLError, parse_networks, validate_webhook_url_sync
 
 log = logging.getLogger("registry")
 
@@ -41,17 +43,13 @@ class Registry:
         self.catalog = CatalogService(self.db, self.secrets, url_guard=self._url_guard())
         self.tokens = TokenService(self.db)
 
-    def _url_guard(self):  # type: ignore[no-untyped-def]
-        try:
-            from registry.webhooks import ssrf
-        except ImportError:  # pragma: no cover - the webhooks package ships with the registry
-            return None
-        allowed = ssrf.parse_networks(self.settings.webhook_allowed_networks)
+    def _url_guard(self) -> Callable[[str], None]:
+        allowed = parse_networks(self.settings.webhook_allowed_networks)
 
         def guard(url: str) -> None:
             try:
-                ssrf.check_url_sync(url, allowed)
-            except ssrf.ForbiddenDestination as exc:
+                validate_webhook_url_sync(url, allowed)
+            except WebhookURLError as exc:
                 raise ValueError(str(exc)) from None
 
         return guard

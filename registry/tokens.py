@@ -131,6 +131,13 @@ class TokenService:
             self._cache.clear()
         return info
 
+    def peek(self, token: str) -> Principal | None:
+        """A recently verified token's principal, without touching the database (None: ask ``authenticate``)."""
+        cached = self._cache.get(hash_token(token))
+        if cached is not None and cached[0] > time.monotonic():
+            return cached[1]
+        return None
+
     def authenticate(self, token: str) -> Principal | None:
         digest = hash_token(token)
         now = time.monotonic()

@@ -11,7 +11,8 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 from sqlalchemy import func, or_, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from registry.catalog.errors import Conflict, Invalid, NotFound, PreconditionFailed
@@ -125,6 +127,19 @@ def etag_matches(if_match: str, current_version: int) -> bool:
     return wanted in candidates
 
 
+@contextmanager
+def _unique_violations_as_conflict(kind: str, spec: Spec) -> Iterator[None]:
+    """A concurrent writer committed the same name (or resource URI) after our existence check:
+    the database's unique constraint refuses the second insert, which is a 409, not a 500."""
+    try:
+        yield
+    except IntegrityError as exc:
+        message = str(exc.orig)
+        if isinstance(spec, ResourceSpec) and ("uq_entries_uri" in message or "entries.uri" in message):
+            raise Conflict(f"another resource already uses {spec.identity_uri!r}") from None
+        raise Conflict(f"{kind} {spec.name!r} already exists") from None
+
+
 def _validation_errors(exc: ValidationError) -> list[dict[str, Any]]:
     return [
         {"loc": ".".join(str(p) for p in err["loc"]), "msg": err["msg"].removeprefix("Value error, ")}
@@ -175,7 +190,7 @@ class CatalogService:
         if self.url_guard is None:
             return
         url: str | None = None
-        if isinstance(spec, ToolSpec) and not spec.webhook.url.startswith("builtin://"):
+        if isinstance(spec, ToolSpec):
             url = spec.webhook.url
         elif isinstance(spec, ResourceSpec) and spec.kind == "http":
             url = spec.url
@@ -332,7 +347,7 @@ class CatalogService:
     ) -> WriteResult:
         spec = self.parse_spec(kind, raw)
         target_labels = self._check_labels(labels if labels else [PRODUCTION])
-        with self.db.session() as session:
+        with _unique_violations_as_conflict(kind, spec), self.db.session() as session:
             existing = session.scalar(select(Entry).where(Entry.kind == kind, Entry.name == spec.name))
             if existing is not None:
                 hint = " (archived: restore it instead)" if existing.archived else ""
@@ -379,7 +394,7 @@ class CatalogService:
             raise Invalid(f"the body names {raw['name']!r} but the URL names {name!r}; entries cannot be renamed")
         spec = self.parse_spec(kind, raw)
         target_labels = self._check_labels(labels if labels else [PRODUCTION])
-        with self.db.session() as session:
+        with _unique_violations_as_conflict(kind, spec), self.db.session() as session:
             entry = self._require(session, kind, name, lock=True)
             if entry.archived:
                 raise Conflict(f"{kind} {name!r} is archived; restore it before editing")
@@ -534,12 +549,13 @@ class CatalogService:
         if tag:
             stmt = stmt.where(Entry.tags.contains(f",{tag},", autoescape=True))
         if q:
-            pattern = f"%{q.lower()}%"
+            # A plain substring search: LIKE wildcards (% and _) in ``q`` match themselves.
+            needle = q.lower()
             stmt = stmt.where(
                 or_(
-                    func.lower(Entry.name).like(pattern),
-                    func.lower(func.coalesce(Entry.title, "")).like(pattern),
-                    func.lower(func.coalesce(Entry.description, "")).like(pattern),
+                    func.lower(Entry.name).contains(needle, autoescape=True),
+                    func.lower(func.coalesce(Entry.title, "")).contains(needle, autoescape=True),
+                    func.lower(func.coalesce(Entry.description, "")).contains(needle, autoescape=True),
                 )
             )
         with self.db.session() as session:

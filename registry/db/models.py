@@ -151,3 +151,26 @@ class ApiToken(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_used_at: Mapped[datetime | None] = mapped_column()
     revoked_at: Mapped[datetime | None] = mapped_column()
+
+
+class McpSession(Base):
+    """An MCP session (2024-11-05 ... 2025-11-25 era), shared by every replica.
+
+    Each replica keeps a cache; the row is what lets a session made on one replica be served by
+    another, and survive a restart.
+    """
+
+    __tablename__ = "mcp_sessions"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    protocol_version: Mapped[str] = mapped_column(String(16))
+    label: Mapped[str] = mapped_column(String(64))
+    principal: Mapped[str] = mapped_column(String(128))
+    token_id: Mapped[int | None] = mapped_column(BigId)
+    client_info: Mapped[dict[str, Any]]
+    client_capabilities: Mapped[dict[str, Any]]
+    log_level: Mapped[str | None] = mapped_column(String(16))
+    subscriptions: Mapped[list[str]]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_seen_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+    ended_at: Mapped[datetime | None] = mapped_column()

@@ -61,7 +61,7 @@ class HookContext:
 
     async def log(self, level: str, data: Any) -> None:
         """Emit a log message (a ``notifications/message``); ``level`` is an MCP logging level."""
-        if level not in LOG_LEVELS:
+        if not isinstance(level, str) or level not in LOG_LEVELS:
             raise HookError(f"invalid log level {level!r}")
         if self.on_log is not None:
             await self.on_log(level, data)

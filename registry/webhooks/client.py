@@ -179,7 +179,9 @@ async def _call_builtin(name: str, body: bytes, ctx: HookContext) -> JSONObject:
         _fail(f"unknown built-in hook {name!r}")
     # Decode the exact bytes an HTTP webhook would get, so built-ins see the same payload and
     # cannot mutate the caller's dict.
-    arguments = _loads(body)
+    payload = _loads(body)
+    # Hooks get the tool arguments; the rest of the envelope (tool, request_id, session) is routing.
+    arguments = payload.get("arguments", {}) if isinstance(payload, dict) and "tool" in payload else payload
     try:
         value = await hook(arguments, ctx)
     except HookError as exc:
@@ -373,11 +375,12 @@ async def _ndjson_event(
             await on_progress(progress, total, message)
     elif "log" in event:
         log = event["log"]
-        if not isinstance(log, dict) or log.get("level") not in LOG_LEVELS:
+        level = log.get("level") if isinstance(log, dict) else None
+        if not isinstance(level, str) or level not in LOG_LEVELS:
             _fail(
                 f"webhook NDJSON line {line_number}: 'log' must be an object with a 'level' "
                 f"among {', '.join(sorted(LOG_LEVELS))}"
             )
         if on_log is not None:
-            await on_log(log["level"], log.get("data"))
+            await on_log(level, log.get("data"))
     return None

@@ -165,10 +165,10 @@ def _classify(address: IPAddress) -> str | None:
         return "carrier-grade NAT (100.64.0.0/10)"
     if address.is_multicast:
         return "multicast"
-    if address.is_private:
-        return "private"
     if address.is_reserved:
         return "reserved"
+    if address.is_private:
+        return "private"
     if not address.is_global:
         return "non-global"
     return None

@@ -96,6 +96,10 @@ def build_app(state: ServerState) -> ASGIApp:
     async def ndjson_bad_line(request: Request) -> Response:
         return Response(_line({"progress": 1}) + b"{oops\n", media_type=NDJSON)
 
+    async def ndjson_echo(request: Request) -> Response:
+        """Answers with the request body as a one-line NDJSON stream, so a test picks the event."""
+        return Response(await request.body() + b"\n", media_type=NDJSON)
+
     async def ndjson_forever(request: Request) -> Response:
         key = request.query_params.get("key", "")
 
@@ -119,7 +123,12 @@ def build_app(state: ServerState) -> ASGIApp:
         return RedirectResponse("/plain-object", status_code=302)
 
     async def slow(request: Request) -> Response:
-        await asyncio.sleep(float(request.query_params.get("s", "2")))
+        # Polls for the client going away so no handler outlives the test that called it.
+        deadline = time.monotonic() + float(request.query_params.get("s", "2"))
+        while time.monotonic() < deadline:
+            if await request.is_disconnected():
+                break
+            await asyncio.sleep(0.02)
         return JSONResponse({"late": True})
 
     async def invalid_json(request: Request) -> Response:
@@ -159,6 +168,7 @@ def build_app(state: ServerState) -> ASGIApp:
             Route("/ndjson-plain-result", ndjson_plain_result, methods=METHODS),
             Route("/ndjson-no-result", ndjson_no_result, methods=METHODS),
             Route("/ndjson-bad-line", ndjson_bad_line, methods=METHODS),
+            Route("/ndjson-echo", ndjson_echo, methods=METHODS),
             Route("/ndjson-forever", ndjson_forever, methods=METHODS),
             Route("/status/{code}", status, methods=METHODS),
             Route("/redirect", redirect, methods=METHODS),

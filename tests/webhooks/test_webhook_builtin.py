@@ -128,7 +128,11 @@ async def test_new_hooks_get_payload_callbacks_and_result_mapping(
 
     payload = {"n": 7}
     result = await _call("builtin://test-steps", payload, no_network_client, on_progress=on_progress, on_log=on_log)
-    assert result == {"content": [{"type": "text", "text": '{"n": 7}'}], "structuredContent": {"n": 7}, "isError": False}
+    assert result == {
+        "content": [{"type": "text", "text": '{"n": 7}'}],
+        "structuredContent": {"n": 7},
+        "isError": False,
+    }
     assert seen == [("progress", 1, 2, "half"), ("log", "notice", {"got": 7}), ("progress", 2, 2, None)]
     assert payload == {"n": 7}
 

@@ -149,7 +149,11 @@ async def test_ndjson_without_callbacks_and_plain_result(
     result = await call_webhook(WebhookTarget(url=webhook_server.url("/ndjson")), {}, client=client)
     assert _text(result) == "done"
     result = await call_webhook(WebhookTarget(url=webhook_server.url("/ndjson-plain-result")), {}, client=client)
-    assert result == {"content": [{"type": "text", "text": '{"answer": 42}'}], "structuredContent": {"answer": 42}, "isError": False}
+    assert result == {
+        "content": [{"type": "text", "text": '{"answer": 42}'}],
+        "structuredContent": {"answer": 42},
+        "isError": False,
+    }
 
 
 async def test_ndjson_stream_without_result_is_an_error(
@@ -166,6 +170,39 @@ async def test_ndjson_stream_without_result_is_an_error(
 async def test_ndjson_invalid_line_is_an_error(webhook_server: WebhookServer, client: httpx.AsyncClient) -> None:
     result = await call_webhook(WebhookTarget(url=webhook_server.url("/ndjson-bad-line")), {}, client=client)
     _assert_error(result, "line 2", "not valid JSON")
+
+
+@pytest.mark.parametrize(
+    ("event", "fragment"),
+    [
+        ({"progress": "half"}, "'progress' and 'total' must be numbers"),
+        ({"progress": True}, "'progress' and 'total' must be numbers"),
+        ({"progress": 1, "total": "2"}, "'progress' and 'total' must be numbers"),
+        ({"progress": 1, "message": 3}, "'message' must be a string"),
+        ({"log": "oops"}, "'log' must be an object"),
+        ({"log": {"level": "loud"}}, "'log' must be an object"),
+        ({"log": {"level": ["info"]}}, "'log' must be an object"),
+        ({"result": {"content": "not a list"}, "x": 1}, None),  # not CallToolResult-shaped: wrapped
+        ({"result": {"content": [{"type": "text", "text": "ok"}], "isError": "yes"}}, "'isError' must be a boolean"),
+    ],
+)
+async def test_ndjson_event_validation(
+    webhook_server: WebhookServer, client: httpx.AsyncClient, event: dict[str, Any], fragment: str | None
+) -> None:
+    recorder = Recorder()
+    result = await call_webhook(
+        WebhookTarget(url=webhook_server.url("/ndjson-echo")),
+        event,
+        client=client,
+        on_progress=recorder.progress,
+        on_log=recorder.log,
+    )
+    if fragment is None:
+        assert result["isError"] is False
+        assert result["structuredContent"] == event["result"]
+    else:
+        _assert_error(result, fragment)
+    assert recorder.events == []
 
 
 # --------------------------------------------------------------------------- failures
@@ -229,7 +266,9 @@ async def test_invalid_call_tool_result_is_an_error(webhook_server: WebhookServe
 
 
 @pytest.mark.parametrize("path", ["/big", "/big-chunked"])
-async def test_oversized_response_is_an_error(webhook_server: WebhookServer, client: httpx.AsyncClient, path: str) -> None:
+async def test_oversized_response_is_an_error(
+    webhook_server: WebhookServer, client: httpx.AsyncClient, path: str
+) -> None:
     target = WebhookTarget(url=webhook_server.url(f"{path}?n=20000"))
     result = await call_webhook(target, {}, client=client, max_response_bytes=10_000)
     _assert_error(result, "larger than the 10000-byte limit")
@@ -302,7 +341,9 @@ async def test_cancellation_propagates_and_closes_the_response(
     assert closed
 
 
-async def test_cancellation_before_response_propagates(webhook_server: WebhookServer, client: httpx.AsyncClient) -> None:
+async def test_cancellation_before_response_propagates(
+    webhook_server: WebhookServer, client: httpx.AsyncClient
+) -> None:
     task = asyncio.create_task(
         call_webhook(WebhookTarget(url=webhook_server.url("/slow?s=3"), timeout_s=30), {}, client=client)
     )

@@ -69,7 +69,9 @@ def test_forbidden_addresses(address: str, reason: str) -> None:
     assert is_forbidden_address(ipaddress.ip_address(address.split("%")[0]))
 
 
-@pytest.mark.parametrize("address", ["8.8.8.8", "1.1.1.1", "2606:4700:4700::1111", "::ffff:8.8.8.8", "64:ff9b::808:808"])
+@pytest.mark.parametrize(
+    "address", ["8.8.8.8", "1.1.1.1", "2606:4700:4700::1111", "::ffff:8.8.8.8", "64:ff9b::808:808"]
+)
 def test_public_addresses_are_allowed(address: str) -> None:
     assert forbidden_reason(address) is None
     assert not is_forbidden_address(address)
@@ -146,7 +148,9 @@ async def test_check_url_allows_allow_listed_and_public_literals() -> None:
     check_url_sync("https://[2606:4700:4700::1111]/hook", ())
 
 
-@pytest.mark.parametrize("url", ["ftp://example.com/", "file:///etc/passwd", "gopher://x/", "http:///nohost", "builtin://echo"])
+@pytest.mark.parametrize(
+    "url", ["ftp://example.com/", "file:///etc/passwd", "gopher://x/", "http:///nohost", "builtin://echo"]
+)
 async def test_check_url_rejects_non_http_urls(url: str) -> None:
     with pytest.raises(InvalidWebhookURL):
         await check_url(url, ())
@@ -210,7 +214,9 @@ async def test_call_time_guard_allows_allow_listed_networks(webhook_server: Webh
 
 async def test_call_time_guard_allows_localhost_when_loopback_is_allowed(webhook_server: WebhookServer) -> None:
     async with make_guarded_client(parse_networks("127.0.0.0/8,::1/128"), timeout=5.0) as client:
-        result = await call_webhook(WebhookTarget(url=webhook_server.url("/plain-list", host="localhost")), {}, client=client)
+        result = await call_webhook(
+            WebhookTarget(url=webhook_server.url("/plain-list", host="localhost")), {}, client=client
+        )
     assert result["isError"] is False
     assert "structuredContent" not in result  # only objects are structured content
     assert result["content"][0]["text"] == '[1, "two", {"three": 3}]'

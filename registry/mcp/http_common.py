@@ -1,0 +1,170 @@
+"""What the HTTP transports share: header access, Origin/Host checks, authentication, framing."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from registry.config import LOOPBACK_HOSTS, Settings
+from registry.mcp.protocol import JsonRpcError, dumps, error_message
+from registry.tokens import ANONYMOUS_AGENT, Principal, TokenService
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+SendFn = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, code: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = headers or {}
+
+
+def header_map(scope: Scope) -> dict[str, str]:
+    return {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+
+
+def query_param(scope: Scope, name: str) -> str | None:
+    values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get(name)
+    return values[0] if values else None
+
+
+def _hostname(netloc: str) -> str:
+    return (urlsplit("//" + netloc).hostname or "").lower()
+
+
+def check_origin_and_host(headers: dict[str, str], settings: Settings) -> None:
+    """DNS-rebinding defence: foreign Origins are refused; on loopback binds, so are foreign Hosts."""
+    loopback_bind = settings.host in LOOPBACK_HOSTS
+    host = headers.get("host", "")
+    if loopback_bind and host and _hostname(host) not in LOOPBACK_HOSTS:
+        raise HttpError(403, -32000, f"Forbidden: Host {host!r} is not allowed on a loopback-bound server")
+    origin = headers.get("origin")
+    if origin is None:
+        return
+    if origin in settings.allowed_origins or "*" in settings.allowed_origins:
+        return
+    parsed = urlsplit(origin)
+    if parsed.netloc and parsed.netloc.lower() == host.lower():
+        return
+    if loopback_bind and (parsed.hostname or "").lower() in LOOPBACK_HOSTS:
+        return
+    raise HttpError(403, -32000, f"Forbidden: Origin {origin!r} is not allowed (see REGISTRY_ALLOWED_ORIGINS)")
+
+
+async def authenticate(headers: dict[str, str], tokens: TokenService, settings: Settings) -> Principal:
+    header = headers.get("authorization")
+    if not header:
+        if settings.anonymous_agents_enabled:
+            return ANONYMOUS_AGENT
+        raise HttpError(
+            401,
+            -32001,
+            "Unauthorized: send Authorization: Bearer <agent token>",
+            {"WWW-Authenticate": 'Bearer realm="mcp-registry"'},
+        )
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    principal = None
+    if scheme.lower() == "bearer" and token:
+        principal = tokens.peek(token) or await asyncio.to_thread(tokens.authenticate, token)
+    if principal is None or not principal.may_use_mcp:
+        raise HttpError(
+            401,
+            -32001,
+            "Unauthorized: invalid or revoked token",
+            {"WWW-Authenticate": 'Bearer realm="mcp-registry", error="invalid_token"'},
+        )
+    return principal
+
+
+def _raw_headers(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
+    return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+
+
+async def send_bytes(
+    send: SendFn, status: int, body: bytes, content_type: str | None, headers: dict[str, str] | None = None
+) -> None:
+    raw = _raw_headers(headers or {})
+    if content_type:
+        raw.append((b"content-type", content_type.encode()))
+    raw.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_json(send: SendFn, status: int, message: Any, headers: dict[str, str] | None = None) -> None:
+    await send_bytes(send, status, dumps(message), "application/json", headers)
+
+
+async def send_http_error(send: SendFn, error: HttpError) -> None:
+    await send_json(send, error.status, error_message(None, JsonRpcError(error.code, error.message)), error.headers)
+
+
+async def read_body(receive: Receive, headers: dict[str, str], limit: int) -> bytes:
+    declared = headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise HttpError(413, -32600, f"Request body larger than {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise HttpError(400, -32600, "client disconnected")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise HttpError(413, -32600, f"Request body larger than {limit} bytes")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+class SseStream:
+    """Server-sent events on an ASGI response."""
+
+    HEADERS = [
+        (b"content-type", b"text/event-stream"),
+        (b"cache-control", b"no-cache, no-transform"),
+        (b"x-accel-buffering", b"no"),
+    ]
+
+    def __init__(self, send: SendFn) -> None:
+        self._send = send
+        self.started = False
+        self.closed = False
+
+    async def start(self, status: int = 200, headers: dict[str, str] | None = None) -> None:
+        await self._send(
+            {"type": "http.response.start", "status": status, "headers": self.HEADERS + _raw_headers(headers or {})}
+        )
+        self.started = True
+
+    async def event(
+        self, data: bytes, *, event_id: str | None = None, event: str | None = None, retry_ms: int | None = None
+    ) -> None:
+        parts = []
+        if event_id is not None:
+            parts.append(b"id: " + event_id.encode())
+        if event is not None:
+            parts.append(b"event: " + event.encode())
+        if retry_ms is not None:
+            parts.append(b"retry: " + str(retry_ms).encode())
+        parts.append(b"data: " + data)
+        await self._send({"type": "http.response.body", "body": b"\n".join(parts) + b"\n\n", "more_body": True})
+
+    async def message(self, message: Any, event_id: str | None = None) -> None:
+        await self.event(dumps(message), event_id=event_id, event="message")
+
+    async def comment(self, text: str = "keep-alive") -> None:
+        await self._send({"type": "http.response.body", "body": b": " + text.encode() + b"\n\n", "more_body": True})
+
+    async def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            await self._send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -1,0 +1,116 @@
+"""JSON-RPC 2.0 framing and the MCP constants every transport and handler shares."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+# Protocol versions, oldest first. The newest is answered when a client asks for one we lack.
+SUPPORTED_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+LATEST_VERSION = SUPPORTED_VERSIONS[-1]
+#: What a Streamable HTTP request without MCP-Protocol-Version is assumed to speak (spec 2025-06-18+).
+DEFAULT_HEADER_VERSION = "2025-03-26"
+#: Versions that allowed JSON-RPC batches (removed in 2025-06-18).
+BATCH_VERSIONS = frozenset({"2024-11-05", "2025-03-26"})
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+RESOURCE_NOT_FOUND = -32002
+REQUEST_CANCELLED = -32800
+
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+LOG_SEVERITY = {level: index for index, level in enumerate(LOG_LEVELS)}
+
+RequestId = str | int
+
+
+class JsonRpcError(Exception):
+    """A protocol fault, answered as a JSON-RPC error object (never used for tool failures)."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+    def to_dict(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            error["data"] = self.data
+        return error
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One incoming JSON-RPC message: a request (has id and method), notification (method only) or response."""
+
+    raw: dict[str, Any]
+    method: str | None
+    id: RequestId | None
+    params: dict[str, Any]
+
+    @property
+    def is_request(self) -> bool:
+        return self.method is not None and self.id is not None
+
+    @property
+    def is_notification(self) -> bool:
+        return self.method is not None and self.id is None
+
+    @property
+    def is_response(self) -> bool:
+        return self.method is None
+
+
+def parse_message(item: Any) -> Message:
+    """Validate one JSON-RPC message; raise ``JsonRpcError(INVALID_REQUEST)`` with the id when known."""
+    if not isinstance(item, dict):
+        raise JsonRpcError(INVALID_REQUEST, "a JSON-RPC message must be an object")
+    raw_id = item.get("id")
+    valid_id = raw_id if isinstance(raw_id, str | int) and not isinstance(raw_id, bool) else None
+    if item.get("jsonrpc") != "2.0":
+        raise JsonRpcError(INVALID_REQUEST, 'missing or wrong "jsonrpc" (must be "2.0")', {"id": valid_id})
+    method = item.get("method")
+    if method is None:
+        if "result" in item or "error" in item:
+            if valid_id is None:
+                raise JsonRpcError(INVALID_REQUEST, "a response needs a string or integer id")
+            return Message(item, None, valid_id, {})
+        raise JsonRpcError(INVALID_REQUEST, 'a message needs "method" (request/notification) or "result"/"error"')
+    if not isinstance(method, str) or not method:
+        raise JsonRpcError(INVALID_REQUEST, '"method" must be a non-empty string', {"id": valid_id})
+    if "id" in item and valid_id is None:
+        raise JsonRpcError(INVALID_REQUEST, '"id" must be a string or an integer (not null)')
+    params = item.get("params")
+    if params is None:
+        params = {}
+    elif not isinstance(params, dict):
+        raise JsonRpcError(INVALID_PARAMS, '"params" must be an object', {"id": valid_id})
+    return Message(item, method, valid_id, params)
+
+
+def result_message(request_id: RequestId, result: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+
+def error_message(request_id: RequestId | None, error: JsonRpcError) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "error": error.to_dict()}
+
+
+def notification(method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+    if params is not None:
+        message["params"] = params
+    return message
+
+
+def dumps(message: Any) -> bytes:
+    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def negotiate_version(requested: Any) -> str:
+    return requested if isinstance(requested, str) and requested in SUPPORTED_VERSIONS else LATEST_VERSION

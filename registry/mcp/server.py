@@ -1,0 +1,446 @@
+"""The MCP dispatcher: one method table, shared by every transport.
+
+Transports turn bytes into ``Message`` objects and hand them here with a ``RequestContext``
+that says who is calling (``ClientState``) and where request-related notifications go. Nothing
+here knows about HTTP, stdio or how a client is identified.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from registry import __version__
+from registry.catalog.rendering import ArgumentError
+from registry.catalog.service import CatalogService
+from registry.catalog.templates import TemplateError
+from registry.mcp.protocol import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    LOG_LEVELS,
+    LOG_SEVERITY,
+    METHOD_NOT_FOUND,
+    RESOURCE_NOT_FOUND,
+    JsonRpcError,
+    Message,
+    RequestId,
+    error_message,
+    negotiate_version,
+    notification,
+    result_message,
+)
+from registry.mcp.sessions import ClientState
+from registry.mcp.snapshot import CatalogSnapshot, ResourceEntry, SnapshotCache
+from registry.webhooks import call_webhook, make_guarded_client, parse_networks
+
+log = logging.getLogger("registry.mcp")
+
+PAGE_SIZE = 100
+SERVER_INFO = {"name": "mcp-registry", "version": __version__}
+INSTRUCTIONS = (
+    "This server is the team's shared registry: prompts are curated templates (fill in their arguments), "
+    "resources are reference documents, tools call team services."
+)
+CAPABILITIES: dict[str, Any] = {
+    "prompts": {"listChanged": True},
+    "resources": {"subscribe": True, "listChanged": True},
+    "tools": {"listChanged": True},
+    "completions": {},
+    "logging": {},
+}
+
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class RequestContext:
+    client: ClientState
+    request_id: RequestId | None = None
+    #: Where notifications related to this request go (the request's SSE stream, stdout, ...).
+    send: Send | None = None
+    progress_token: str | int | None = None
+    session_id: str | None = None
+
+    async def notify(self, message: dict[str, Any]) -> None:
+        if self.send is not None:
+            await self.send(message)
+
+    async def log(self, level: str, data: Any, logger: str = "mcp-registry") -> None:
+        threshold = self.client.log_level
+        if threshold is None or LOG_SEVERITY.get(level, 0) < LOG_SEVERITY[threshold]:
+            return
+        await self.notify(notification("notifications/message", {"level": level, "logger": logger, "data": data}))
+
+    async def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
+        if self.progress_token is None:
+            return
+        params: dict[str, Any] = {"progressToken": self.progress_token, "progress": progress}
+        if total is not None:
+            params["total"] = total
+        if message is not None:
+            params["message"] = message
+        await self.notify(notification("notifications/progress", params))
+
+
+def _encode_cursor(offset: int) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"o": offset}).encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: Any) -> int:
+    if cursor is None:
+        return 0
+    try:
+        if not isinstance(cursor, str):
+            raise ValueError
+        data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        offset = data["o"]
+        if not isinstance(offset, int) or offset < 0:
+            raise ValueError
+        return offset
+    except (ValueError, KeyError, TypeError, binascii.Error, json.JSONDecodeError):
+        raise JsonRpcError(INVALID_PARAMS, "invalid cursor") from None
+
+
+def _page(items: list[dict[str, Any]], params: dict[str, Any], key: str) -> dict[str, Any]:
+    offset = _decode_cursor(params.get("cursor"))
+    if offset > len(items):
+        raise JsonRpcError(INVALID_PARAMS, "invalid cursor")
+    result: dict[str, Any] = {key: items[offset : offset + PAGE_SIZE]}
+    if offset + PAGE_SIZE < len(items):
+        result["nextCursor"] = _encode_cursor(offset + PAGE_SIZE)
+    return result
+
+
+def _require_str(params: dict[str, Any], key: str) -> str:
+    value = params.get(key)
+    if not isinstance(value, str) or not value:
+        raise JsonRpcError(INVALID_PARAMS, f'"{key}" is required and must be a string')
+    return value
+
+
+class CompletionMemory:
+    """Values callers used before, per prompt argument or URI-template variable (this process)."""
+
+    PER_KEY = 50
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, str, str], OrderedDict[str, None]] = {}
+
+    def remember(self, ref: tuple[str, str], argument: str, value: str) -> None:
+        if not value or len(value) > 200:
+            return
+        values = self._seen.setdefault((*ref, argument), OrderedDict())
+        values[value] = None
+        values.move_to_end(value)
+        while len(values) > self.PER_KEY:
+            values.popitem(last=False)
+
+    def recall(self, ref: tuple[str, str], argument: str) -> list[str]:
+        return list(reversed(self._seen.get((*ref, argument), {})))
+
+
+class HttpResourceCache:
+    """Fetches ``http`` resources through the SSRF-guarded client and keeps them for their TTL."""
+
+    MAX_BYTES = 4 * 1024 * 1024
+
+    def __init__(self, client_factory: Callable[[], httpx.AsyncClient]) -> None:
+        self._client_factory = client_factory
+        self._cache: dict[str, tuple[float, list[dict[str, Any]]]] = {}
+
+    async def read(self, uri: str, entry: ResourceEntry) -> list[dict[str, Any]]:
+        spec = entry.spec
+        assert spec.url is not None
+        key = f"{spec.url}|{uri}"
+        cached = self._cache.get(key)
+        if cached is not None and cached[0] > time.monotonic():
+            return cached[1]
+        try:
+            response = await self._client_factory().get(spec.url, timeout=15.0)
+        except Exception as exc:
+            raise JsonRpcError(INTERNAL_ERROR, f"could not fetch resource {uri}: {type(exc).__name__}: {exc}") from None
+        if response.status_code >= 400:
+            raise JsonRpcError(
+                INTERNAL_ERROR, f"could not fetch resource {uri}: upstream answered {response.status_code}"
+            )
+        if len(response.content) > self.MAX_BYTES:
+            raise JsonRpcError(INTERNAL_ERROR, f"resource {uri} is larger than {self.MAX_BYTES} bytes")
+        mime = spec.mimeType or response.headers.get("content-type", "text/plain").split(";")[0].strip()
+        item: dict[str, Any] = {"uri": uri, "mimeType": mime}
+        if mime.startswith("text/") or mime in ("application/json", "application/xml", "application/yaml"):
+            item["text"] = response.text
+        else:
+            item["blob"] = base64.b64encode(response.content).decode()
+        contents = [item]
+        ttl = spec.cache_ttl_s if spec.cache_ttl_s is not None else 60.0
+        if ttl > 0:
+            self._cache[key] = (time.monotonic() + ttl, contents)
+        return contents
+
+
+Handler = Callable[[dict[str, Any], RequestContext], Awaitable[dict[str, Any]]]
+
+
+class McpServer:
+    def __init__(self, catalog: CatalogService, *, webhook_allowed_networks: str = "") -> None:
+        self.catalog = catalog
+        self.snapshots = SnapshotCache(catalog)
+        self.completions = CompletionMemory()
+        self._allowed = parse_networks(webhook_allowed_networks)
+        self._client: httpx.AsyncClient | None = None
+        self.http_resources = HttpResourceCache(self.http_client)
+        catalog.on_change(lambda _change_id: self.snapshots.invalidate())
+        self.methods: dict[str, Handler] = {
+            "initialize": self.initialize,
+            "ping": self.ping,
+            "prompts/list": self.prompts_list,
+            "prompts/get": self.prompts_get,
+            "resources/list": self.resources_list,
+            "resources/templates/list": self.resource_templates_list,
+            "resources/read": self.resources_read,
+            "resources/subscribe": self.resources_subscribe,
+            "resources/unsubscribe": self.resources_unsubscribe,
+            "tools/list": self.tools_list,
+            "tools/call": self.tools_call,
+            "completion/complete": self.completion_complete,
+            "logging/setLevel": self.logging_set_level,
+        }
+        #: Called after a client changes persistent state (log level, subscriptions).
+        self.on_state_change: Callable[[ClientState], Awaitable[None]] | None = None
+
+    def http_client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = make_guarded_client(self._allowed, timeout=30.0)
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    # ------------------------------------------------------------------ dispatch
+    async def handle_request(self, message: Message, ctx: RequestContext) -> dict[str, Any]:
+        """Answer one request with a JSON-RPC response message (never raises)."""
+        assert message.method is not None and message.id is not None
+        handler = self.methods.get(message.method)
+        try:
+            if handler is None:
+                raise JsonRpcError(METHOD_NOT_FOUND, f"method not found: {message.method}")
+            if message.method not in ("initialize", "ping") and ctx.client.protocol_version is None:
+                raise JsonRpcError(INVALID_REQUEST, "the session is not initialized; send initialize first")
+            meta = message.params.get("_meta")
+            if isinstance(meta, dict):
+                token = meta.get("progressToken")
+                if isinstance(token, str | int) and not isinstance(token, bool):
+                    ctx.progress_token = token
+            ctx.request_id = message.id
+            return result_message(message.id, await handler(message.params, ctx))
+        except JsonRpcError as exc:
+            return error_message(message.id, exc)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("internal error handling %s", message.method)
+            return error_message(message.id, JsonRpcError(INTERNAL_ERROR, "internal error"))
+
+    async def handle_notification(self, message: Message, client: ClientState) -> None:
+        if message.method == "notifications/initialized":
+            client.initialized = True
+        elif message.method == "notifications/cancelled":
+            request_id = message.params.get("requestId")
+            task = client.in_flight.get(request_id) if isinstance(request_id, str | int) else None
+            if task is not None and not task.done():
+                task.cancel()
+
+    async def snapshot(self, ctx: RequestContext) -> CatalogSnapshot:
+        return await self.snapshots.get(ctx.client.label)
+
+    # ------------------------------------------------------------------ lifecycle
+    async def initialize(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        version = negotiate_version(params.get("protocolVersion"))
+        client = ctx.client
+        client.protocol_version = version
+        info = params.get("clientInfo")
+        client.client_info = info if isinstance(info, dict) else {}
+        capabilities = params.get("capabilities")
+        client.client_capabilities = capabilities if isinstance(capabilities, dict) else {}
+        server_info = dict(SERVER_INFO)
+        if version >= "2025-06-18":
+            server_info["title"] = "MCP Registry"
+        return {
+            "protocolVersion": version,
+            "capabilities": CAPABILITIES,
+            "serverInfo": server_info,
+            "instructions": INSTRUCTIONS,
+        }
+
+    async def ping(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        return {}
+
+    async def logging_set_level(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        level = params.get("level")
+        if level not in LOG_LEVELS:
+            raise JsonRpcError(INVALID_PARAMS, f"level must be one of: {', '.join(LOG_LEVELS)}")
+        ctx.client.log_level = level
+        if self.on_state_change is not None:
+            await self.on_state_change(ctx.client)
+        return {}
+
+    # ------------------------------------------------------------------ prompts
+    async def prompts_list(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        return _page((await self.snapshot(ctx)).prompt_list, params, "prompts")
+
+    async def prompts_get(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        name = _require_str(params, "name")
+        snapshot = await self.snapshot(ctx)
+        entry = snapshot.prompts.get(name)
+        if entry is None:
+            raise JsonRpcError(INVALID_PARAMS, f"unknown prompt: {name}")
+        arguments = params.get("arguments") or {}
+        if not isinstance(arguments, dict):
+            raise JsonRpcError(INVALID_PARAMS, '"arguments" must be an object of strings')
+        try:
+            result = entry.renderer.render(arguments, snapshot.read_static)
+        except ArgumentError as exc:
+            raise JsonRpcError(INVALID_PARAMS, f"prompt {name}: {exc}") from None
+        except TemplateError as exc:
+            raise JsonRpcError(INTERNAL_ERROR, f"prompt {name} could not be rendered: {exc}") from None
+        for key, value in arguments.items():
+            if isinstance(value, str):
+                self.completions.remember(("ref/prompt", name), key, value)
+        return result
+
+    # ------------------------------------------------------------------ resources
+    async def resources_list(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        return _page((await self.snapshot(ctx)).resource_list, params, "resources")
+
+    async def resource_templates_list(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        return _page((await self.snapshot(ctx)).template_list, params, "resourceTemplates")
+
+    async def resources_read(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        uri = _require_str(params, "uri")
+        snapshot = await self.snapshot(ctx)
+        entry = snapshot.find_resource(uri)
+        if entry is None:
+            raise JsonRpcError(RESOURCE_NOT_FOUND, f"resource not found: {uri}", {"uri": uri})
+        if entry.spec.kind == "http":
+            return {"contents": await self.http_resources.read(uri, entry)}
+        try:
+            contents = entry.renderer.read(uri)
+        except TemplateError as exc:
+            raise JsonRpcError(INTERNAL_ERROR, f"resource {uri} could not be rendered: {exc}") from None
+        if contents is None:
+            raise JsonRpcError(RESOURCE_NOT_FOUND, f"resource not found: {uri}", {"uri": uri})
+        if entry.renderer.uri_template is not None:
+            ref = ("ref/resource", entry.renderer.uri_template.template)
+            for key, value in (entry.renderer.match(uri) or {}).items():
+                self.completions.remember(ref, key, value)
+        return {"contents": contents}
+
+    async def resources_subscribe(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        ctx.client.subscriptions.add(_require_str(params, "uri"))
+        if self.on_state_change is not None:
+            await self.on_state_change(ctx.client)
+        return {}
+
+    async def resources_unsubscribe(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        ctx.client.subscriptions.discard(_require_str(params, "uri"))
+        if self.on_state_change is not None:
+            await self.on_state_change(ctx.client)
+        return {}
+
+    # ------------------------------------------------------------------ tools
+    async def tools_list(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        return _page((await self.snapshot(ctx)).tool_list, params, "tools")
+
+    async def tools_call(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        name = _require_str(params, "name")
+        tool = (await self.snapshot(ctx)).tools.get(name)
+        if tool is None:
+            raise JsonRpcError(INVALID_PARAMS, f"unknown tool: {name}")
+        arguments = params.get("arguments")
+        if arguments is None:
+            arguments = {}
+        if not isinstance(arguments, dict):
+            raise JsonRpcError(INVALID_PARAMS, '"arguments" must be an object')
+        errors = sorted(tool.input_validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+        if errors:
+            problems = "; ".join(
+                f"{'/'.join(str(p) for p in e.absolute_path) or 'arguments'}: {e.message}" for e in errors[:5]
+            )
+            return _tool_error(f"invalid arguments for tool {name}: {problems}")
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            await ctx.progress(progress, total, message)
+
+        async def on_log(level: str, data: Any) -> None:
+            await ctx.log(level, data, logger=name)
+
+        payload = {"tool": name, "arguments": arguments, "request_id": ctx.request_id, "session": ctx.session_id}
+        result = await call_webhook(
+            tool.target, payload, client=self.http_client(), on_progress=on_progress, on_log=on_log
+        )
+        if tool.output_validator is not None and not result.get("isError"):
+            structured = result.get("structuredContent")
+            if structured is None:
+                return _tool_error(f"tool {name} declares an outputSchema but returned no structuredContent")
+            problems_out = list(tool.output_validator.iter_errors(structured))
+            if problems_out:
+                return _tool_error(
+                    f"tool {name} returned structuredContent that violates its outputSchema: {problems_out[0].message}"
+                )
+        result.setdefault("isError", False)
+        return result
+
+    # ------------------------------------------------------------------ completion
+    async def completion_complete(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        ref = params.get("ref")
+        argument = params.get("argument")
+        if not isinstance(ref, dict) or not isinstance(argument, dict):
+            raise JsonRpcError(INVALID_PARAMS, '"ref" and "argument" are required objects')
+        arg_name = argument.get("name")
+        prefix = argument.get("value", "")
+        if not isinstance(arg_name, str) or not isinstance(prefix, str):
+            raise JsonRpcError(INVALID_PARAMS, '"argument" needs string "name" and "value"')
+        snapshot = await self.snapshot(ctx)
+        candidates: list[str] = []
+        if ref.get("type") == "ref/prompt":
+            name = ref.get("name")
+            entry = snapshot.prompts.get(name) if isinstance(name, str) else None
+            if entry is None:
+                raise JsonRpcError(INVALID_PARAMS, f"unknown prompt: {name}")
+            declared = next((a for a in entry.spec.arguments if a.name == arg_name), None)
+            if declared is None:
+                raise JsonRpcError(INVALID_PARAMS, f"prompt {name} has no argument {arg_name}")
+            candidates += declared.enum or []
+            if declared.default is not None:
+                candidates.append(declared.default)
+            candidates += self.completions.recall(("ref/prompt", entry.spec.name), arg_name)
+        elif ref.get("type") == "ref/resource":
+            uri = ref.get("uri")
+            template = next((t for t in snapshot.templates if t.spec.uriTemplate == uri), None)
+            if template is None:
+                raise JsonRpcError(INVALID_PARAMS, f"unknown resource template: {uri}")
+            if template.renderer.uri_template and arg_name not in template.renderer.uri_template.variables:
+                raise JsonRpcError(INVALID_PARAMS, f"resource template {uri} has no variable {arg_name}")
+            candidates += self.completions.recall(("ref/resource", str(uri)), arg_name)
+        else:
+            raise JsonRpcError(INVALID_PARAMS, 'ref.type must be "ref/prompt" or "ref/resource"')
+        lowered = prefix.lower()
+        values = [v for v in dict.fromkeys(candidates) if v.lower().startswith(lowered)]
+        return {"completion": {"values": values[:100], "total": len(values), "hasMore": len(values) > 100}}
+
+
+def _tool_error(text: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}], "isError": True}

@@ -1,0 +1,192 @@
+"""MCP sessions: who a connection is, which label it is served, what it asked for.
+
+The dispatcher only sees ``ClientState``; Streamable HTTP and legacy SSE keep it in a database
+row (``mcp_sessions``) with a per-process cache, so any replica serves any session and a
+restart loses none. stdio keeps it in memory: the host owns that process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete, select, update
+
+from registry.db.engine import Database
+from registry.db.models import McpSession
+from registry.mcp.protocol import RequestId
+
+
+@dataclass(eq=False)
+class ClientState:
+    """What the protocol layer knows about the caller, however the transport identifies it."""
+
+    label: str
+    principal: str
+    token_id: int | None = None
+    protocol_version: str | None = None
+    client_info: dict[str, Any] = field(default_factory=dict)
+    client_capabilities: dict[str, Any] = field(default_factory=dict)
+    log_level: str | None = None
+    subscriptions: set[str] = field(default_factory=set)
+    initialized: bool = False
+    #: Requests being handled in this process, for notifications/cancelled.
+    in_flight: dict[RequestId, asyncio.Task[Any]] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class Session(ClientState):
+    id: str = ""
+    last_touch: float = 0.0
+
+
+def new_session_id() -> str:
+    """256 random bits, URL-safe: visible ASCII as the transport spec requires."""
+    return secrets.token_urlsafe(32)
+
+
+class SessionStore:
+    #: How often a busy session's last_seen_at is written back (seconds).
+    TOUCH_INTERVAL = 60.0
+    CACHE_SIZE = 50_000
+
+    def __init__(self, db: Database, *, idle_timeout_s: float = 3600.0) -> None:
+        self.db = db
+        self.idle_timeout_s = idle_timeout_s
+        self._cache: OrderedDict[str, Session] = OrderedDict()
+
+    # -- writes -------------------------------------------------------------------------
+    async def create(self, session: Session) -> Session:
+        session.id = new_session_id()
+        session.last_touch = time.monotonic()
+        row = McpSession(
+            id=session.id,
+            protocol_version=session.protocol_version or "",
+            label=session.label,
+            principal=session.principal,
+            token_id=session.token_id,
+            client_info=session.client_info,
+            client_capabilities=session.client_capabilities,
+            log_level=session.log_level,
+            subscriptions=sorted(session.subscriptions),
+        )
+
+        def insert() -> None:
+            with self.db.session() as db_session:
+                db_session.add(row)
+
+        await asyncio.to_thread(insert)
+        self._remember(session)
+        return session
+
+    async def save_state(self, session: Session) -> None:
+        """Persist what a client changed (log level, subscriptions, initialized)."""
+        values = {"log_level": session.log_level, "subscriptions": sorted(session.subscriptions)}
+
+        def write() -> None:
+            with self.db.session() as db_session:
+                db_session.execute(update(McpSession).where(McpSession.id == session.id).values(**values))
+
+        await asyncio.to_thread(write)
+
+    async def end(self, session_id: str) -> bool:
+        self._cache.pop(session_id, None)
+
+        def write() -> int:
+            with self.db.session() as db_session:
+                result = db_session.execute(
+                    update(McpSession)
+                    .where(McpSession.id == session_id, McpSession.ended_at.is_(None))
+                    .values(ended_at=datetime.now(UTC))
+                )
+                return int(result.rowcount)  # type: ignore[attr-defined]
+
+        return await asyncio.to_thread(write) > 0
+
+    def touch(self, session: Session) -> None:
+        """Note activity; writes to the database at most once per TOUCH_INTERVAL."""
+        now = time.monotonic()
+        if now - session.last_touch < self.TOUCH_INTERVAL:
+            return
+        session.last_touch = now
+        session_id = session.id
+
+        def write() -> None:
+            with self.db.session() as db_session:
+                db_session.execute(
+                    update(McpSession).where(McpSession.id == session_id).values(last_seen_at=datetime.now(UTC))
+                )
+
+        task = asyncio.get_running_loop().run_in_executor(None, write)
+        task.add_done_callback(lambda f: f.exception())
+
+    async def sweep(self) -> int:
+        """Delete sessions idle past the timeout (and ended ones); returns how many."""
+        cutoff = datetime.now(UTC) - timedelta(seconds=self.idle_timeout_s)
+
+        def write() -> list[str]:
+            with self.db.session() as db_session:
+                expired = list(
+                    db_session.scalars(
+                        select(McpSession.id).where(
+                            (McpSession.last_seen_at < cutoff) | McpSession.ended_at.is_not(None)
+                        )
+                    )
+                )
+                if expired:
+                    db_session.execute(delete(McpSession).where(McpSession.id.in_(expired)))
+                return expired
+
+        expired = await asyncio.to_thread(write)
+        for session_id in expired:
+            self._cache.pop(session_id, None)
+        return len(expired)
+
+    # -- reads --------------------------------------------------------------------------
+    async def get(self, session_id: str) -> Session | None:
+        cached = self._cache.get(session_id)
+        if cached is not None:
+            self._cache.move_to_end(session_id)
+            return cached
+        if not session_id or len(session_id) > 64:
+            return None
+
+        def load() -> McpSession | None:
+            with self.db.session() as db_session:
+                return db_session.get(McpSession, session_id)
+
+        row = await asyncio.to_thread(load)
+        if row is None or row.ended_at is not None:
+            return None
+        last_seen = row.last_seen_at if row.last_seen_at.tzinfo else row.last_seen_at.replace(tzinfo=UTC)
+        if datetime.now(UTC) - last_seen > timedelta(seconds=self.idle_timeout_s):
+            return None
+        session = Session(
+            label=row.label,
+            principal=row.principal,
+            token_id=row.token_id,
+            protocol_version=row.protocol_version,
+            client_info=row.client_info,
+            client_capabilities=row.client_capabilities,
+            log_level=row.log_level,
+            subscriptions=set(row.subscriptions),
+            initialized=True,
+            id=row.id,
+            last_touch=0.0,
+        )
+        self._remember(session)
+        return session
+
+    def _remember(self, session: Session) -> None:
+        self._cache[session.id] = session
+        self._cache.move_to_end(session.id)
+        while len(self._cache) > self.CACHE_SIZE:
+            self._cache.popitem(last=False)
+
+    def cached(self) -> list[Session]:
+        return list(self._cache.values())

@@ -1,0 +1,223 @@
+"""Per-label, in-memory views of the catalog: what agents are served, with templates compiled.
+
+Agents call ``prompts/get`` far more often than admins edit, so serving never touches SQL: a
+snapshot is built once per label (in a worker thread), kept until the change log says that
+label's view changed, then rebuilt on next use. A generation counter makes sure a build that
+raced with a change is not kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from registry.catalog.rendering import PromptRenderer, ResourceRenderer
+from registry.catalog.service import CatalogService
+from registry.catalog.specs import PromptSpec, ResourceSpec, ToolSpec
+from registry.webhooks import WebhookTarget
+
+log = logging.getLogger("registry.mcp")
+
+
+@dataclass(slots=True)
+class PromptEntry:
+    spec: PromptSpec
+    renderer: PromptRenderer
+    listing: dict[str, Any]
+
+
+@dataclass(slots=True)
+class ResourceEntry:
+    spec: ResourceSpec
+    renderer: ResourceRenderer
+    listing: dict[str, Any]
+
+
+@dataclass(slots=True)
+class ToolEntry:
+    spec: ToolSpec
+    listing: dict[str, Any]
+    input_validator: Draft202012Validator
+    output_validator: Draft202012Validator | None
+    target: WebhookTarget
+
+
+def _prompt_listing(spec: PromptSpec) -> dict[str, Any]:
+    item: dict[str, Any] = {"name": spec.name}
+    if spec.title:
+        item["title"] = spec.title
+    if spec.description:
+        item["description"] = spec.description
+    arguments = []
+    for arg in spec.arguments:
+        entry: dict[str, Any] = {"name": arg.name}
+        if arg.title:
+            entry["title"] = arg.title
+        if arg.description:
+            entry["description"] = arg.description
+        entry["required"] = arg.required
+        arguments.append(entry)
+    item["arguments"] = arguments
+    return item
+
+
+def _resource_listing(spec: ResourceSpec) -> dict[str, Any]:
+    item: dict[str, Any] = {"name": spec.name}
+    if spec.uriTemplate:
+        item["uriTemplate"] = spec.uriTemplate
+    else:
+        item["uri"] = spec.uri
+    for key in ("title", "description", "mimeType", "annotations"):
+        value = getattr(spec, key)
+        if value:
+            item[key] = value
+    return item
+
+
+def _tool_listing(spec: ToolSpec) -> dict[str, Any]:
+    item: dict[str, Any] = {"name": spec.name}
+    if spec.title:
+        item["title"] = spec.title
+    item["description"] = spec.description or spec.title or spec.name
+    item["inputSchema"] = spec.inputSchema
+    if spec.outputSchema:
+        item["outputSchema"] = spec.outputSchema
+    if spec.annotations:
+        item["annotations"] = spec.annotations.model_dump(exclude_none=True)
+    return item
+
+
+@dataclass
+class CatalogSnapshot:
+    label: str
+    prompts: dict[str, PromptEntry] = field(default_factory=dict)
+    resources: dict[str, ResourceEntry] = field(default_factory=dict)
+    templates: list[ResourceEntry] = field(default_factory=list)
+    tools: dict[str, ToolEntry] = field(default_factory=dict)
+    prompt_list: list[dict[str, Any]] = field(default_factory=list)
+    resource_list: list[dict[str, Any]] = field(default_factory=list)
+    template_list: list[dict[str, Any]] = field(default_factory=list)
+    tool_list: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def build(cls, catalog: CatalogService, label: str) -> CatalogSnapshot:
+        snapshot = cls(label)
+        for kind, name, version, stored in catalog.served_entries(label):
+            try:
+                snapshot._add(catalog, kind, stored)
+            except Exception:  # one broken row must not take the whole catalog down
+                log.exception("skipping %s %s v%s for label %s: it cannot be served", kind, name, version, label)
+        snapshot.prompt_list = [p.listing for p in snapshot.prompts.values()]
+        snapshot.resource_list = [r.listing for r in snapshot.resources.values()]
+        snapshot.template_list = [t.listing for t in snapshot.templates]
+        snapshot.tool_list = [t.listing for t in snapshot.tools.values()]
+        return snapshot
+
+    def _add(self, catalog: CatalogService, kind: str, stored: dict[str, Any]) -> None:
+        if kind == "prompt":
+            prompt = PromptSpec.model_validate(stored)
+            self.prompts[prompt.name] = PromptEntry(prompt, PromptRenderer(prompt), _prompt_listing(prompt))
+        elif kind == "resource":
+            resource = ResourceSpec.model_validate(stored)
+            entry = ResourceEntry(resource, ResourceRenderer(resource), _resource_listing(resource))
+            if resource.kind == "template":
+                self.templates.append(entry)
+            else:
+                self.resources[resource.identity_uri] = entry
+        elif kind == "tool":
+            revealed = catalog.reveal("tool", stored)
+            tool = ToolSpec.model_validate(revealed)
+            hook = tool.webhook
+            target = WebhookTarget(
+                url=hook.url,
+                method=hook.method,
+                headers=dict(hook.headers),
+                timeout_s=hook.timeout_s,
+                secret=hook.secret,
+            )
+            self.tools[tool.name] = ToolEntry(
+                spec=tool,
+                listing=_tool_listing(ToolSpec.model_validate(stored)),
+                input_validator=Draft202012Validator(tool.inputSchema),
+                output_validator=Draft202012Validator(tool.outputSchema) if tool.outputSchema else None,
+                target=target,
+            )
+
+    def find_resource(self, uri: str) -> ResourceEntry | None:
+        exact = self.resources.get(uri)
+        if exact is not None:
+            return exact
+        for template in self.templates:
+            if template.renderer.match(uri) is not None:
+                return template
+        return None
+
+    def read_static(self, uri: str) -> list[dict[str, Any]] | None:
+        """Contents of a static or template resource (used to embed resources in prompts)."""
+        entry = self.find_resource(uri)
+        if entry is None or entry.spec.kind == "http":
+            return None
+        return entry.renderer.read(uri)
+
+
+class SnapshotCache:
+    def __init__(self, catalog: CatalogService) -> None:
+        self.catalog = catalog
+        self._snapshots: dict[str, CatalogSnapshot] = {}
+        self._generations: dict[str, int] = {}
+        self._all_generation = 0
+        self._state_lock = threading.Lock()
+        self._build_locks: dict[str, asyncio.Lock] = {}
+
+    def _generation(self, label: str) -> tuple[int, int]:
+        return self._all_generation, self._generations.get(label, 0)
+
+    def invalidate(self, labels: Iterable[str] | None = None) -> None:
+        """Forget snapshots for ``labels`` (all when None). Safe to call from any thread."""
+        with self._state_lock:
+            if labels is None:
+                self._all_generation += 1
+                self._snapshots.clear()
+                return
+            for label in labels:
+                self._generations[label] = self._generations.get(label, 0) + 1
+                self._snapshots.pop(label, None)
+
+    def peek(self, label: str) -> CatalogSnapshot | None:
+        return self._snapshots.get(label)
+
+    async def get(self, label: str) -> CatalogSnapshot:
+        snapshot = self._snapshots.get(label)
+        if snapshot is not None:
+            return snapshot
+        lock = self._build_locks.setdefault(label, asyncio.Lock())
+        async with lock:
+            while True:
+                snapshot = self._snapshots.get(label)
+                if snapshot is not None:
+                    return snapshot
+                with self._state_lock:
+                    generation = self._generation(label)
+                built = await asyncio.to_thread(CatalogSnapshot.build, self.catalog, label)
+                with self._state_lock:
+                    if self._generation(label) == generation:
+                        self._snapshots[label] = built
+                        return built
+                # A change landed while building: build again so it is not missed.
+
+    def get_sync(self, label: str) -> CatalogSnapshot:
+        snapshot = self._snapshots.get(label)
+        if snapshot is None:
+            with self._state_lock:
+                generation = self._generation(label)
+            snapshot = CatalogSnapshot.build(self.catalog, label)
+            with self._state_lock:
+                if self._generation(label) == generation:
+                    self._snapshots[label] = snapshot
+        return snapshot

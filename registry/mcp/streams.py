@@ -1,0 +1,137 @@
+"""Server-to-client streams (the Streamable HTTP GET stream, the legacy SSE stream).
+
+Each open stream has a bounded queue: a client that stops reading is dropped when its queue is
+full rather than allowed to grow the server's memory. Keep-alive comments keep proxies from
+closing idle streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from registry.mcp.http_common import Receive, SendFn, SseStream
+from registry.mcp.protocol import dumps
+from registry.mcp.sessions import ClientState
+
+log = logging.getLogger("registry.mcp")
+
+_CLOSE = object()
+
+
+@dataclass(eq=False)
+class ClientStream:
+    session_id: str
+    client: ClientState
+    queue: asyncio.Queue[Any] = field(default_factory=lambda: asyncio.Queue(maxsize=StreamHub.MAX_QUEUE))
+    dropped: bool = False
+
+    def offer(self, item: Any) -> bool:
+        """Queue an item; a full queue means the client is stuck, so the stream is dropped."""
+        if self.dropped:
+            return False
+        try:
+            self.queue.put_nowait(item)
+            return True
+        except asyncio.QueueFull:
+            self.dropped = True
+            with contextlib.suppress(asyncio.QueueEmpty):
+                self.queue.get_nowait()
+            self.queue.put_nowait(_CLOSE)
+            log.warning("dropping stream of session %s: client is not reading", self.session_id[:8])
+            return False
+
+
+class StreamHub:
+    MAX_QUEUE = 256
+    KEEPALIVE_S = 15.0
+
+    def __init__(self) -> None:
+        self._streams: dict[str, set[ClientStream]] = {}
+        #: Called when a stream opens, with (stream, last_event_id): replays missed events.
+        self.on_open: Callable[[ClientStream, str | None], None] | None = None
+        self.closing = False
+
+    @property
+    def open_streams(self) -> int:
+        return sum(len(s) for s in self._streams.values())
+
+    def streams(self) -> list[ClientStream]:
+        return [stream for streams in self._streams.values() for stream in streams]
+
+    def publish(self, session_id: str, message: dict[str, Any], event_id: str | None = None) -> int:
+        delivered = 0
+        for stream in list(self._streams.get(session_id, ())):
+            delivered += stream.offer((event_id, message))
+        return delivered
+
+    def close_session(self, session_id: str) -> None:
+        for stream in list(self._streams.get(session_id, ())):
+            stream.offer(_CLOSE)
+
+    def close_all(self) -> None:
+        self.closing = True
+        for stream in self.streams():
+            with contextlib.suppress(asyncio.QueueFull):
+                stream.queue.put_nowait(_CLOSE)
+
+    async def serve_stream(
+        self,
+        session_id: str,
+        client: ClientState,
+        receive: Receive,
+        send: SendFn,
+        *,
+        last_event_id: str | None = None,
+        first_events: list[tuple[str | None, str | None, bytes]] | None = None,
+        priming_id: str | None = None,
+    ) -> None:
+        """Hold an SSE response open, writing what is published for this session until either side ends."""
+        stream = ClientStream(session_id, client)
+        self._streams.setdefault(session_id, set()).add(stream)
+        sse = SseStream(send)
+        disconnected = asyncio.Event()
+
+        async def watch_disconnect() -> None:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    disconnected.set()
+                    stream.offer(_CLOSE)
+                    return
+
+        watcher = asyncio.create_task(watch_disconnect())
+        try:
+            await sse.start()
+            if priming_id is not None:
+                await sse.event(b"", event_id=priming_id, retry_ms=3000)
+            for event_id, event, data in first_events or []:
+                await sse.event(data, event_id=event_id, event=event)
+            if self.on_open is not None:
+                self.on_open(stream, last_event_id)
+            while not disconnected.is_set():
+                try:
+                    item = await asyncio.wait_for(stream.queue.get(), timeout=self.KEEPALIVE_S)
+                except TimeoutError:
+                    await sse.comment()
+                    continue
+                if item is _CLOSE:
+                    break
+                event_id, message = item
+                await sse.event(dumps(message), event_id=event_id, event="message")
+        except OSError:
+            pass
+        finally:
+            watcher.cancel()
+            streams = self._streams.get(session_id)
+            if streams is not None:
+                streams.discard(stream)
+                if not streams:
+                    self._streams.pop(session_id, None)
+            if not disconnected.is_set():
+                with contextlib.suppress(Exception):
+                    await sse.close()

@@ -1,0 +1,129 @@
+"""HTTP+SSE (protocol 2024-11-05), for older clients.
+
+``GET /sse`` opens the stream and announces, in an ``endpoint`` event, where to POST messages;
+answers come back on the stream. The session lives as long as its stream, in this process:
+the transport ties both halves to one connection, so it cannot move between replicas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from registry.config import Settings
+from registry.mcp.http_common import (
+    HttpError,
+    Receive,
+    Scope,
+    SendFn,
+    authenticate,
+    check_origin_and_host,
+    header_map,
+    query_param,
+    read_body,
+    send_bytes,
+    send_http_error,
+    send_json,
+)
+from registry.mcp.protocol import INVALID_REQUEST, PARSE_ERROR, JsonRpcError, error_message, parse_message
+from registry.mcp.server import McpServer, RequestContext
+from registry.mcp.sessions import Session, SessionStore, new_session_id
+from registry.mcp.streams import StreamHub
+from registry.tokens import TokenService
+
+PRODUCTION = "production"
+
+
+class LegacySseTransport:
+    def __init__(
+        self, server: McpServer, sessions: SessionStore, tokens: TokenService, settings: Settings, hub: StreamHub
+    ) -> None:
+        self.server = server
+        self.tokens = tokens
+        self.settings = settings
+        self.hub = hub
+        self._sessions: dict[str, Session] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    async def stream(self, scope: Scope, receive: Receive, send: SendFn) -> None:
+        headers = header_map(scope)
+        try:
+            if scope["method"] != "GET":
+                raise HttpError(405, INVALID_REQUEST, "Method not allowed", {"Allow": "GET"})
+            check_origin_and_host(headers, self.settings)
+            principal = await authenticate(headers, self.tokens, self.settings)
+        except HttpError as exc:
+            await send_http_error(send, exc)
+            return
+        label = principal.label or query_param(scope, "label") or PRODUCTION
+        session = Session(label=label, principal=principal.name, token_id=principal.token_id, id=new_session_id())
+        self._sessions[session.id] = session
+        endpoint = f"{scope.get('root_path', '')}/messages?session_id={session.id}"
+        try:
+            await self.hub.serve_stream(
+                session.id, session, receive, send, first_events=[(None, "endpoint", endpoint.encode())]
+            )
+        finally:
+            self._sessions.pop(session.id, None)
+
+    def session(self, session_id: str) -> Session | None:
+        return self._sessions.get(session_id)
+
+    async def messages(self, scope: Scope, receive: Receive, send: SendFn) -> None:
+        headers = header_map(scope)
+        try:
+            if scope["method"] != "POST":
+                raise HttpError(405, INVALID_REQUEST, "Method not allowed", {"Allow": "POST"})
+            check_origin_and_host(headers, self.settings)
+            principal = await authenticate(headers, self.tokens, self.settings)
+            session_id = query_param(scope, "session_id")
+            if not session_id:
+                raise HttpError(400, INVALID_REQUEST, "Bad Request: session_id query parameter is required")
+            session = self._sessions.get(session_id)
+            if session is None or session.token_id != principal.token_id:
+                raise HttpError(404, -32001, "Session not found: open a new /sse stream")
+            body = await read_body(receive, headers, self.settings.max_body_bytes)
+        except HttpError as exc:
+            await send_http_error(send, exc)
+            return
+        try:
+            payload = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            await send_json(send, 400, error_message(None, JsonRpcError(PARSE_ERROR, "Parse error: invalid JSON")))
+            return
+        items = payload if isinstance(payload, list) else [payload]
+        await send_bytes(send, 202, b"Accepted", "text/plain")
+        for item in items:
+            task = asyncio.create_task(self._handle(session, item))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _handle(self, session: Session, item: Any) -> None:
+        try:
+            message = parse_message(item)
+        except JsonRpcError as exc:
+            data = exc.data if isinstance(exc.data, dict) else {}
+            self.hub.publish(session.id, error_message(data.get("id"), JsonRpcError(exc.code, exc.message)))
+            return
+        if message.is_notification:
+            await self.server.handle_notification(message, session)
+            return
+        if not message.is_request:
+            return
+
+        async def related(notification: dict[str, Any]) -> None:
+            self.hub.publish(session.id, notification)
+
+        assert message.id is not None
+        ctx = RequestContext(client=session, send=related, session_id=session.id)
+        task = asyncio.current_task()
+        if task is not None:
+            session.in_flight[message.id] = task
+        try:
+            answer = await self.server.handle_request(message, ctx)
+        except asyncio.CancelledError:
+            return
+        finally:
+            session.in_flight.pop(message.id, None)
+        self.hub.publish(session.id, answer)

@@ -1,0 +1,263 @@
+"""Streamable HTTP (spec 2025-03-26 ... 2025-11-25) at ``/mcp``: POST, GET and DELETE.
+
+A raw ASGI app rather than FastAPI routes: this is the agents' hot path, and per-request
+framework objects are most of what a request costs. The protocol itself is in ``McpServer``.
+
+A POST's answer starts as plain JSON; if the handler emits a related notification first
+(progress, log) and the client accepts SSE, the answer switches to an SSE stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+from typing import Any
+
+from registry.config import Settings
+from registry.mcp.http_common import (
+    HttpError,
+    Receive,
+    Scope,
+    SendFn,
+    SseStream,
+    authenticate,
+    check_origin_and_host,
+    header_map,
+    query_param,
+    read_body,
+    send_bytes,
+    send_http_error,
+    send_json,
+)
+from registry.mcp.protocol import (
+    BATCH_VERSIONS,
+    DEFAULT_HEADER_VERSION,
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    SUPPORTED_VERSIONS,
+    JsonRpcError,
+    Message,
+    error_message,
+    parse_message,
+)
+from registry.mcp.server import McpServer, RequestContext
+from registry.mcp.sessions import Session, SessionStore
+from registry.mcp.streams import StreamHub
+from registry.tokens import Principal, TokenService
+
+log = logging.getLogger("registry.mcp")
+
+SESSION_HEADER = "mcp-session-id"
+VERSION_HEADER = "mcp-protocol-version"
+PRODUCTION = "production"
+
+
+def _accepts(headers: dict[str, str]) -> tuple[bool, bool]:
+    """(accepts JSON, accepts SSE). A missing Accept accepts anything."""
+    accept = headers.get("accept")
+    if accept is None:
+        return True, True
+    types = {part.split(";")[0].strip().lower() for part in accept.split(",")}
+    anything = "*/*" in types
+    return (
+        anything or "application/json" in types or "application/*" in types,
+        anything or "text/event-stream" in types or "text/*" in types,
+    )
+
+
+class StreamableHttpTransport:
+    def __init__(
+        self, server: McpServer, sessions: SessionStore, tokens: TokenService, settings: Settings, hub: StreamHub
+    ) -> None:
+        self.server = server
+        self.sessions = sessions
+        self.tokens = tokens
+        self.settings = settings
+        self.hub = hub
+
+    async def __call__(self, scope: Scope, receive: Receive, send: SendFn) -> None:
+        if scope["type"] != "http":
+            return
+        headers = header_map(scope)
+        try:
+            check_origin_and_host(headers, self.settings)
+            principal = await authenticate(headers, self.tokens, self.settings)
+            version = headers.get(VERSION_HEADER)
+            if version is not None and version not in SUPPORTED_VERSIONS:
+                raise HttpError(
+                    400,
+                    INVALID_REQUEST,
+                    f"Bad Request: unsupported MCP-Protocol-Version {version!r}; "
+                    f"supported: {', '.join(SUPPORTED_VERSIONS)}",
+                )
+            method = scope["method"]
+            if method == "POST":
+                await self._post(scope, receive, send, headers, principal)
+            elif method == "GET":
+                await self._get(scope, receive, send, headers, principal)
+            elif method == "DELETE":
+                await self._delete(send, headers, principal)
+            else:
+                raise HttpError(405, INVALID_REQUEST, "Method not allowed", {"Allow": "GET, POST, DELETE"})
+        except HttpError as exc:
+            await send_http_error(send, exc)
+
+    async def _session(self, headers: dict[str, str], principal: Principal) -> Session:
+        session_id = headers.get(SESSION_HEADER)
+        if not session_id:
+            raise HttpError(400, INVALID_REQUEST, "Bad Request: Mcp-Session-Id header is required")
+        session = await self.sessions.get(session_id)
+        # A session belongs to the token that opened it; anyone else is told it does not exist.
+        if session is None or session.token_id != principal.token_id or session.principal != principal.name:
+            raise HttpError(404, -32001, "Session not found: initialize a new session")
+        self.sessions.touch(session)
+        return session
+
+    # ---------------------------------------------------------------- POST
+    async def _post(
+        self, scope: Scope, receive: Receive, send: SendFn, headers: dict[str, str], principal: Principal
+    ) -> None:
+        accepts_json, accepts_sse = _accepts(headers)
+        if not (accepts_json or accepts_sse):
+            raise HttpError(
+                406, INVALID_REQUEST, "Not Acceptable: Accept must include application/json or text/event-stream"
+            )
+        content_type = headers.get("content-type", "application/json").split(";")[0].strip().lower()
+        if content_type != "application/json":
+            raise HttpError(415, INVALID_REQUEST, "Unsupported Media Type: send application/json")
+        body = await read_body(receive, headers, self.settings.max_body_bytes)
+        try:
+            payload = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            await send_json(send, 400, error_message(None, JsonRpcError(PARSE_ERROR, "Parse error: invalid JSON")))
+            return
+        batch = isinstance(payload, list)
+        items = payload if batch else [payload]
+        if batch and not items:
+            await send_json(send, 400, error_message(None, JsonRpcError(INVALID_REQUEST, "empty batch")))
+            return
+
+        messages: list[Message] = []
+        answers: list[dict[str, Any]] = []
+        for item in items:
+            try:
+                messages.append(parse_message(item))
+            except JsonRpcError as exc:
+                data = exc.data if isinstance(exc.data, dict) else {}
+                answers.append(error_message(data.get("id"), JsonRpcError(exc.code, exc.message)))
+
+        if any(m.method == "initialize" for m in messages):
+            if batch:
+                raise HttpError(400, INVALID_REQUEST, "Bad Request: initialize must not be part of a batch")
+            await self._initialize(scope, send, messages[0], principal)
+            return
+
+        if not messages:
+            await send_json(send, 400, answers if batch else answers[0])
+            return
+        session = await self._session(headers, principal)
+        if batch and session.protocol_version not in BATCH_VERSIONS:
+            raise HttpError(
+                400,
+                INVALID_REQUEST,
+                f"Bad Request: JSON-RPC batches are not part of protocol {session.protocol_version}",
+            )
+
+        requests = [m for m in messages if m.is_request]
+        for message in messages:
+            if message.is_notification:
+                await self.server.handle_notification(message, session)
+            # Responses to server-to-client requests: none are sent yet, so they are accepted and dropped.
+        if not requests:
+            if answers:
+                await send_json(send, 400, answers if batch else answers[0])
+            else:
+                await send_bytes(send, 202, b"", None)
+            return
+
+        stream: SseStream | None = None
+
+        async def related(message: dict[str, Any]) -> None:
+            nonlocal stream
+            if not accepts_sse:
+                return  # no channel for it on a JSON-only POST
+            if stream is None:
+                stream = SseStream(send)
+                await stream.start()
+                if (session.protocol_version or "") >= "2025-11-25":
+                    await stream.event(b"", event_id="p-" + secrets.token_hex(8), retry_ms=3000)
+            await stream.message(message)
+
+        for request in requests:
+            answers.append(await self._run(request, session, related))
+
+        result: Any = answers if batch else answers[0]
+        if stream is not None:
+            for answer in answers if batch else [answers[0]]:
+                await stream.message(answer)
+            await stream.close()
+        elif accepts_json:
+            await send_json(send, 200, result)
+        else:
+            sse = SseStream(send)
+            await sse.start()
+            for answer in answers:
+                await sse.message(answer)
+            await sse.close()
+
+    async def _run(self, request: Message, session: Session, related: Any) -> dict[str, Any]:
+        ctx = RequestContext(client=session, send=related, session_id=session.id)
+        task = asyncio.create_task(self.server.handle_request(request, ctx))
+        assert request.id is not None
+        session.in_flight[request.id] = task
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.cancelled():
+                current = asyncio.current_task()
+                if current is None or not current.cancelling():
+                    return error_message(request.id, JsonRpcError(INTERNAL_ERROR, "request cancelled by the client"))
+            task.cancel()
+            raise
+        finally:
+            session.in_flight.pop(request.id, None)
+
+    async def _initialize(self, scope: Scope, send: SendFn, message: Message, principal: Principal) -> None:
+        if not message.is_request:
+            raise HttpError(400, INVALID_REQUEST, "Bad Request: initialize must be a request with an id")
+        label = principal.label or query_param(scope, "label") or PRODUCTION
+        session = Session(label=label, principal=principal.name, token_id=principal.token_id)
+        ctx = RequestContext(client=session)
+        answer = await self.server.handle_request(message, ctx)
+        if "error" in answer:
+            await send_json(send, 200, answer)
+            return
+        session.initialized = False
+        await self.sessions.create(session)
+        await send_json(send, 200, answer, {"Mcp-Session-Id": session.id})
+
+    # ---------------------------------------------------------------- GET
+    async def _get(
+        self, scope: Scope, receive: Receive, send: SendFn, headers: dict[str, str], principal: Principal
+    ) -> None:
+        _, accepts_sse = _accepts(headers)
+        if not accepts_sse or "text/event-stream" not in headers.get("accept", ""):
+            raise HttpError(406, INVALID_REQUEST, "Not Acceptable: GET needs Accept: text/event-stream")
+        session = await self._session(headers, principal)
+        priming = "0" if (session.protocol_version or "") >= "2025-11-25" else None
+        await self.hub.serve_stream(
+            session.id, session, receive, send, last_event_id=headers.get("last-event-id"), priming_id=priming
+        )
+
+    # ---------------------------------------------------------------- DELETE
+    async def _delete(self, send: SendFn, headers: dict[str, str], principal: Principal) -> None:
+        session = await self._session(headers, principal)
+        await self.sessions.end(session.id)
+        self.hub.close_session(session.id)
+        await send_bytes(send, 204, b"", None)
+
+
+__all__ = ["DEFAULT_HEADER_VERSION", "StreamableHttpTransport"]

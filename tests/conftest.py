@@ -1,0 +1,154 @@
+"""Shared fixtures: every database-backed test runs on SQLite and again on real PostgreSQL.
+
+PostgreSQL comes from ``REGISTRY_TEST_DATABASE_URL`` (CI sets it to the machine's server) or,
+where a Docker engine is available, from testcontainers. Each test gets its own schema, so tests
+never see each other's rows and migrations run from empty every time.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import httpx
+import pytest
+import uvicorn
+from sqlalchemy import create_engine, text
+
+from registry.app import create_app
+from registry.config import Settings
+from registry.db.engine import normalize_database_url
+from registry.runtime import Registry
+
+ADMIN_TOKEN = "test-admin-token-" + secrets.token_hex(8)
+
+
+def _docker_available() -> bool:
+    try:
+        import docker  # type: ignore[import-untyped]
+
+        docker.from_env().ping()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="session")
+def postgres_server_url() -> Iterator[str | None]:
+    """A PostgreSQL server URL, or None (tests then skip with the reason)."""
+    url = os.environ.get("REGISTRY_TEST_DATABASE_URL")
+    if url:
+        yield normalize_database_url(url)
+        return
+    if _docker_available():
+        from testcontainers.postgres import PostgresContainer
+
+        with PostgresContainer("postgres:16-alpine", driver="psycopg") as pg:
+            yield pg.get_connection_url()
+        return
+    yield None
+
+
+def _fresh_postgres_schema(server_url: str) -> tuple[str, str]:
+    schema = "t_" + secrets.token_hex(6)
+    engine = create_engine(server_url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    engine.dispose()
+    sep = "&" if "?" in server_url else "?"
+    return server_url + sep + "options=" + quote(f"-csearch_path={schema}"), schema
+
+
+def _drop_postgres_schema(server_url: str, schema: str) -> None:
+    engine = create_engine(server_url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+    engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path, postgres_server_url: str | None) -> Iterator[str]:
+    """An empty database: SQLite in a temp folder, then a fresh schema on PostgreSQL."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'registry.db'}"
+        return
+    if postgres_server_url is None:
+        pytest.skip("PostgreSQL not available: set REGISTRY_TEST_DATABASE_URL or run a Docker engine for testcontainers")
+    url, schema = _fresh_postgres_schema(postgres_server_url)
+    try:
+        yield url
+    finally:
+        _drop_postgres_schema(postgres_server_url, schema)
+
+
+@pytest.fixture
+def settings(tmp_path: Path, database_url: str) -> Settings:
+    return Settings(
+        data_dir=tmp_path / "data",
+        database_url=database_url,
+        admin_token=ADMIN_TOKEN,
+        secret_key="test-secret-key",
+    )
+
+
+@pytest.fixture
+def registry(settings: Settings) -> Iterator[Registry]:
+    reg = Registry(settings)
+    reg.prepare()
+    yield reg
+    reg.close()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class LiveServer:
+    """The real ASGI app under uvicorn on a loopback port, in a background thread."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(create_app(registry), host="127.0.0.1", port=self.port, log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+        deadline = time.monotonic() + 15
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("test server did not start")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+    def client(self, token: str | None = ADMIN_TOKEN) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+
+@pytest.fixture
+def live_server(registry: Registry) -> Iterator[LiveServer]:
+    server = LiveServer(registry)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def api(live_server: LiveServer) -> Iterator[httpx.Client]:
+    """An admin-scoped HTTP client for the live server."""
+    with live_server.client() as client:
+        yield client
