@@ -6,7 +6,7 @@ agents' hot path and need none of FastAPI's per-request machinery.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -30,7 +30,7 @@ class RegistryApp:
         self.api = api
         self.mcp = mcp
         self.registry: Registry = mcp.registry
-        self._routes = {
+        self._routes: dict[str, Callable[[Scope, Receive, SendFn], Awaitable[None]]] = {
             "/mcp": mcp.streamable_http,
             "/mcp/": mcp.streamable_http,
             "/sse": mcp.legacy_sse.stream,

@@ -7,10 +7,14 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from registry import __version__
 from registry.catalog.errors import CatalogError
 from registry.config import Settings
+
+if TYPE_CHECKING:
+    from registry.runtime import Registry
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -23,7 +27,7 @@ def _settings(args: argparse.Namespace) -> Settings:
     )
 
 
-def _registry(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _registry(args: argparse.Namespace) -> Registry:
     from registry.runtime import Registry
 
     return Registry(_settings(args))
@@ -41,7 +45,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     registry.prepare(seed=args.seed, demo_if_empty=settings.database_url is None)
     bootstrap = None
     if not settings.admin_token and not any(
-        "admin" in t["scopes"] and not t["revoked"] for t in registry.tokens.list()
+        "admin" in t["scopes"] and not t["revoked"] for t in registry.tokens.list_tokens()
     ):
         bootstrap, _ = registry.tokens.create("bootstrap admin", ["admin"], created_by="serve")
     base = f"http://{'[' + settings.host + ']' if ':' in settings.host else settings.host}:{settings.port}"

@@ -115,7 +115,7 @@ class TokenService:
                 return
         self.create(name, scopes, value=value, created_by="environment")
 
-    def list(self) -> list[dict[str, Any]]:
+    def list_tokens(self) -> list[dict[str, Any]]:
         with self.db.session() as session:
             return [token_as_dict(t) for t in session.scalars(select(ApiToken).order_by(ApiToken.id))]
 

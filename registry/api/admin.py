@@ -32,7 +32,7 @@ def create_token(request: Request, body: TokenRequest, principal: AdminPrincipal
 
 @router.get("/tokens", tags=["tokens"], summary="List tokens (never their values)")
 def list_tokens(request: Request, _p: AdminPrincipal) -> dict[str, Any]:
-    return {"items": _tokens(request).list()}
+    return {"items": _tokens(request).list_tokens()}
 
 
 @router.delete("/tokens/{token_id}", tags=["tokens"], summary="Revoke a token")

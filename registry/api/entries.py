@@ -66,7 +66,7 @@ def entry_router(collection: str, kind: str) -> APIRouter:
         limit: Annotated[int, Query(ge=1, le=500)] = 50,
         offset: Annotated[int, Query(ge=0)] = 0,
     ) -> dict[str, Any]:
-        page = _catalog(request).list(kind, tag=tag, q=q, archived=archived, limit=limit, offset=offset)
+        page = _catalog(request).list_entries(kind, tag=tag, q=q, archived=archived, limit=limit, offset=offset)
         return {"items": page.items, "total": page.total, "limit": page.limit, "offset": page.offset}
 
     @router.post("", status_code=201, summary=f"Create a {kind}")

@@ -129,7 +129,7 @@ def export_bundle(service: CatalogService, directory: Path) -> list[Path]:
     for kind, collection in COLLECTION_BY_KIND.items():
         offset = 0
         while True:
-            page = service.list(kind, limit=500, offset=offset)
+            page = service.list_entries(kind, limit=500, offset=offset)
             for item in page.items:
                 view = service.get(kind, item["name"])
                 folder = directory / collection

@@ -128,15 +128,19 @@ def etag_matches(if_match: str, current_version: int) -> bool:
 
 
 @contextmanager
-def _unique_violations_as_conflict(kind: str, spec: Spec) -> Iterator[None]:
-    """A concurrent writer committed the same name (or resource URI) after our existence check:
-    the database's unique constraint refuses the second insert, which is a 409, not a 500."""
+def _unique_violations_as_conflict(kind: str, spec: Spec, *, updating: bool = False) -> Iterator[None]:
+    """A concurrent writer committed the same name, resource URI or version number after our checks:
+    the database's unique constraints refuse the second write, which is a 409/412, not a 500."""
     try:
         yield
     except IntegrityError as exc:
         message = str(exc.orig)
         if isinstance(spec, ResourceSpec) and ("uq_entries_uri" in message or "entries.uri" in message):
             raise Conflict(f"another resource already uses {spec.identity_uri!r}") from None
+        if updating:
+            raise PreconditionFailed(
+                f"{kind} {spec.name!r} was changed concurrently; reload and re-apply your edit"
+            ) from None
         raise Conflict(f"{kind} {spec.name!r} already exists") from None
 
 
@@ -394,7 +398,7 @@ class CatalogService:
             raise Invalid(f"the body names {raw['name']!r} but the URL names {name!r}; entries cannot be renamed")
         spec = self.parse_spec(kind, raw)
         target_labels = self._check_labels(labels if labels else [PRODUCTION])
-        with _unique_violations_as_conflict(kind, spec), self.db.session() as session:
+        with _unique_violations_as_conflict(kind, spec, updating=True), self.db.session() as session:
             entry = self._require(session, kind, name, lock=True)
             if entry.archived:
                 raise Conflict(f"{kind} {name!r} is archived; restore it before editing")
@@ -531,7 +535,7 @@ class CatalogService:
                 version = found
             return self._view(entry, self._version(session, entry, version or entry.latest_version))
 
-    def list(
+    def list_entries(
         self,
         kind: str,
         *,

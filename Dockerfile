@@ -1,0 +1,14 @@
+FROM python:3.11-slim
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY registry ./registry
+COPY migrations ./migrations
+COPY seed_data ./seed_data
+COPY admin_ui ./admin_ui
+RUN pip install --no-cache-dir . && useradd --system --home /data registry && mkdir -p /data && chown registry /data
+USER registry
+WORKDIR /data
+ENV REGISTRY_DATA_DIR=/data REGISTRY_HOST=0.0.0.0
+EXPOSE 8080
+HEALTHCHECK CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/healthz')"
+CMD ["mcp-registry", "serve", "--host", "0.0.0.0", "--port", "8080"]
