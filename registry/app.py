@@ -11,10 +11,11 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from registry import __version__
 from registry.api import admin, problems
+from registry.api.auth import ViewerPrincipal
 from registry.api.entries import entry_router
 from registry.catalog.specs import KIND_BY_COLLECTION
 from registry.mcp.http_common import Receive, Scope, SendFn
@@ -82,6 +83,10 @@ def create_app(registry: Registry) -> RegistryApp:
     def readyz() -> JSONResponse:
         ok, detail = registry.ready()
         return JSONResponse({"status": "ok" if ok else "unavailable", "detail": detail}, status_code=200 if ok else 503)
+
+    @app.get("/metrics", tags=["health"], summary="Prometheus metrics (any admin-API token)")
+    def metrics(_principal: ViewerPrincipal) -> Response:
+        return Response(mcp.metrics.render(), media_type=mcp.metrics.content_type)
 
     mount_admin_ui(app)
     return RegistryApp(app, mcp)

@@ -37,6 +37,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from registry.app import create_app
+    from registry.serving import DrainingServer
 
     settings = _settings(args)
     from registry.runtime import Registry
@@ -62,15 +63,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print("  admin token  create one with `mcp-registry token create --name me --scope admin`")
     sys.stdout.flush()
     app = create_app(registry)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level, proxy_headers=True)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=args.log_level,
+        proxy_headers=True,
+        timeout_graceful_shutdown=10,
+    )
+    DrainingServer(config, drain=app.mcp.drain).run()
     return 0
 
 
 def cmd_stdio(args: argparse.Namespace) -> int:
     import asyncio
 
+    from registry.mcp.notifier import ChangeFeed, Notifier
     from registry.mcp.server import McpServer
     from registry.mcp.sessions import ClientState
+    from registry.mcp.streams import StreamHub
     from registry.mcp.transports.stdio import StdioTransport, open_stdin_reader
     from registry.runtime import Registry
 
@@ -81,9 +92,16 @@ def cmd_stdio(args: argparse.Namespace) -> int:
     client = ClientState(label=args.label or "production", principal="stdio")
 
     async def run() -> None:
+        transport = StdioTransport(server, client)
+        # Admin edits (made through a registry server on the same database) reach this client on stdout.
+        notifier = Notifier(StreamHub(), registry.db, server.snapshots.invalidate)
+        notifier.direct.append((client, transport.write))
+        feed = ChangeFeed(registry.db, notifier.dispatch)
+        await feed.start()
         try:
-            await StdioTransport(server, client).run(await open_stdin_reader())
+            await transport.run(await open_stdin_reader())
         finally:
+            await feed.stop()
             await server.aclose()
 
     asyncio.run(run())

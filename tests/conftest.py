@@ -79,7 +79,9 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path, postgres_server
         yield f"sqlite:///{tmp_path / 'registry.db'}"
         return
     if postgres_server_url is None:
-        pytest.skip("PostgreSQL not available: set REGISTRY_TEST_DATABASE_URL or run a Docker engine for testcontainers")
+        pytest.skip(
+            "PostgreSQL not available: set REGISTRY_TEST_DATABASE_URL or run a Docker engine for testcontainers"
+        )
     url, schema = _fresh_postgres_schema(postgres_server_url)
     try:
         yield url

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from itertools import pairwise
 from typing import Any
 
 import httpx
@@ -91,7 +92,7 @@ def test_diff_shows_changed_template_lines_and_arguments(triage: httpx.Client) -
     assert "+      Answer in a {{ tone }} tone." in lines
     assert "+- name: tone" in lines
     assert "-      Triage this ticket:" not in lines  # unchanged lines are context, not changes
-    assert "+    - formal" in lines
+    assert "+  default: formal" in lines
     assert "name: tone" in diff["fields"]["arguments"]
     assert "description" not in diff["fields"]
 
@@ -186,7 +187,7 @@ def test_change_log_one_row_per_committed_change(api: httpx.Client) -> None:
         ("restored", 2),
     ]
     ids = [c["id"] for c in items]
-    assert all(a < b for a, b in zip(ids, ids[1:], strict=False))
+    assert all(a < b for a, b in pairwise(ids))
     assert items[0]["labels"] == ["latest", "production"]
     assert items[1]["labels"] == ["latest", "production"]
     assert items[2]["labels"] == ["staging"]

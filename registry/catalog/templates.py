@@ -50,14 +50,49 @@ class _Budget:
 _current_budget: ContextVar[_Budget | None] = ContextVar("template_budget", default=None)
 
 
+#: Exponents beyond this many result bits are refused (``x ** y`` on big ints can run for minutes).
+MAX_POWER_BITS = 100_000
+
+
 class _RegistrySandbox(SandboxedEnvironment):
-    """A sandbox whose calls and loops keep an eye on the current render's time budget."""
+    """A sandbox whose calls and loops keep an eye on the current render's time budget.
+
+    ``*`` and ``**`` are intercepted: a single ``"x" * n`` or ``a ** b`` (with ``n`` or ``b`` from an
+    agent's argument, or a constant the compiler would fold) could otherwise allocate gigabytes or
+    spin for minutes inside one Python operation, where neither the output cap nor the clock can
+    stop it. Intercepted operators are also not constant-folded at save time.
+    """
+
+    intercepted_binops = frozenset({"*", "**"})
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "*":
+            _check_repetition(left, right)
+            _check_repetition(right, left)
+        elif operator == "**" and _power_bits(left, right) > MAX_POWER_BITS:
+            raise TemplateError("the result of '**' in this template would be too large")
+        return super().call_binop(context, operator, left, right)
 
     def call(self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
         budget = _current_budget.get()
         if budget is not None:
             budget.check_time()
         return super().call(__context, __obj, *args, **kwargs)
+
+
+def _power_bits(base: Any, exponent: Any) -> int:
+    """Roughly how many bits ``base ** exponent`` has (0 when it cannot grow: floats overflow cheaply)."""
+    if not (isinstance(base, int) and isinstance(exponent, int)) or exponent <= 0:
+        return 0
+    return exponent * abs(base).bit_length() if abs(base) > 1 else 0
+
+
+def _check_repetition(sequence: Any, times: Any) -> None:
+    if isinstance(sequence, str | bytes | list | tuple) and isinstance(times, int) and not isinstance(times, bool):
+        budget = _current_budget.get()
+        limit = budget.max_chars if budget is not None else MAX_OUTPUT_CHARS
+        if len(sequence) * times > limit:
+            raise TemplateError(f"repeating a value with '*' would exceed {limit} characters")
 
 
 def _make_environment() -> _RegistrySandbox:

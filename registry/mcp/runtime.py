@@ -1,4 +1,4 @@
-"""The MCP side of a running registry: dispatcher, sessions, streams, and the HTTP transports."""
+"""The MCP side of a running registry: dispatcher, sessions, streams, change notifications."""
 
 from __future__ import annotations
 
@@ -6,9 +6,11 @@ import asyncio
 import contextlib
 import logging
 
+from registry.mcp.notifier import ChangeEvent, ChangeFeed, Notifier
 from registry.mcp.server import McpServer
-from registry.mcp.sessions import ClientState, Session, SessionStore
+from registry.mcp.sessions import SESSION_END_CHANNEL, ClientState, Session, SessionStore
 from registry.mcp.streams import StreamHub
+from registry.metrics import RegistryMetrics
 from registry.runtime import Registry
 
 log = logging.getLogger("registry.mcp")
@@ -20,17 +22,38 @@ class McpRuntime:
     def __init__(self, registry: Registry) -> None:
         settings = registry.settings
         self.registry = registry
+        self.metrics = RegistryMetrics()
         self.server = McpServer(registry.catalog, webhook_allowed_networks=settings.webhook_allowed_networks)
+        self.server.observe = self.metrics.observe_request
         self.sessions = SessionStore(registry.db, idle_timeout_s=settings.session_idle_timeout_s)
         self.hub = StreamHub()
+        self.notifier = Notifier(self.hub, registry.db, self.server.snapshots.invalidate)
+        self.notifier.metrics.lag_observer = self._observe_lag
+        self.feed = ChangeFeed(registry.db, self._dispatch)
+        self.feed.extra_channels[SESSION_END_CHANNEL] = self._session_ended_elsewhere
+        registry.catalog.on_change(lambda _change_id: self.feed.poke())
         self.server.on_state_change = self._save_state
+        self.metrics.bind_gauges(lambda: len(self.sessions.cached()), lambda: self.hub.open_streams)
         self._tasks: list[asyncio.Task[None]] = []
 
         from registry.mcp.transports.legacy_sse import LegacySseTransport
         from registry.mcp.transports.streamable_http import StreamableHttpTransport
 
         self.streamable_http = StreamableHttpTransport(self.server, self.sessions, registry.tokens, settings, self.hub)
+        self.streamable_http.feed = self.feed
+        self.streamable_http.notifier = self.notifier
         self.legacy_sse = LegacySseTransport(self.server, self.sessions, registry.tokens, settings, self.hub)
+
+    def _session_ended_elsewhere(self, session_id: str) -> None:
+        self.sessions.evict(session_id)
+        self.hub.close_session(session_id)
+
+    def _observe_lag(self, seconds: float) -> None:
+        self.metrics.notifications_sent.inc()
+        self.metrics.notification_lag.observe(seconds)
+
+    async def _dispatch(self, events: list[ChangeEvent]) -> None:
+        await self.notifier.dispatch(events)
 
     async def _save_state(self, client: ClientState) -> None:
         if isinstance(client, Session) and client.id:
@@ -40,19 +63,32 @@ class McpRuntime:
         while True:
             await asyncio.sleep(self.SWEEP_INTERVAL_S)
             try:
-                expired = await self.sessions.sweep()
-                if expired:
-                    log.info("swept %d expired MCP sessions", expired)
+                await self.sweep()
             except Exception:
                 log.exception("session sweep failed")
 
+    async def sweep(self) -> int:
+        """Remove expired sessions and close their streams on this replica."""
+        expired = await self.sessions.sweep()
+        for session_id in expired:
+            self.hub.close_session(session_id)
+        if expired:
+            log.info("swept %d expired MCP sessions", len(expired))
+        return len(expired)
+
     async def start(self) -> None:
+        await self.feed.start()
         self._tasks.append(asyncio.create_task(self._sweep_forever()))
 
-    async def stop(self) -> None:
+    def drain(self) -> None:
+        """Close every stream now (SIGTERM): clients reconnect, to another replica if this one is going."""
         self.hub.close_all()
+
+    async def stop(self) -> None:
+        self.drain()
         for task in self._tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self.feed.stop()
         await self.server.aclose()

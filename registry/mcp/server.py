@@ -218,6 +218,8 @@ class McpServer:
         }
         #: Called after a client changes persistent state (log level, subscriptions).
         self.on_state_change: Callable[[ClientState], Awaitable[None]] | None = None
+        #: Called with (method, seconds) after each request (request-latency metrics).
+        self.observe: Callable[[str, float], None] | None = None
 
     def http_client(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -232,6 +234,16 @@ class McpServer:
     # ------------------------------------------------------------------ dispatch
     async def handle_request(self, message: Message, ctx: RequestContext) -> dict[str, Any]:
         """Answer one request with a JSON-RPC response message (never raises)."""
+        assert message.method is not None and message.id is not None
+        started = time.perf_counter()
+        try:
+            return await self._handle_request(message, ctx)
+        finally:
+            if self.observe is not None:
+                method = message.method if message.method in self.methods else "(unknown)"
+                self.observe(method, time.perf_counter() - started)
+
+    async def _handle_request(self, message: Message, ctx: RequestContext) -> dict[str, Any]:
         assert message.method is not None and message.id is not None
         handler = self.methods.get(message.method)
         try:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, select, text, update
 
 from registry.db.engine import Database
 from registry.db.models import McpSession
@@ -43,6 +43,11 @@ class ClientState:
 class Session(ClientState):
     id: str = ""
     last_touch: float = 0.0
+    last_active: float = field(default_factory=time.monotonic)
+
+
+#: PostgreSQL channel on which a replica announces a session it ended, so the others drop it.
+SESSION_END_CHANNEL = "registry_session_ended"
 
 
 def new_session_id() -> str:
@@ -104,6 +109,10 @@ class SessionStore:
                     .where(McpSession.id == session_id, McpSession.ended_at.is_(None))
                     .values(ended_at=datetime.now(UTC))
                 )
+                if self.db.is_postgres:
+                    db_session.execute(
+                        text("SELECT pg_notify(:channel, :id)"), {"channel": SESSION_END_CHANNEL, "id": session_id}
+                    )
                 return int(result.rowcount)  # type: ignore[attr-defined]
 
         return await asyncio.to_thread(write) > 0
@@ -111,6 +120,7 @@ class SessionStore:
     def touch(self, session: Session) -> None:
         """Note activity; writes to the database at most once per TOUCH_INTERVAL."""
         now = time.monotonic()
+        session.last_active = now
         if now - session.last_touch < self.TOUCH_INTERVAL:
             return
         session.last_touch = now
@@ -125,8 +135,8 @@ class SessionStore:
         task = asyncio.get_running_loop().run_in_executor(None, write)
         task.add_done_callback(lambda f: f.exception())
 
-    async def sweep(self) -> int:
-        """Delete sessions idle past the timeout (and ended ones); returns how many."""
+    async def sweep(self) -> list[str]:
+        """Delete sessions idle past the timeout (and ended ones); returns their ids."""
         cutoff = datetime.now(UTC) - timedelta(seconds=self.idle_timeout_s)
 
         def write() -> list[str]:
@@ -145,14 +155,17 @@ class SessionStore:
         expired = await asyncio.to_thread(write)
         for session_id in expired:
             self._cache.pop(session_id, None)
-        return len(expired)
+        return expired
 
     # -- reads --------------------------------------------------------------------------
     async def get(self, session_id: str) -> Session | None:
         cached = self._cache.get(session_id)
         if cached is not None:
-            self._cache.move_to_end(session_id)
-            return cached
+            if time.monotonic() - cached.last_active <= self.idle_timeout_s:
+                self._cache.move_to_end(session_id)
+                return cached
+            # Idle here for too long: another replica may have kept it alive, so ask the database.
+            self._cache.pop(session_id, None)
         if not session_id or len(session_id) > 64:
             return None
 
@@ -187,6 +200,9 @@ class SessionStore:
         self._cache.move_to_end(session.id)
         while len(self._cache) > self.CACHE_SIZE:
             self._cache.popitem(last=False)
+
+    def evict(self, session_id: str) -> None:
+        self._cache.pop(session_id, None)
 
     def cached(self) -> list[Session]:
         return list(self._cache.values())

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +29,8 @@ class ClientStream:
     client: ClientState
     queue: asyncio.Queue[Any] = field(default_factory=lambda: asyncio.Queue(maxsize=StreamHub.MAX_QUEUE))
     dropped: bool = False
+    #: The session is in the database (Streamable HTTP), so its state can change on other replicas.
+    persistent: bool = False
 
     def offer(self, item: Any) -> bool:
         """Queue an item; a full queue means the client is stuck, so the stream is dropped."""
@@ -52,8 +54,6 @@ class StreamHub:
 
     def __init__(self) -> None:
         self._streams: dict[str, set[ClientStream]] = {}
-        #: Called when a stream opens, with (stream, last_event_id): replays missed events.
-        self.on_open: Callable[[ClientStream, str | None], None] | None = None
         self.closing = False
 
     @property
@@ -65,8 +65,9 @@ class StreamHub:
 
     def publish(self, session_id: str, message: dict[str, Any], event_id: str | None = None) -> int:
         delivered = 0
+        data = dumps(message)
         for stream in list(self._streams.get(session_id, ())):
-            delivered += stream.offer((event_id, message))
+            delivered += stream.offer((event_id, data))
         return delivered
 
     def close_session(self, session_id: str) -> None:
@@ -86,12 +87,19 @@ class StreamHub:
         receive: Receive,
         send: SendFn,
         *,
-        last_event_id: str | None = None,
         first_events: list[tuple[str | None, str | None, bytes]] | None = None,
         priming_id: str | None = None,
+        replay: Callable[[], Awaitable[list[tuple[str, bytes]]]] | None = None,
+        on_keepalive: Callable[[], None] | None = None,
+        persistent: bool = False,
     ) -> None:
-        """Hold an SSE response open, writing what is published for this session until either side ends."""
-        stream = ClientStream(session_id, client)
+        """Hold an SSE response open, writing what is published for this session until either side ends.
+
+        The stream is registered before the first ``await``, so a caller that noted the change-log
+        position just before calling gets every later event live; ``replay`` supplies the ones
+        before that (for ``Last-Event-ID``), written ahead of anything queued meanwhile.
+        """
+        stream = ClientStream(session_id, client, persistent=persistent)
         self._streams.setdefault(session_id, set()).add(stream)
         sse = SseStream(send)
         disconnected = asyncio.Event()
@@ -111,18 +119,21 @@ class StreamHub:
                 await sse.event(b"", event_id=priming_id, retry_ms=3000)
             for event_id, event, data in first_events or []:
                 await sse.event(data, event_id=event_id, event=event)
-            if self.on_open is not None:
-                self.on_open(stream, last_event_id)
+            if replay is not None:
+                for event_id, data in await replay():
+                    await sse.event(data, event_id=event_id, event="message")
             while not disconnected.is_set():
                 try:
                     item = await asyncio.wait_for(stream.queue.get(), timeout=self.KEEPALIVE_S)
                 except TimeoutError:
                     await sse.comment()
+                    if on_keepalive is not None:
+                        on_keepalive()
                     continue
                 if item is _CLOSE:
                     break
-                event_id, message = item
-                await sse.event(dumps(message), event_id=event_id, event="message")
+                event_id, data = item
+                await sse.event(data, event_id=event_id, event="message")
         except OSError:
             pass
         finally:

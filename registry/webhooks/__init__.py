@@ -10,6 +10,8 @@ Typical use::
 
 from __future__ import annotations
 
+# Registers the builtin://conformance-* hooks that the seed_data/conformance bundle uses.
+from . import conformance as _conformance  # noqa: F401
 from ._types import LOG_LEVELS, JSONObject, LogCallback, ProgressCallback
 from .builtin import BUILTINS, BuiltinRegistry, Hook, HookContext, HookError, builtin, builtin_name
 from .client import DEFAULT_MAX_RESPONSE_BYTES, WebhookTarget, call_webhook

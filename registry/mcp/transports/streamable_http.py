@@ -31,6 +31,7 @@ from registry.mcp.http_common import (
     send_http_error,
     send_json,
 )
+from registry.mcp.notifier import ChangeFeed, Notifier
 from registry.mcp.protocol import (
     BATCH_VERSIONS,
     DEFAULT_HEADER_VERSION,
@@ -77,6 +78,9 @@ class StreamableHttpTransport:
         self.tokens = tokens
         self.settings = settings
         self.hub = hub
+        #: Set by McpRuntime: the change feed and notifier, for stream resumption.
+        self.feed: ChangeFeed | None = None
+        self.notifier: Notifier | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: SendFn) -> None:
         if scope["type"] != "http":
@@ -247,9 +251,22 @@ class StreamableHttpTransport:
         if not accepts_sse or "text/event-stream" not in headers.get("accept", ""):
             raise HttpError(406, INVALID_REQUEST, "Not Acceptable: GET needs Accept: text/event-stream")
         session = await self._session(headers, principal)
-        priming = "0" if (session.protocol_version or "") >= "2025-11-25" else None
+        feed, notifier = self.feed, self.notifier
+        # Noted before serve_stream registers the stream (no await in between): later changes
+        # arrive live, earlier ones come from the replay.
+        position = feed.position if feed is not None else 0
+        last_event_id = headers.get("last-event-id")
+        replay = None
+        if last_event_id and feed is not None and notifier is not None:
+
+            async def replay() -> list[tuple[str, bytes]]:
+                assert feed is not None and notifier is not None
+                return await notifier.replay(feed, session, last_event_id, position)
+
+        priming = str(position) if (session.protocol_version or "") >= "2025-11-25" else None
         await self.hub.serve_stream(
-            session.id, session, receive, send, last_event_id=headers.get("last-event-id"), priming_id=priming
+            session.id, session, receive, send, priming_id=priming, replay=replay,
+            on_keepalive=lambda: self.sessions.touch(session), persistent=True,
         )
 
     # ---------------------------------------------------------------- DELETE

@@ -1,0 +1,256 @@
+"""Change notifications: from the change log to every connected client whose view changed.
+
+``ChangeFeed`` follows the change log. It is poked by the in-process signal (a write made by
+this process), by PostgreSQL NOTIFY (a write made by another replica) and by a slow poll (a
+missed NOTIFY, or another process on the same SQLite file); whatever pokes it, it reads the rows
+after the last id it dispatched, in order, so nothing is skipped or sent twice.
+
+``Notifier`` turns each change into the MCP notifications a client should get: the list_changed
+notification of the entry's kind when the change moved one of the labels the client is served,
+and ``notifications/resources/updated`` for subscribed URIs. SSE event ids are ``<change id>:<n>``
+so a client that reconnects with ``Last-Event-ID`` gets exactly what it missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import select
+
+from registry.catalog.uritemplates import UriTemplate
+from registry.db.changelog import NOTIFY_CHANNEL, changes_after, last_change_id
+from registry.db.engine import Database
+from registry.db.listener import listen_forever
+from registry.db.models import Change, McpSession
+from registry.mcp.protocol import dumps, notification
+from registry.mcp.sessions import ClientState
+
+log = logging.getLogger("registry.mcp")
+
+LIST_CHANGED = {
+    "prompt": "notifications/prompts/list_changed",
+    "resource": "notifications/resources/list_changed",
+    "tool": "notifications/tools/list_changed",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeEvent:
+    id: int
+    kind: str
+    name: str
+    action: str
+    labels: frozenset[str]
+    uris: tuple[str, ...]
+    created_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Change) -> ChangeEvent:
+        created = row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=UTC)
+        return cls(row.id, row.kind, row.name, row.action, frozenset(row.labels), tuple(row.uris), created)
+
+
+def _subscribed(uri_or_template: str, subscriptions: Iterable[str]) -> list[str]:
+    if "{" not in uri_or_template:
+        return [uri_or_template] if uri_or_template in subscriptions else []
+    template = UriTemplate(uri_or_template)
+    return [uri for uri in subscriptions if template.match(uri) is not None]
+
+
+def messages_for(change: ChangeEvent, client: ClientState) -> list[dict[str, Any]]:
+    """The notifications ``change`` produces for ``client`` (none when its view did not change)."""
+    if client.label not in change.labels:
+        return []
+    messages = [notification(LIST_CHANGED[change.kind])]
+    if change.kind == "resource" and client.subscriptions:
+        seen: set[str] = set()
+        for changed in change.uris:
+            for uri in _subscribed(changed, client.subscriptions):
+                if uri not in seen:
+                    seen.add(uri)
+                    messages.append(notification("notifications/resources/updated", {"uri": uri}))
+    return messages
+
+
+def parse_event_id(value: str | None) -> tuple[int, int] | None:
+    """``"<change>:<n>"`` or ``"<change>"`` (everything of that change seen) -> (change, last index)."""
+    if not value:
+        return None
+    head, _, tail = value.strip().partition(":")
+    try:
+        return int(head), (int(tail) if tail else 1 << 30)
+    except ValueError:
+        return None
+
+
+class ChangeFeed:
+    POLL_S = 2.0
+
+    def __init__(self, db: Database, on_changes: Callable[[list[ChangeEvent]], Awaitable[None]]) -> None:
+        self.db = db
+        self.on_changes = on_changes
+        #: The id of the last change dispatched; streams opened now see live everything after it.
+        self.position = 0
+        self._wake = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.listening = False
+        #: More LISTEN channels (name -> callback), e.g. session ends from other replicas.
+        self.extra_channels: dict[str, Callable[[str], None]] = {}
+
+    def poke(self) -> None:
+        """Look at the change log now. Safe from any thread."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._wake.set)
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.position = await asyncio.to_thread(self._last_id)
+        self._tasks.append(asyncio.create_task(self._follow()))
+        if self.db.is_postgres:
+            channels = {NOTIFY_CHANNEL: self._on_notify, **self.extra_channels}
+            self._tasks.append(asyncio.create_task(listen_forever(self.db.url, channels, self._on_listening)))
+
+    def _on_notify(self, payload: str) -> None:
+        self._wake.set()
+
+    def _on_listening(self) -> None:
+        self.listening = True
+        self._wake.set()  # catch up on whatever was committed while not listening
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+
+    def _last_id(self) -> int:
+        with self.db.session() as session:
+            return last_change_id(session)
+
+    def _read_after(self, after: int) -> list[ChangeEvent]:
+        with self.db.session() as session:
+            return [ChangeEvent.from_row(row) for row in changes_after(session, after, limit=1000)]
+
+    async def read_range(self, after: int, upto: int) -> list[ChangeEvent]:
+        """Changes in (after, upto], for replaying a resumed stream."""
+        events: list[ChangeEvent] = []
+        while after < upto:
+            batch = await asyncio.to_thread(self._read_after, after)
+            batch = [event for event in batch if event.id <= upto]
+            if not batch:
+                break
+            events.extend(batch)
+            after = batch[-1].id
+        return events
+
+    async def _follow(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=self.POLL_S)
+            self._wake.clear()
+            try:
+                while True:
+                    events = await asyncio.to_thread(self._read_after, self.position)
+                    if not events:
+                        break
+                    await self.on_changes(events)
+                    self.position = events[-1].id
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("reading the change log failed; retrying")
+                await asyncio.sleep(1.0)
+
+
+class Metrics:
+    """Counters the notifier updates; exported by /metrics."""
+
+    def __init__(self) -> None:
+        self.notifications_sent = 0
+        self.lag_observer: Callable[[float], None] | None = None
+
+
+class Notifier:
+    """Delivers change notifications to the streams of this process."""
+
+    def __init__(self, hub: Any, db: Database, invalidate: Callable[[Iterable[str]], None]) -> None:
+        self.hub = hub
+        self.db = db
+        self.invalidate = invalidate
+        self.metrics = Metrics()
+        #: stdio-style clients that are not on the hub: (state, write).
+        self.direct: list[tuple[ClientState, Callable[[dict[str, Any]], Awaitable[None]]]] = []
+
+    async def refresh_subscriptions(self, session_ids: list[str]) -> dict[str, set[str]]:
+        """Subscriptions may have been changed through another replica: read them from the database."""
+        if not session_ids:
+            return {}
+
+        def load() -> dict[str, set[str]]:
+            with self.db.session() as session:
+                rows = session.execute(
+                    select(McpSession.id, McpSession.subscriptions).where(McpSession.id.in_(session_ids))
+                ).all()
+                return {row[0]: set(row[1]) for row in rows}
+
+        return await asyncio.to_thread(load)
+
+    async def dispatch(self, events: list[ChangeEvent]) -> None:
+        labels: set[str] = set()
+        for event in events:
+            labels |= event.labels
+        self.invalidate(labels)
+        streams = list(self.hub.streams())
+        if any(event.kind == "resource" for event in events):
+            persisted = [s for s in streams if getattr(s.client, "id", "") and getattr(s, "persistent", False)]
+            fresh = await self.refresh_subscriptions(sorted({s.session_id for s in persisted}))
+            for stream in persisted:
+                if stream.session_id in fresh:
+                    stream.client.subscriptions = fresh[stream.session_id]
+            streams = list(self.hub.streams())
+        # Offers and position updates happen with no await in between (see ChangeFeed._follow).
+        now = time.time()
+        encoded: dict[tuple[int, int, str], bytes] = {}
+        for event in events:
+            lag = max(0.0, now - event.created_at.timestamp())
+            for stream in streams:
+                for index, message in enumerate(messages_for(event, stream.client)):
+                    key = (event.id, index, str(message.get("params")))
+                    data = encoded.get(key)
+                    if data is None:
+                        data = encoded[key] = dumps(message)
+                    if stream.offer((f"{event.id}:{index}", data)):
+                        self.metrics.notifications_sent += 1
+                        if self.metrics.lag_observer is not None:
+                            self.metrics.lag_observer(lag)
+            for client, write in self.direct:
+                for message in messages_for(event, client):
+                    await write(message)
+                    self.metrics.notifications_sent += 1
+
+    async def replay(
+        self, feed: ChangeFeed, client: ClientState, last_event_id: str | None, upto: int
+    ) -> list[tuple[str, bytes]]:
+        """The events a stream resuming after ``last_event_id`` missed, up to change ``upto``."""
+        parsed = parse_event_id(last_event_id)
+        if parsed is None:
+            return []
+        after_change, after_index = parsed
+        missed: list[tuple[str, bytes]] = []
+        for event in await feed.read_range(after_change - 1, upto):
+            for index, message in enumerate(messages_for(event, client)):
+                if event.id == after_change and index <= after_index:
+                    continue
+                missed.append((f"{event.id}:{index}", dumps(message)))
+        return missed

@@ -1,0 +1,229 @@
+"""The template sandbox (unit tests on registry.catalog.templates) and rendering the demo prompts over HTTP."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from registry.catalog.templates import (
+    CompiledTemplate,
+    TemplateError,
+    check_template,
+    render_template,
+    template_variables,
+)
+from registry.runtime import Registry
+
+PROBLEM = "application/problem+json"
+
+# --------------------------------------------------------------------------- sandbox (no database)
+
+
+def test_renders_declared_variables() -> None:
+    assert render_template("Hi {{ who }}{% if n %} x{{ n }}{% endif %}", {"who": "Ada", "n": "2"}) == "Hi Ada x2"
+    assert render_template("{% for i in range(3) %}{{ i }}{% endfor %}", {}) == "012"
+    assert render_template("line\n", {}) == "line\n"  # trailing newline kept
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{{ x.__class__ }}",
+        "{{ x.__class__.__mro__[1].__subclasses__() }}",
+        "{{ x.__init__.__globals__ }}",
+        "{{ range.__globals__ }}",
+    ],
+)
+def test_sandbox_refuses_attribute_games(source: str) -> None:
+    with pytest.raises(TemplateError) as excinfo:
+        render_template(source, {"x": "text"})
+    message = str(excinfo.value)
+    assert "sandbox" in message or "undefined" in message
+    assert "<class" not in message
+
+
+def test_strict_undefined_is_an_error_not_an_empty_string() -> None:
+    with pytest.raises(TemplateError, match="'missing' is undefined"):
+        render_template("Hello {{ missing }}!", {})
+    with pytest.raises(TemplateError, match="undefined"):
+        render_template("{% if missing %}yes{% endif %}", {})
+    with pytest.raises(TemplateError, match="has no attribute 'nope'"):
+        render_template("{{ who.nope }}", {"who": "Ada"})
+
+
+def test_output_is_capped() -> None:
+    loop = CompiledTemplate("{% for i in range(200) %}0123456789{% endfor %}")
+    assert len(loop.render({}, max_chars=2000)) == 2000
+    with pytest.raises(TemplateError, match="exceeds 1999 characters"):
+        loop.render({}, max_chars=1999)
+    with pytest.raises(TemplateError, match="exceed"):
+        CompiledTemplate("{{ text }}").render({"text": "x" * 5000}, max_chars=1000)
+
+
+def test_repetition_cannot_build_huge_values() -> None:
+    """``"x" * n`` is one Python operation: refused before it allocates, not after."""
+    started = time.monotonic()
+    with pytest.raises(TemplateError, match="exceed"):
+        CompiledTemplate("{{ 'x' * 10 ** 10 }}").render({})
+    with pytest.raises(TemplateError, match="exceed"):
+        CompiledTemplate("{{ '-' * (width | int) }}").render({"width": "100000000000"}, max_chars=1000)
+    assert time.monotonic() - started < 1
+    assert CompiledTemplate("{{ '-' * (width | int) }}").render({"width": "5"}) == "-----"
+    assert render_template("{{ 6 * 7 }} {{ [0] * 2 }}", {}) == "42 [0, 0]"
+
+
+def test_huge_powers_are_refused_quickly() -> None:
+    started = time.monotonic()
+    with pytest.raises(TemplateError, match="too large"):
+        CompiledTemplate("{{ (b | int) ** (e | int) > 1 }}").render({"b": "7", "e": "300000000"})
+    # A constant power is not folded (computed) when the template is checked or compiled.
+    check_template("{{ 7 ** 300000000 }}", [])
+    with pytest.raises(TemplateError, match="too large"):
+        CompiledTemplate("{{ 7 ** 300000000 }}").render({})
+    assert time.monotonic() - started < 1
+    assert render_template("{{ 2 ** 10 }}", {}) == "1024"
+
+
+def test_runaway_loops_are_stopped_by_the_clock() -> None:
+    nested = CompiledTemplate(
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% if j == -1 %}x{% endif %}{% endfor %}{% endfor %}"
+    )
+    started = time.monotonic()
+    with pytest.raises(TemplateError, match="took too long"):
+        nested.render({}, max_seconds=0.3)
+    elapsed = time.monotonic() - started
+    assert 0.3 <= elapsed < 2, elapsed
+
+
+def test_range_is_capped() -> None:
+    with pytest.raises(TemplateError, match="range"):
+        render_template("{% for i in range(10000000) %}{% endfor %}", {})
+
+
+def test_budgets_are_per_render() -> None:
+    """A slow render in one thread does not spend another render's time budget."""
+    slow = CompiledTemplate("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}")
+    errors: list[Exception] = []
+
+    def run_slow() -> None:
+        try:
+            slow.render({}, max_seconds=0.5)
+        except TemplateError as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run_slow)
+    thread.start()
+    time.sleep(0.1)
+    quick = CompiledTemplate("{% for i in range(1000) %}{{ i }}{% endfor %}").render({}, max_seconds=5)
+    thread.join()
+    assert quick.startswith("0123")
+    assert len(errors) == 1
+
+
+def test_check_template_reports_syntax_errors_with_their_line() -> None:
+    with pytest.raises(TemplateError, match=r"^text: line 3: .*") as excinfo:
+        check_template("one\ntwo\n{% if x %}never closed", ["x"], where="text")
+    assert "endif" in str(excinfo.value) or "end of template" in str(excinfo.value)
+    with pytest.raises(TemplateError, match="line 2"):
+        check_template("fine\n{{ x ", ["x"])
+
+
+def test_check_template_refuses_undeclared_variables() -> None:
+    with pytest.raises(TemplateError, match=r"line 2: uses undeclared variable\(s\) other, who"):
+        check_template("Hello\n{{ who }} and {{ other }}", [])
+    # Loop variables, {% set %} names and the range() global are not arguments.
+    check_template("{% set n = 2 %}{% for i in range(n) %}{{ i }}{{ who }}{% endfor %}", ["who"])
+    assert template_variables("{% for i in items %}{{ i }}{% endfor %}{{ range(2) }}") == {"items"}
+
+
+# --------------------------------------------------------------------------- rendering the demo bundle
+
+SUMMARIZE_ARGS = {
+    "text": "MCP defines a standard protocol for connecting AI models to tools and data sources.",
+    "max_words": 20,
+}
+
+
+@pytest.fixture
+def demo(registry: Registry, api: httpx.Client) -> httpx.Client:
+    registry.seed("demo")
+    return api
+
+
+def render(api: httpx.Client, name: str, arguments: dict[str, Any], **extra: Any) -> httpx.Response:
+    return api.post(f"/api/v1/prompts/{name}/render", json={"arguments": arguments, **extra})
+
+
+def assert_problem(response: httpx.Response, status: int, *fragments: str) -> None:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith(PROBLEM)
+    for fragment in fragments:
+        assert fragment in response.json()["detail"]
+
+
+def test_render_summarize_exactly(demo: httpx.Client) -> None:
+    response = render(demo, "summarize", SUMMARIZE_ARGS)
+    assert response.status_code == 200, response.text
+    result = response.json()
+    assert result == {
+        "description": "Summarize a piece of text concisely",
+        "messages": [
+            {
+                "role": "user",
+                "content": {
+                    "type": "text",
+                    "text": "Summarize the following text in at most 20 words:\n\n"
+                    "MCP defines a standard protocol for connecting AI models to tools and data sources.",
+                },
+            }
+        ],
+    }
+    # The optional argument left out renders as empty (its {% if %} branch is skipped).
+    text = render(demo, "summarize", {"text": "abc"}).json()["messages"][0]["content"]["text"]
+    assert text == "Summarize the following text:\n\nabc"
+
+
+def test_render_argument_errors_are_422(demo: httpx.Client) -> None:
+    assert_problem(render(demo, "summarize", {"max_words": "5"}), 422, "missing required argument(s): text")
+    assert_problem(
+        render(demo, "bug-analysis-report", {"summary": "crash", "environment": "qa"}),
+        422,
+        "argument 'environment' must be one of: production, staging, development",
+    )
+    assert_problem(render(demo, "summarize", {"text": ["a", "list"]}), 422, "argument 'text' must be a string")
+    assert_problem(render(demo, "no-such-prompt", {}), 404, "does not exist")
+
+
+def test_render_applies_defaults(demo: httpx.Client) -> None:
+    response = render(demo, "bug-analysis-report", {"summary": "Login fails"})
+    assert response.status_code == 200, response.text
+    text = response.json()["messages"][0]["content"]["text"]
+    assert "Bug: Login fails\nEnvironment: production\n" in text
+    assert "Component:" not in text
+    assert "Evidence:" not in text
+
+    review = render(demo, "code-review", {"diff": "+x = 1"}).json()["messages"]
+    assert [m["role"] for m in review] == ["user", "assistant", "user"]
+    assert review[0]["content"]["text"].startswith("Review this other change. Focus on correctness,")
+
+
+def test_render_resolves_embedded_resource(demo: httpx.Client) -> None:
+    response = render(demo, "incident-postmortem", {"title": "DB outage", "timeline": "10:00 alert\n10:05 failover"})
+    assert response.status_code == 200, response.text
+    first, second = response.json()["messages"]
+    assert first["content"]["type"] == "resource"
+    resource = first["content"]["resource"]
+    assert resource["uri"] == "docs://guidelines/postmortem"
+    assert resource["mimeType"] == "text/markdown"
+    assert resource["text"].startswith("# Blameless postmortems\n")
+    assert second["content"]["text"].startswith('Draft the postmortem for "DB outage" (SEV2) following the guidelines')
+    assert "10:05 failover" in second["content"]["text"]
+
+    # Once the resource is archived, the prompt cannot be rendered and says why.
+    demo.delete("/api/v1/resources/postmortem-guidelines").raise_for_status()
+    gone = render(demo, "incident-postmortem", {"title": "x", "timeline": "y"})
+    assert_problem(gone, 422, "docs://guidelines/postmortem", "not available")
