@@ -6,6 +6,9 @@ agents' hot path and need none of FastAPI's per-request machinery.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -22,6 +25,8 @@ from registry.mcp.http_common import Receive, Scope, SendFn
 from registry.mcp.runtime import McpRuntime
 from registry.runtime import Registry
 from registry.ui import mount_admin_ui
+
+log = logging.getLogger("registry")
 
 
 class RegistryApp:
@@ -48,16 +53,36 @@ class RegistryApp:
         await self.api(scope, receive, send)
 
 
+async def _start_mcp_once_ready(registry: Registry, mcp: McpRuntime, poll_s: float = 1.0) -> None:
+    while not (await asyncio.to_thread(registry.ready))[0]:
+        await asyncio.sleep(poll_s)
+    await mcp.start()
+
+
 def create_app(registry: Registry) -> RegistryApp:
     mcp = McpRuntime(registry)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        await mcp.start()
+        # On a database that is not migrated yet the process must still come up, so /readyz can
+        # answer 503 (and /healthz 200) until `db upgrade` has run. The MCP side reads the change
+        # log as it starts, so it then starts in the background once the database is ready.
+        ready, detail = await asyncio.to_thread(registry.ready)
+        waiting: asyncio.Task[None] | None = None
+        if ready:
+            await mcp.start()
+        else:
+            log.warning("database not ready (%s); the MCP endpoint starts once it is", detail)
+            waiting = asyncio.create_task(_start_mcp_once_ready(registry, mcp))
         try:
             yield
         finally:
-            await mcp.stop()
+            if waiting is not None and not waiting.done():
+                waiting.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await waiting
+            else:
+                await mcp.stop()
 
     app = FastAPI(
         title="mcp-registry",

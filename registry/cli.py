@@ -70,6 +70,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         proxy_headers=True,
         timeout_graceful_shutdown=10,
+        access_log=args.access_log,
     )
     DrainingServer(config, drain=app.mcp.drain).run()
     return 0
@@ -165,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port (default 8080)")
     serve.add_argument("--seed", help="import a bundle at start (a name under seed_data/ or a folder); idempotent")
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    serve.add_argument("--access-log", action="store_true", help="log every HTTP request (off: it costs throughput)")
     serve.set_defaults(func=cmd_serve)
 
     stdio = commands.add_parser("stdio", help="serve MCP over stdin/stdout (for hosts that start a child process)")

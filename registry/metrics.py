@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -39,12 +40,17 @@ class RegistryMetrics:
             registry=self.registry,
         )
 
+        self._latency_children: dict[str, Any] = {}
+
     def bind_gauges(self, sessions: Callable[[], int], streams: Callable[[], int]) -> None:
         self.sessions_open.set_function(lambda: float(sessions()))
         self.streams_open.set_function(lambda: float(streams()))
 
     def observe_request(self, method: str, seconds: float) -> None:
-        self.request_latency.labels(method).observe(seconds)
+        child = self._latency_children.get(method)
+        if child is None:
+            child = self._latency_children[method] = self.request_latency.labels(method)
+        child.observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -388,3 +389,25 @@ def test_stale_etag_is_412_and_writes_nothing(live_server: LiveServer, api: http
     assert api.put("/api/v1/prompts/greet", json=PROMPT, headers={"If-Match": '"v1", "v3"'}).status_code == 200
     assert api.put("/api/v1/prompts/greet", json=PROMPT, headers={"If-Match": "*"}).status_code == 200
     assert version_count(live_server, "prompt", "greet") == 5
+
+
+def test_timestamps_are_utc_with_an_offset(api: httpx.Client) -> None:
+    """Both databases give the same, unambiguous timestamps (SQLite does not store the zone itself)."""
+    created = api.post("/api/v1/prompts", json=PROMPT).json()
+    listed = api.get("/api/v1/prompts").json()["items"][0]
+    versions = api.get("/api/v1/prompts/greet/versions").json()["items"]
+    change = api.get("/api/v1/changes").json()["items"][0]
+    token = api.get("/api/v1/tokens").json()["items"][0]
+    stamps = [
+        created["created_at"],
+        created["updated_at"],
+        listed["updated_at"],
+        versions[0]["created_at"],
+        change["created_at"],
+        token["created_at"],
+        token["last_used_at"],
+    ]
+    for stamp in stamps:
+        parsed = datetime.fromisoformat(stamp)
+        assert parsed.utcoffset() == timedelta(0), stamp
+        assert abs(datetime.now(UTC) - parsed) < timedelta(minutes=5), stamp

@@ -108,7 +108,7 @@ def test_database_holds_only_ciphertext(tool: httpx.Client, registry: Registry) 
         assert PREFIX in row
     with registry.db.engine.connect() as conn:
         for table in ("changes", "entries"):
-            dump = " ".join(str(r) for r in conn.execute(text(f"SELECT * FROM {table}")))  # noqa: S608
+            dump = " ".join(str(r) for r in conn.execute(text(f"SELECT * FROM {table}")))
             assert_no_clear_values(dump)
     hook = latest_stored(registry)["webhook"]
     assert hook["headers"]["Authorization"].startswith(PREFIX)

@@ -21,8 +21,10 @@ from sqlalchemy import (
     MetaData,
     String,
     Text,
+    TypeDecorator,
     UniqueConstraint,
 )
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 #: BIGINT on PostgreSQL, INTEGER on SQLite (only INTEGER PRIMARY KEY is SQLite's rowid alias).
@@ -31,6 +33,28 @@ BigId = BigInteger().with_variant(Integer(), "sqlite")
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC datetime on every database.
+
+    PostgreSQL keeps the zone (``timestamptz``); SQLite stores wall-clock text and hands back naive
+    values. Values are converted to UTC on the way in and tagged UTC on the way out, so the API
+    shows the same ``...+00:00`` timestamps whichever database is behind it.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is not None:
+            value = value.astimezone(UTC)
+        return value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return value
 
 
 class Base(DeclarativeBase):
@@ -47,7 +71,7 @@ class Base(DeclarativeBase):
     type_annotation_map = {
         dict[str, Any]: JSON,
         list[str]: JSON,
-        datetime: DateTime(timezone=True),
+        datetime: UtcDateTime(),
     }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -34,6 +35,7 @@ def query_param(scope: Scope, name: str) -> str | None:
     return values[0] if values else None
 
 
+@functools.lru_cache(maxsize=256)
 def _hostname(netloc: str) -> str:
     return (urlsplit("//" + netloc).hostname or "").lower()
 

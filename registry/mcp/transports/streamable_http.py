@@ -54,6 +54,8 @@ log = logging.getLogger("registry.mcp")
 SESSION_HEADER = "mcp-session-id"
 VERSION_HEADER = "mcp-protocol-version"
 PRODUCTION = "production"
+#: Methods that may wait on the network, so notifications/cancelled must be able to stop them.
+CANCELLABLE = frozenset({"tools/call", "resources/read"})
 
 
 def _accepts(headers: dict[str, str]) -> tuple[bool, bool]:
@@ -214,6 +216,9 @@ class StreamableHttpTransport:
 
     async def _run(self, request: Message, session: Session, related: Any) -> dict[str, Any]:
         ctx = RequestContext(client=session, send=related, session_id=session.id)
+        if request.method not in CANCELLABLE:
+            # Quick methods answer straight from the snapshot; a task per request would cost more than them.
+            return await self.server.handle_request(request, ctx)
         task = asyncio.create_task(self.server.handle_request(request, ctx))
         assert request.id is not None
         session.in_flight[request.id] = task

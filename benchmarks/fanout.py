@@ -1,0 +1,923 @@
+#!/usr/bin/env python3
+"""Notification fan-out: one admin edit, N open GET streams, time until every stream has it.
+
+In one run (each server is a subprocess; this process is the client, on uvloop when available):
+
+1. ``single`` + ``peer``: the registry (one replica, SQLite, fresh data dir) and the official SDK's
+   server (``sdk_peer_server.py --broadcast-registry``, its default SSE mode) side by side. Each gets
+   N sessions (initialize + notifications/initialized) and one GET stream per session. Once every
+   stream is open (the registry's: its priming event received; the peer sends none, so: its 200
+   headers), rounds alternate registry / peer. A round notes t0 on a connection opened beforehand,
+   sends the trigger (registry: ``PUT /api/v1/prompts/summarize`` with a new template; peer:
+   ``POST /admin/broadcast``, which loops over its sessions calling ``send_prompt_list_changed``)
+   and records, per stream, when ``notifications/prompts/list_changed`` arrived. Per round:
+   p50 / p99 / max of (arrival - t0) over all N streams (a stream that never got it counts as
+   infinitely late), how many got it, the trigger's own response time, the server's CPU time.
+2. ``pg``: two registry replicas on one PostgreSQL schema (fresh, dropped afterwards). N sessions,
+   initialized alternately through A and B; the GET streams are spread so that each replica holds
+   N/2 and half of those belong to sessions initialized on the other replica. The edit goes through
+   A's admin API; all N arrival times are measured (reported overall and per replica).
+3. ``memory``: VmRSS of an idle server (started, 20 warm-up sessions so the MCP code path is
+   loaded) and after M more sessions (initialize + initialized, no streams, a few keep-alive
+   connections), for a fresh registry (SQLite) and a fresh peer: MiB above idle and KiB/session.
+
+Targets (issue): all N=1,000 within 100 ms p99 on one replica; within 300 ms p99 across two
+replicas on PostgreSQL; 10,000 idle sessions in <= 100 MB RSS above an idle server (here MiB,
+the stricter reading). The peer's figures are the reference the issue quotes (150-370 ms; ~38 KiB
+per session).
+
+Prints a table with PASS/MISS and writes ``benchmarks/results/fanout-<timestamp>.json``.
+Exit status 0 whatever the figures (non-zero only when it cannot run).
+
+    .venv/bin/python benchmarks/fanout.py                         # everything, 5 rounds
+    .venv/bin/python benchmarks/fanout.py --phases single,peer --rounds 9
+    .venv/bin/python benchmarks/fanout.py --phases memory --mem-sessions 10000
+    .venv/bin/python benchmarks/fanout.py --phases single --profile   # + py-spy record of the registry
+
+Only loopback traffic; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import gc
+import json
+import math
+import os
+import platform
+import resource
+import secrets
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_PEER_SCRIPT = Path("/work/shared/bench/sdk_peer_server.py")
+DEFAULT_PEER_VENV = Path("/tmp/peer")
+DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
+MARKER = b"notifications/prompts/list_changed"
+EDIT_PROMPT = "summarize"  # in the demo seed
+PROTOCOL_VERSION = "2025-11-25"  # the registry primes GET streams from this version on
+
+TARGET_SINGLE_P99_MS = 100.0
+TARGET_PG_P99_MS = 300.0
+TARGET_MEM_MIB = 100.0
+REF_PEER_MS = "150-370"
+REF_PEER_KIB = 38.0
+
+ROUND_TIMEOUT_S = 10.0
+HTTP_TIMEOUT_S = 30.0
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- processes
+def raise_nofile() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else 65536
+    if soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    name: str
+    kind: str  # "registry" | "peer"
+    port: int
+    cmd: list[str]
+    env: dict[str, str]
+    log_path: Path
+    ready_path: str
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.log_file = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            self.cmd, cwd=REPO, env=self.env, stdout=self.log_file, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, preexec_fn=raise_nofile,
+        )
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise RuntimeError(f"{self.name} exited during start:\n{self.log_tail()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
+                    s.sendall(f"GET {self.ready_path} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n"
+                              "Connection: close\r\n\r\n".encode())
+                    head = s.recv(64)
+                    if head.startswith(b"HTTP/1.1 200"):
+                        return
+            except OSError:
+                pass
+            time.sleep(0.25)
+        raise RuntimeError(f"{self.name} not ready after {timeout:.0f} s:\n{self.log_tail()}")
+
+    def log_tail(self, n: int = 25) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def rss_kib(self) -> int:
+        with open(f"/proc/{self.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        raise RuntimeError("no VmRSS")
+
+    def cpu_s(self) -> float:
+        with open(f"/proc/{self.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        with contextlib.suppress(Exception):
+            self.log_file.close()
+
+
+def registry_server(name: str, workdir: Path, env: dict[str, str], database_url: str | None = None,
+                    seed: str | None = None) -> Server:
+    port = free_port()
+    data_dir = workdir / name
+    data_dir.mkdir(parents=True, exist_ok=True)
+    cmd = [str(REPO / ".venv/bin/mcp-registry"), "serve", "--port", str(port), "--data-dir", str(data_dir),
+           "--log-level", "warning"]
+    if database_url:
+        cmd += ["--database-url", database_url]
+    if seed:
+        cmd += ["--seed", seed]
+    return Server(name, "registry", port, cmd, env, workdir / f"{name}.log", "/readyz")
+
+
+def peer_server(name: str, workdir: Path, args: argparse.Namespace, max_sessions: int) -> Server:
+    port = free_port()
+    cmd = [str(args.peer_venv / "bin/python"), str(args.peer_script), "--port", str(port), "--broadcast-registry",
+           "--max-sessions", str(max_sessions)]
+    return Server(name, "peer", port, cmd, dict(os.environ), workdir / f"{name}.log", "/admin/count")
+
+
+def ensure_peer_venv(venv: Path) -> None:
+    if (venv / "bin/python").exists():
+        check = subprocess.run([str(venv / "bin/python"), "-c", "import mcp, uvicorn"], capture_output=True)
+        if check.returncode == 0:
+            return
+    log(f"creating the peer venv at {venv} (mcp==2.3.0 uvicorn)")
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    subprocess.run([str(venv / "bin/pip"), "install", "-q", "mcp==2.3.0", "uvicorn"], check=True, timeout=900)
+
+
+# --------------------------------------------------------------------------- a small HTTP/1.1 client
+@dataclass
+class Response:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json_messages(self) -> list[Any]:
+        """JSON-RPC messages of a JSON or SSE body."""
+        if self.headers.get("content-type", "").startswith("text/event-stream"):
+            out = []
+            for line in self.body.decode().splitlines():
+                if line.startswith("data:") and line[5:].strip():
+                    out.append(json.loads(line[5:]))
+            return out
+        return [json.loads(self.body)] if self.body else []
+
+
+class Http:
+    """One keep-alive connection; reconnects when the server closed it."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def connect(self) -> None:
+        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            with contextlib.suppress(Exception):
+                await self.writer.wait_closed()
+        self.reader = self.writer = None
+
+    def encode(self, method: str, path: str, headers: dict[str, str], body: bytes | None) -> bytes:
+        lines = [f"{method} {path} HTTP/1.1", f"Host: 127.0.0.1:{self.port}"]
+        lines += [f"{k}: {v}" for k, v in headers.items()]
+        if body is not None:
+            lines.append(f"Content-Length: {len(body)}")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode() + (body or b"")
+
+    async def request(self, method: str, path: str, headers: dict[str, str] | None = None,
+                      body: bytes | None = None) -> Response:
+        if self.writer is None or self.writer.is_closing():
+            await self.connect()
+        assert self.reader is not None and self.writer is not None
+        self.writer.write(self.encode(method, path, headers or {}, body))
+        return await asyncio.wait_for(self.read_response(), HTTP_TIMEOUT_S)
+
+    async def read_response(self) -> Response:
+        assert self.reader is not None
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            if ":" in line:
+                k, _, v = line.partition(":")
+                headers[k.strip().lower()] = v.strip()
+        if status in (204, 304) or 100 <= status < 200:
+            body = b""
+        elif "content-length" in headers:
+            body = await self.reader.readexactly(int(headers["content-length"]))
+        elif "chunked" in headers.get("transfer-encoding", "").lower():
+            parts = []
+            while True:
+                size = int((await self.reader.readuntil(b"\r\n")).split(b";")[0], 16)
+                if size == 0:
+                    while (await self.reader.readuntil(b"\r\n")) != b"\r\n":
+                        pass
+                    break
+                parts.append((await self.reader.readexactly(size + 2))[:-2])
+            body = b"".join(parts)
+        else:
+            body = await self.reader.read()
+            await self.close()
+        if headers.get("connection", "").lower() == "close":
+            await self.close()
+        return Response(status, headers, body)
+
+
+INIT_BODY = json.dumps({
+    "jsonrpc": "2.0", "id": 1, "method": "initialize",
+    "params": {"protocolVersion": PROTOCOL_VERSION, "capabilities": {},
+               "clientInfo": {"name": "fanout-bench", "version": "1"}},
+}).encode()
+INITIALIZED_BODY = b'{"jsonrpc":"2.0","method":"notifications/initialized"}'
+POST_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+
+
+async def open_session(http: Http) -> tuple[str, str]:
+    r = await http.request("POST", "/mcp", POST_HEADERS, INIT_BODY)
+    sid = r.headers.get("mcp-session-id")
+    if r.status != 200 or not sid:
+        raise RuntimeError(f"initialize: HTTP {r.status} {r.body[:200]!r}")
+    version = next((m["result"]["protocolVersion"] for m in r.json_messages() if "result" in m), PROTOCOL_VERSION)
+    r2 = await http.request("POST", "/mcp", {**POST_HEADERS, "Mcp-Session-Id": sid, "MCP-Protocol-Version": version},
+                            INITIALIZED_BODY)
+    if r2.status not in (200, 202):
+        raise RuntimeError(f"notifications/initialized: HTTP {r2.status} {r2.body[:200]!r}")
+    return sid, version
+
+
+async def create_sessions(ports: list[int], n: int, conns: int = 8, timeout: float = 900.0) -> list[tuple[int, str, str]]:
+    """n sessions, session i initialized through ports[i % len(ports)]: [(port, sid, version)]."""
+    out: list[tuple[int, str, str] | None] = [None] * n
+    next_index = iter(range(n))
+
+    async def worker(k: int) -> None:
+        https = {p: Http(p) for p in ports}
+        try:
+            for i in next_index:
+                port = ports[i % len(ports)]
+                sid, version = await open_session(https[port])
+                out[i] = (port, sid, version)
+        finally:
+            for h in https.values():
+                await h.close()
+
+    await asyncio.wait_for(asyncio.gather(*(worker(k) for k in range(conns))), timeout)
+    return [x for x in out if x is not None]
+
+
+# --------------------------------------------------------------------------- GET streams
+class Group:
+    """The streams of one measurement target; a round arms it and waits for every arrival."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.watchers: list[Watch] = []
+        self.armed = False
+        self.remaining = 0
+        self.done: asyncio.Future[None] | None = None
+        self.ready_count = 0
+        self.all_ready: asyncio.Event = asyncio.Event()
+        self.lost = 0
+        self.failed: list[str] = []
+
+    def arm(self) -> None:
+        for w in self.watchers:
+            w.arrival = None
+        self.remaining = len(self.watchers)
+        self.done = asyncio.get_running_loop().create_future()
+        self.armed = True
+
+    def arrived(self) -> None:
+        self.remaining -= 1
+        if self.remaining <= 0 and self.done is not None and not self.done.done():
+            self.done.set_result(None)
+
+    def became_ready(self) -> None:
+        self.ready_count += 1
+        if self.ready_count >= len(self.watchers):
+            self.all_ready.set()
+
+
+class Watch(asyncio.Protocol):
+    """One GET stream: cheap data_received that timestamps the first list_changed of a round."""
+
+    TAIL = len(MARKER) - 1
+
+    def __init__(self, group: Group, request: bytes, need_priming: bool, tag: str) -> None:
+        self.group = group
+        self.request = request
+        self.need_priming = need_priming
+        self.tag = tag
+        self.head: bytearray | None = bytearray()
+        self.ready = False
+        self.tail = b""
+        self.arrival: float | None = None
+        self.markers = 0
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        transport.write(self.request)  # type: ignore[attr-defined]
+
+    def data_received(self, data: bytes) -> None:
+        t = time.perf_counter()
+        if self.head is not None:
+            self.head += data
+            end = self.head.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            status = bytes(self.head[:16])
+            data = bytes(self.head[end + 4:])
+            self.head = None
+            if not status.startswith(b"HTTP/1.1 200"):
+                self.group.failed.append(f"{self.tag}: {status!r}")
+                return
+            if not self.need_priming:
+                self.ready = True
+                self.group.became_ready()
+        if not self.ready and b"\n\n" in data:  # the priming event (id + retry + empty data)
+            self.ready = True
+            self.group.became_ready()
+        chunk = self.tail + data
+        found = chunk.count(MARKER)
+        if found:
+            self.markers += found
+            if self.arrival is None and self.group.armed:
+                self.arrival = t
+                self.group.arrived()
+        self.tail = chunk[-self.TAIL:]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.group.lost += 1
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+async def open_streams(group: Group, sessions: list[tuple[int, str, str]], need_priming: bool,
+                       concurrency: int = 100, timeout: float = 120.0) -> float:
+    """One GET stream per (port, sid, version); returns the seconds until all were ready."""
+    loop = asyncio.get_running_loop()
+    sem = asyncio.Semaphore(concurrency)
+    t_start = time.perf_counter()
+
+    async def one(port: int, sid: str, version: str) -> None:
+        request = (f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\n"
+                   f"Mcp-Session-Id: {sid}\r\nMCP-Protocol-Version: {version}\r\n\r\n").encode()
+        watcher = Watch(group, request, need_priming, f"{port}/{sid[:8]}")
+        group.watchers.append(watcher)
+        async with sem:
+            await loop.create_connection(lambda: watcher, "127.0.0.1", port)
+
+    await asyncio.wait_for(asyncio.gather(*(one(*s) for s in sessions)), timeout)
+    try:
+        await asyncio.wait_for(group.all_ready.wait(), timeout)
+    except TimeoutError:
+        raise RuntimeError(f"{group.name}: only {group.ready_count}/{len(group.watchers)} streams ready; "
+                           f"failures: {group.failed[:5]}") from None
+    return time.perf_counter() - t_start
+
+
+# --------------------------------------------------------------------------- one round
+def pct(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile (inf entries stand for streams that never got the notification)."""
+    if not sorted_values:
+        return math.inf
+    k = max(0, math.ceil(q / 100 * len(sorted_values)) - 1)
+    return sorted_values[k]
+
+
+def ms(v: float) -> float | None:
+    return None if math.isinf(v) else round(v * 1e3, 3)
+
+
+def stats(lat: list[float]) -> dict[str, Any]:
+    s = sorted(lat)
+    return {"n": len(s), "got": sum(1 for x in s if not math.isinf(x)), "min_ms": ms(s[0]) if s else None,
+            "p50_ms": ms(pct(s, 50)), "p90_ms": ms(pct(s, 90)), "p99_ms": ms(pct(s, 99)), "max_ms": ms(s[-1]) if s else None}
+
+
+class Trigger:
+    """What makes the server notify: registry = an admin edit, peer = POST /admin/broadcast."""
+
+    def __init__(self, kind: str, port: int, admin_token: str) -> None:
+        self.kind = kind
+        self.port = port
+        self.admin_token = admin_token
+        self.count = 0
+
+    def request(self) -> tuple[str, str, dict[str, str], bytes]:
+        self.count += 1
+        if self.kind == "registry":
+            body = json.dumps({
+                "template": f"Summarize the following text (fan-out edit {self.count} {secrets.token_hex(4)}):\n\n{{{{ text }}}}",
+                "arguments": [{"name": "text", "description": "The text to summarize", "required": True}],
+            }).encode()
+            headers = {"Authorization": f"Bearer {self.admin_token}", "Content-Type": "application/json"}
+            return "PUT", f"/api/v1/prompts/{EDIT_PROMPT}", headers, body
+        return "POST", "/admin/broadcast", {"Content-Type": "application/json"}, b"{}"
+
+
+async def run_round(group: Group, trigger: Trigger, cpu_servers: list[Server],
+                    by_port: dict[int, str] | None = None) -> dict[str, Any]:
+    http = Http(trigger.port)
+    await http.connect()  # connected before t0: the TCP handshake is not timed
+    method, path, headers, body = trigger.request()
+    raw = http.encode(method, path, headers, body)
+    cpu0 = [s.cpu_s() for s in cpu_servers]
+    gc.collect()
+    gc.disable()
+    try:
+        group.arm()
+        assert group.done is not None and http.writer is not None
+        t0 = time.perf_counter()
+        http.writer.write(raw)
+        response = await asyncio.wait_for(http.read_response(), ROUND_TIMEOUT_S)
+        t_resp = time.perf_counter() - t0
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(group.done), ROUND_TIMEOUT_S)
+        t_end = time.perf_counter() - t0
+    finally:
+        group.armed = False
+        gc.enable()
+        await http.close()
+    cpu1 = [s.cpu_s() for s in cpu_servers]
+    lat = [(w.arrival - t0) if w.arrival is not None else math.inf for w in group.watchers]
+    out = {"trigger_status": response.status, "trigger_response_ms": round(t_resp * 1e3, 3),
+           "wait_ms": round(t_end * 1e3, 1), **stats(lat),
+           "server_cpu_ms": [round((b - a) * 1e3) for a, b in zip(cpu0, cpu1)]}
+    if trigger.kind == "peer":
+        with contextlib.suppress(Exception):
+            info = json.loads(response.body)
+            out["server_loop_ms"] = round(info["server_loop_s"] * 1e3, 3)
+            out["server_sessions"] = info["sessions"]
+    if response.status != 200:
+        out["trigger_body"] = response.body[:300].decode(errors="replace")
+    if by_port:
+        for port, name in by_port.items():
+            sub = [x for x, w in zip(lat, group.watchers) if w.tag.startswith(f"{port}/")]
+            out[f"replica_{name}"] = stats(sub)
+    return out
+
+
+def med(values: list[float | None]) -> float | None:
+    vals = [math.inf if v is None else v for v in values]
+    if not vals:
+        return None
+    m = statistics.median(vals)
+    return None if math.isinf(m) else round(m, 3)
+
+
+def summarize(rounds: list[dict[str, Any]], n: int) -> dict[str, Any]:
+    return {
+        "rounds": len(rounds),
+        "p50_ms": med([r["p50_ms"] for r in rounds]),
+        "p99_ms": med([r["p99_ms"] for r in rounds]),
+        "max_ms": med([r["max_ms"] for r in rounds]),
+        "min_ms": med([r["min_ms"] for r in rounds]),
+        "p99_ms_each": [r["p99_ms"] for r in rounds],
+        "delivered_min": min((r["got"] for r in rounds), default=0),
+        "delivered_of": n,
+        "trigger_response_ms": med([r["trigger_response_ms"] for r in rounds]),
+        "server_loop_ms": med([r.get("server_loop_ms") for r in rounds]) if any("server_loop_ms" in r for r in rounds) else None,
+        "server_cpu_ms": med([sum(r["server_cpu_ms"]) for r in rounds]),
+    }
+
+
+# --------------------------------------------------------------------------- phases
+def registry_env(admin_token: str, secret_key: str) -> dict[str, str]:
+    env = dict(os.environ)
+    for key in list(env):
+        if key.startswith("REGISTRY_"):
+            env.pop(key)
+    env.update(REGISTRY_ADMIN_TOKEN=admin_token, REGISTRY_SECRET_KEY=secret_key)
+    return env
+
+
+async def phase_single_and_peer(args: argparse.Namespace, workdir: Path, results: dict[str, Any]) -> None:
+    admin_token, secret_key = secrets.token_urlsafe(24), secrets.token_urlsafe(32)
+    servers: list[Server] = []
+    targets: list[tuple[str, Server, Group, Trigger]] = []
+    try:
+        if "single" in args.phases:
+            reg = registry_server("registry-sqlite", workdir, registry_env(admin_token, secret_key))
+            servers.append(reg)
+        if "peer" in args.phases:
+            ensure_peer_venv(args.peer_venv)
+            peer = peer_server("sdk-peer", workdir, args, max_sessions=max(10_000, 2 * args.sessions))
+            servers.append(peer)
+        for s in servers:
+            s.start()
+        for s in servers:
+            await asyncio.to_thread(s.wait_ready)
+            log(f"{s.name} ready on :{s.port} (pid {s.pid}, VmRSS {s.rss_kib() / 1024:.1f} MiB)")
+        for s in servers:
+            key = "single" if s.kind == "registry" else "peer"
+            rss0 = s.rss_kib()
+            t = time.perf_counter()
+            sessions = await create_sessions([s.port], args.sessions, conns=args.conns)
+            t_sessions = time.perf_counter() - t
+            rss1 = s.rss_kib()
+            group = Group(key)
+            t_streams = await open_streams(group, sessions, need_priming=(s.kind == "registry"))
+            rss2 = s.rss_kib()
+            log(f"{s.name}: {len(sessions)} sessions in {t_sessions:.1f} s, {len(group.watchers)} streams ready in "
+                f"{t_streams:.1f} s; VmRSS {rss0 / 1024:.1f} -> {rss1 / 1024:.1f} -> {rss2 / 1024:.1f} MiB")
+            results["phases"][key] = {
+                "server": s.name, "port": s.port, "sessions": len(sessions), "streams": len(group.watchers),
+                "sessions_s": round(t_sessions, 2), "streams_ready_s": round(t_streams, 2),
+                "rss_mib": {"idle": round(rss0 / 1024, 1), "sessions": round(rss1 / 1024, 1),
+                            "streams": round(rss2 / 1024, 1)},
+                "rounds": [],
+            }
+            targets.append((key, s, group, Trigger(s.kind, s.port, admin_token)))
+
+        gc.collect()
+        gc.freeze()  # the client's own objects: keep its collector out of the measured windows
+        for key, s, group, trigger in targets:
+            warm = await run_round(group, trigger, [s])
+            log(f"{key}: warm-up round: got {warm['got']}/{warm['n']}, p99 {warm['p99_ms']} ms (not counted)")
+            results["phases"][key]["warmup"] = warm
+            await asyncio.sleep(args.gap)
+        for k in range(args.rounds):
+            order = targets if k % 2 == 0 else list(reversed(targets))
+            for key, s, group, trigger in order:
+                r = await run_round(group, trigger, [s])
+                results["phases"][key]["rounds"].append(r)
+                extra = f", server loop {r['server_loop_ms']} ms" if "server_loop_ms" in r else ""
+                log(f"{key} round {k + 1}: got {r['got']}/{r['n']}  p50 {r['p50_ms']}  p99 {r['p99_ms']}  "
+                    f"max {r['max_ms']} ms  (trigger answered in {r['trigger_response_ms']} ms{extra}; "
+                    f"server cpu {r['server_cpu_ms']} ms)")
+                await asyncio.sleep(args.gap)
+        if args.profile and "single" in args.phases:
+            key, s, group, trigger = next(t for t in targets if t[0] == "single")
+            results["phases"]["single"]["profile"] = await profile_rounds(args, workdir, s, group, trigger)
+        for key, s, group, _ in targets:
+            results["phases"][key]["summary"] = summarize(results["phases"][key]["rounds"], len(group.watchers))
+            results["phases"][key]["lost_streams"] = group.lost
+            for w in group.watchers:
+                w.close()
+        gc.unfreeze()
+    finally:
+        await asyncio.sleep(0.2)
+        for s in servers:
+            await asyncio.to_thread(s.stop)
+
+
+async def profile_rounds(args: argparse.Namespace, workdir: Path, server: Server, group: Group,
+                         trigger: Trigger) -> dict[str, Any]:
+    """py-spy record (--idle off, raw) of the registry during a few more rounds."""
+    spy = shutil.which("py-spy", path=str(REPO / ".venv/bin")) or shutil.which("py-spy")
+    if spy is None:
+        log("py-spy not found: skipping the profile")
+        return {"error": "py-spy not found"}
+    out = workdir / "registry-fanout.speedscope.json"
+    raw = workdir / "registry-fanout.folded"
+    procs = []
+    for path, fmt in ((raw, "raw"),):
+        procs.append(subprocess.Popen([spy, "record", "-p", str(server.pid), "-r", "1000", "-f", fmt, "-o", str(path),
+                                       "-d", str(int(args.rounds * 1.5 + 4))], stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL))
+    await asyncio.sleep(2)
+    rounds = []
+    for _ in range(args.rounds):
+        rounds.append(await run_round(group, trigger, [server]))
+        await asyncio.sleep(1.0)
+    for p in procs:
+        await asyncio.to_thread(p.wait, 120)
+    log(f"profile written to {raw} (folded stacks)")
+    return {"folded": str(raw), "rounds_under_profiler": [{k: r[k] for k in ("got", "p50_ms", "p99_ms", "max_ms")}
+                                                          for r in rounds], "speedscope": str(out)}
+
+
+def psql(url: str, sql: str) -> None:
+    subprocess.run(["psql", url, "-v", "ON_ERROR_STOP=1", "-q", "-c", sql], check=True, timeout=60,
+                   capture_output=True)
+
+
+async def phase_pg(args: argparse.Namespace, workdir: Path, results: dict[str, Any]) -> None:
+    admin_token, secret_key = secrets.token_urlsafe(24), secrets.token_urlsafe(32)
+    schema = "fanout_" + secrets.token_hex(4)
+    base = args.pg_url
+    url = base + ("&" if "?" in base else "?") + "options=" + quote(f"-csearch_path={schema}", safe="")
+    env = registry_env(admin_token, secret_key)
+    servers: list[Server] = []
+    psql(base, f'CREATE SCHEMA "{schema}"')
+    try:
+        up = subprocess.run([str(REPO / ".venv/bin/mcp-registry"), "db", "upgrade", "--database-url", url], cwd=REPO,
+                            env=env, capture_output=True, text=True, timeout=300)
+        if up.returncode != 0:
+            raise RuntimeError(f"db upgrade failed: {up.stdout}\n{up.stderr}")
+        a = registry_server("registry-pg-A", workdir, env, database_url=url, seed="demo")
+        b = registry_server("registry-pg-B", workdir, env, database_url=url)
+        servers = [a, b]
+        a.start()
+        await asyncio.to_thread(a.wait_ready)
+        b.start()
+        await asyncio.to_thread(b.wait_ready)
+        log(f"replicas ready: A :{a.port} (pid {a.pid}), B :{b.port} (pid {b.pid}); schema {schema}")
+        n = args.sessions
+        t = time.perf_counter()
+        sessions = await create_sessions([a.port, b.port], n, conns=args.conns)  # i % 2: A, B, A, B, ...
+        t_sessions = time.perf_counter() - t
+        # Stream of session i on replica (i // 2) % 2: half of each replica's streams cross over.
+        ports = [a.port, b.port]
+        placed = [(ports[(i // 2) % 2], sid, version) for i, (_, sid, version) in enumerate(sessions)]
+        crossing = sum(1 for (p0, _, _), (p1, _, _) in zip(sessions, placed) if p0 != p1)
+        group = Group("pg")
+        t_streams = await open_streams(group, placed, need_priming=True)
+        log(f"pg: {len(sessions)} sessions in {t_sessions:.1f} s; {len(group.watchers)} streams ready in "
+            f"{t_streams:.1f} s (A {sum(1 for p, _, _ in placed if p == a.port)}, "
+            f"B {sum(1 for p, _, _ in placed if p == b.port)}, {crossing} on the other replica than their initialize)")
+        phase: dict[str, Any] = {
+            "schema": schema, "sessions": len(sessions), "streams": len(group.watchers), "crossing_streams": crossing,
+            "sessions_s": round(t_sessions, 2), "streams_ready_s": round(t_streams, 2), "edit_via": "A", "rounds": [],
+        }
+        results["phases"]["pg"] = phase
+        trigger = Trigger("registry", a.port, admin_token)
+        by_port = {a.port: "A", b.port: "B"}
+        gc.collect()
+        gc.freeze()
+        warm = await run_round(group, trigger, servers, by_port)
+        phase["warmup"] = warm
+        log(f"pg: warm-up round: got {warm['got']}/{warm['n']}, p99 {warm['p99_ms']} ms (not counted)")
+        await asyncio.sleep(args.gap)
+        for k in range(args.rounds):
+            r = await run_round(group, trigger, servers, by_port)
+            phase["rounds"].append(r)
+            log(f"pg round {k + 1}: got {r['got']}/{r['n']}  p50 {r['p50_ms']}  p99 {r['p99_ms']}  max {r['max_ms']} ms"
+                f"  (A p99 {r['replica_A']['p99_ms']}, B p99 {r['replica_B']['p99_ms']}; edit answered in "
+                f"{r['trigger_response_ms']} ms; cpu A/B {r['server_cpu_ms']} ms)")
+            await asyncio.sleep(args.gap)
+        phase["summary"] = summarize(phase["rounds"], len(group.watchers))
+        phase["summary"]["replica_A_p99_ms"] = med([r["replica_A"]["p99_ms"] for r in phase["rounds"]])
+        phase["summary"]["replica_B_p99_ms"] = med([r["replica_B"]["p99_ms"] for r in phase["rounds"]])
+        phase["lost_streams"] = group.lost
+        for w in group.watchers:
+            w.close()
+        gc.unfreeze()
+    finally:
+        await asyncio.sleep(0.2)
+        for s in servers:
+            await asyncio.to_thread(s.stop)
+        if not args.keep_schema:
+            with contextlib.suppress(Exception):
+                psql(base, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+async def measure_memory(server: Server, n: int, conns: int) -> dict[str, Any]:
+    server.start()
+    try:
+        await asyncio.to_thread(server.wait_ready)
+        await create_sessions([server.port], 20, conns=4)  # load the MCP code path: not per-session memory
+        await asyncio.sleep(2.0)
+        idle = server.rss_kib()
+        t = time.perf_counter()
+        made = await create_sessions([server.port], n, conns=conns)
+        t_create = time.perf_counter() - t
+        after_create = server.rss_kib()
+        await asyncio.sleep(3.0)
+        settled = server.rss_kib()
+        delta_kib = settled - idle
+        out = {
+            "sessions": len(made), "create_s": round(t_create, 2), "sessions_per_s": round(len(made) / t_create, 1),
+            "rss_idle_mib": round(idle / 1024, 1), "rss_after_create_mib": round(after_create / 1024, 1),
+            "rss_settled_mib": round(settled / 1024, 1), "delta_mib": round(delta_kib / 1024, 1),
+            "kib_per_session": round(delta_kib / max(1, len(made)), 2),
+        }
+        if server.kind == "peer":
+            with contextlib.suppress(Exception):
+                r = await Http(server.port).request("GET", "/admin/count")
+                out["server_count"] = json.loads(r.body)
+        return out
+    finally:
+        await asyncio.to_thread(server.stop)
+
+
+async def phase_memory(args: argparse.Namespace, workdir: Path, results: dict[str, Any]) -> None:
+    admin_token, secret_key = secrets.token_urlsafe(24), secrets.token_urlsafe(32)
+    mem: dict[str, Any] = {}
+    results["phases"]["memory"] = mem
+    reg = registry_server("registry-mem", workdir, registry_env(admin_token, secret_key))
+    mem["registry"] = await measure_memory(reg, args.mem_sessions, args.mem_conns)
+    log(f"memory registry: {mem['registry']}")
+    if not args.no_peer_memory:
+        ensure_peer_venv(args.peer_venv)
+        peer = peer_server("sdk-peer-mem", workdir, args, max_sessions=2 * args.mem_sessions + 100)
+        mem["peer"] = await measure_memory(peer, args.mem_sessions, args.mem_conns)
+        log(f"memory peer: {mem['peer']}")
+
+
+# --------------------------------------------------------------------------- report
+def fmt(v: Any, spec: str = ".1f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def verdict(ok: bool | None) -> str:
+    return "-" if ok is None else ("PASS" if ok else "MISS")
+
+
+def report(results: dict[str, Any], args: argparse.Namespace) -> None:
+    ph = results["phases"]
+    rows: list[tuple[str, str, str, str, str, str, str]] = []
+    verdicts: dict[str, Any] = {}
+
+    def fan_row(label: str, key: str, target: float | None, ref: str) -> None:
+        s = ph.get(key, {}).get("summary")
+        if not s:
+            return
+        ok = None
+        if target is not None:
+            ok = s["p99_ms"] is not None and s["p99_ms"] <= target and s["delivered_min"] == s["delivered_of"]
+            verdicts[key] = {"target_p99_ms": target, "p99_ms": s["p99_ms"], "pass": ok}
+        figure = (f"p50 {fmt(s['p50_ms'])} / p99 {fmt(s['p99_ms'])} / max {fmt(s['max_ms'])} ms, "
+                  f"{s['delivered_min']}/{s['delivered_of']} got it")
+        detail = f"edit/trigger answered {fmt(s['trigger_response_ms'])} ms"
+        if s.get("server_loop_ms") is not None:
+            detail += f", server loop {fmt(s['server_loop_ms'])} ms"
+        if key == "pg":
+            detail += f", A p99 {fmt(s['replica_A_p99_ms'])} / B p99 {fmt(s['replica_B_p99_ms'])}"
+        rows.append((label, figure, f"<= {target:.0f} ms p99" if target else ref, verdict(ok), detail, "", ""))
+
+    n = args.sessions
+    fan_row(f"fan-out, registry 1 replica (SQLite), {n} streams", "single", TARGET_SINGLE_P99_MS, "")
+    fan_row(f"fan-out, SDK peer broadcast loop, {n} streams", "peer", None, f"ref {REF_PEER_MS} ms")
+    fan_row(f"fan-out, registry 2 replicas (PostgreSQL), {n} streams", "pg", TARGET_PG_P99_MS, "")
+    mem = ph.get("memory", {})
+    for who in ("registry", "peer"):
+        m = mem.get(who)
+        if not m:
+            continue
+        ok = None
+        if who == "registry":
+            ok = m["delta_mib"] <= TARGET_MEM_MIB * m["sessions"] / args.mem_sessions and m["sessions"] == args.mem_sessions
+            verdicts["memory"] = {"target_mib": TARGET_MEM_MIB, "delta_mib": m["delta_mib"], "pass": ok}
+        label = f"memory, {m['sessions']} idle sessions, {'registry (SQLite)' if who == 'registry' else 'SDK peer'}"
+        figure = f"+{m['delta_mib']:.1f} MiB = {m['kib_per_session']:.1f} KiB/session"
+        target = f"<= {TARGET_MEM_MIB:.0f} MB" if who == "registry" else f"ref ~{REF_PEER_KIB:.0f} KiB/session"
+        detail = f"idle {m['rss_idle_mib']} -> {m['rss_settled_mib']} MiB; {m['sessions_per_s']} sessions/s"
+        rows.append((label, figure, target, verdict(ok), detail, "", ""))
+    results["verdicts"] = verdicts
+
+    if "single" in ph and "peer" in ph and ph["single"].get("summary") and ph["peer"].get("summary"):
+        rp, pp = ph["single"]["summary"]["p99_ms"], ph["peer"]["summary"]["p99_ms"]
+        if rp and pp:
+            results["peer_over_registry_p99"] = round(pp / rp, 2)
+
+    print()
+    print(f"== notification fan-out and session memory ({results['host']['cpus']} CPUs; medians of "
+          f"{args.rounds} rounds; t0 = just before the trigger request is written) ==")
+    w0 = max(len(r[0]) for r in rows) if rows else 10
+    w1 = max(len(r[1]) for r in rows) if rows else 10
+    w2 = max(len(r[2]) for r in rows) if rows else 10
+    print(f"{'measurement':{w0}} | {'figure':{w1}} | {'target':{w2}} | verdict | notes")
+    print("-" * (w0 + w1 + w2 + 30))
+    for r in rows:
+        print(f"{r[0]:{w0}} | {r[1]:{w1}} | {r[2]:{w2}} | {r[3]:7} | {r[4]}")
+    if "peer_over_registry_p99" in results:
+        print(f"\npeer p99 / registry p99 (same run, same timing): {results['peer_over_registry_p99']}x")
+    for key in ("single", "peer", "pg"):
+        s = ph.get(key, {}).get("summary")
+        if s:
+            print(f"{key:6} p99 per round (ms): {s['p99_ms_each']}")
+
+
+async def amain(args: argparse.Namespace) -> dict[str, Any]:
+    workdir = Path(tempfile.mkdtemp(prefix="fanout-"))
+    results: dict[str, Any] = {
+        "benchmark": "fanout",
+        "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "config": {"sessions": args.sessions, "rounds": args.rounds, "gap_s": args.gap, "phases": sorted(args.phases),
+                   "mem_sessions": args.mem_sessions, "mem_conns": args.mem_conns, "conns": args.conns,
+                   "protocol_version": PROTOCOL_VERSION, "edit": f"PUT /api/v1/prompts/{EDIT_PROMPT}",
+                   "peer": f"{args.peer_script} --broadcast-registry (default SSE mode, asyncio + h11)",
+                   "registry": "mcp-registry serve (uvicorn auto: uvloop + httptools when installed)",
+                   "client": f"this process, {type(asyncio.get_running_loop()).__module__} loop"},
+        "host": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+                 "loadavg_start": os.getloadavg()},
+        "targets": {"single_p99_ms": TARGET_SINGLE_P99_MS, "pg_p99_ms": TARGET_PG_P99_MS, "memory_mib": TARGET_MEM_MIB},
+        "workdir": str(workdir),
+        "phases": {},
+    }
+    log(f"work dir {workdir} (server logs)")
+    try:
+        if args.phases & {"single", "peer"}:
+            await phase_single_and_peer(args, workdir, results)
+        if "pg" in args.phases:
+            await phase_pg(args, workdir, results)
+        if "memory" in args.phases:
+            await phase_memory(args, workdir, results)
+    except Exception as exc:  # report what was measured so far
+        results["error"] = f"{type(exc).__name__}: {exc}"
+        log(f"ERROR: {results['error']}")
+    results["host"]["loadavg_end"] = os.getloadavg()
+    results["finished"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    return results
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sessions", type=int, default=1000, help="sessions with a GET stream per fan-out target")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--gap", type=float, default=1.5, help="seconds between rounds")
+    ap.add_argument("--conns", type=int, default=8, help="keep-alive connections used to create sessions")
+    ap.add_argument("--phases", default="single,peer,pg,memory",
+                    help="comma list of single, peer, pg, memory (single+peer alternate rounds)")
+    ap.add_argument("--mem-sessions", type=int, default=10_000)
+    ap.add_argument("--mem-conns", type=int, default=8)
+    ap.add_argument("--no-peer-memory", action="store_true")
+    ap.add_argument("--pg-url", default=os.environ.get("FANOUT_PG_URL", DEFAULT_PG_URL))
+    ap.add_argument("--keep-schema", action="store_true")
+    ap.add_argument("--peer-venv", type=Path, default=DEFAULT_PEER_VENV)
+    ap.add_argument("--peer-script", type=Path, default=DEFAULT_PEER_SCRIPT)
+    ap.add_argument("--profile", action="store_true", help="py-spy record the registry over extra single rounds")
+    ap.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/fanout-<ts>.json)")
+    args = ap.parse_args()
+    args.phases = {p.strip() for p in args.phases.split(",") if p.strip()}
+    unknown = args.phases - {"single", "peer", "pg", "memory"}
+    if unknown:
+        ap.error(f"unknown phases: {', '.join(sorted(unknown))}")
+    raise_nofile()
+    needed = 3 * args.sessions + 200
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < needed:
+        log(f"warning: RLIMIT_NOFILE {resource.getrlimit(resource.RLIMIT_NOFILE)[0]} < {needed}")
+    try:
+        import uvloop
+
+        results = uvloop.run(amain(args))
+    except ImportError:
+        results = asyncio.run(amain(args))
+    report(results, args)
+    out = args.out or REPO / "benchmarks/results" / f"fanout-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    print(f"\nJSON: {out}")
+    return 0 if "error" not in results else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,822 @@
+#!/usr/bin/env python3
+"""MCP throughput: the registry against the official SDK's server, side by side in one run.
+
+Loads the shared benchmark catalog (1,000 prompts rendering ~500 characters, 1,000 static text
+resources, 50 tools with ``echo`` served by a loopback webhook) into the registry on SQLite and/or
+PostgreSQL, starts ``mcp-registry serve`` for each, the SDK peer (``sdk_peer_server.py
+--json-response``, optionally also its default SSE mode) and a tiny echo webhook server, then
+alternates load runs (registry, peer, registry, peer, ...) for several rounds per method and per
+concurrency with ``mcp_load.py`` (wrk). Reports medians of requests/s, p50 and p99, the ratios
+registry/peer, PASS/MISS against the targets, and writes everything to
+``benchmarks/results/<timestamp>.json``. Exits 0 whatever the figures (non-zero only when it
+cannot run).
+
+Targets (issue): prompts/get and resources/read at >= 2x the peer's requests/s (JSON-response
+mode) with p99 <= 1/3 of the peer's, on SQLite and on PostgreSQL.
+
+    .venv/bin/python benchmarks/mcp_throughput.py                       # both DBs, 3 rounds x 5 s
+    .venv/bin/python benchmarks/mcp_throughput.py --rounds 2 --duration 4 --database sqlite
+    .venv/bin/python benchmarks/mcp_throughput.py --profile             # + py-spy of prompts/get c=32
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import asyncio
+import collections
+import contextlib
+import datetime as dt
+import http.client
+import json
+import os
+import platform
+import secrets
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+REPO = Path(__file__).resolve().parent.parent
+METHODS = ("prompts/get", "resources/read", "tools/list", "tools/call")
+TARGET_METHODS = ("prompts/get", "resources/read")
+TARGET_RPS_RATIO = 2.0
+TARGET_P99_RATIO = 1 / 3
+N_PROMPTS = 1000
+N_RESOURCES = 1000
+N_TOOLS = 50  # echo + tool01..tool49
+DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- echo webhook server
+def _echo_answer(body: bytes) -> tuple[str, bytes]:
+    try:
+        payload = json.loads(body)
+        text = payload["arguments"]["text"]
+    except (ValueError, KeyError, TypeError):
+        return "400 Bad Request", b'{"error":"expected {\\"arguments\\": {\\"text\\": ...}}"}'
+    # Same answer as the SDK peer's echo tool (a str-returning function: text + structuredContent).
+    out = {"content": [{"type": "text", "text": text}], "structuredContent": {"result": text}}
+    return "200 OK", json.dumps(out, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+class _EchoProtocol(asyncio.Protocol):
+    """Minimal HTTP/1.1 keep-alive server: POST a webhook payload, get the echo CallToolResult."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio's classes
+
+    def data_received(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.buf += data
+        while True:
+            end = self.buf.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            lines = bytes(self.buf[:end]).decode("latin-1").split("\r\n")
+            verb = lines[0].split(" ", 1)[0]
+            length, close = 0, False
+            for line in lines[1:]:
+                key, _, value = line.partition(":")
+                key = key.strip().lower()
+                if key == "content-length":
+                    length = int(value.strip())
+                elif key == "connection" and value.strip().lower() == "close":
+                    close = True
+            if len(self.buf) < end + 4 + length:
+                return
+            body = bytes(self.buf[end + 4 : end + 4 + length])
+            del self.buf[: end + 4 + length]
+            status, out = _echo_answer(body) if verb in ("POST", "PUT") else ("200 OK", b'{"ok":true}')
+            head = f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(out)}\r\n\r\n"
+            self.transport.write(head.encode() + out)
+            if close:
+                self.transport.close()
+                return
+
+
+def run_echo_server(port: int) -> None:
+    try:
+        import uvloop  # the webhook is infrastructure: keep it as cheap as possible
+
+        uvloop.install()
+    except ImportError:
+        pass
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(_EchoProtocol, "127.0.0.1", port, backlog=1024)
+        async with server:
+            await server.serve_forever()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main())
+
+
+# --------------------------------------------------------------------------- helpers
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def read_filler(peer_file: Path) -> str:
+    """FILLER from the peer's source (importing it would need the SDK in this venv)."""
+    tree = ast.parse(peer_file.read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "FILLER" for t in node.targets):
+            value = ast.literal_eval(node.value)
+            if isinstance(value, str):
+                return value
+    raise SystemExit(f"cannot find FILLER in {peer_file}")
+
+
+def http_status(port: int, path: str, timeout: float = 2.0) -> int | None:
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+        conn.request("GET", path, headers={"Accept": "application/json, text/event-stream"})
+        status = conn.getresponse().status
+        conn.close()
+        return status
+    except OSError:
+        return None
+
+
+@dataclass
+class Server:
+    name: str  # label in tables: "sqlite", "postgresql", "peer-json", "peer-sse"
+    kind: str  # "registry" | "peer"
+    port: int
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def log_tail(self, n: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+
+def wait_ready(server: Server, path: str, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.proc.poll() is not None:
+            raise SystemExit(f"{server.name} exited with {server.proc.returncode}:\n{server.log_tail()}")
+        status = http_status(server.port, path)
+        if status is not None and (path != "/healthz" or status == 200):
+            return
+        time.sleep(0.2)
+    raise SystemExit(f"{server.name} not ready after {timeout:.0f} s:\n{server.log_tail()}")
+
+
+def stop_process(proc: subprocess.Popen[bytes] | None) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
+# --------------------------------------------------------------------------- prerequisites
+def ensure_wrk() -> str:
+    path = shutil.which("wrk")
+    if path is None:
+        raise SystemExit(
+            "error: `wrk` is not installed; mcp_load.py drives the load with it.\n"
+            "       install it with:  apt-get install -y wrk"
+        )
+    return path
+
+
+def ensure_peer_venv(venv: Path) -> Path:
+    python = venv / "bin" / "python"
+    probe = [str(python), "-c", "import mcp, uvicorn"]
+    if python.exists() and subprocess.run(probe, capture_output=True).returncode == 0:
+        return python
+    log(f"creating the peer venv at {venv} (mcp==2.3.0 uvicorn) ...")
+    base = shutil.which("python3") or sys.executable
+    subprocess.run([base, "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "mcp==2.3.0", "uvicorn"], check=True)
+    if subprocess.run(probe, capture_output=True).returncode != 0:
+        raise SystemExit(f"error: the peer venv {venv} still cannot import mcp and uvicorn")
+    return python
+
+
+# --------------------------------------------------------------------------- the catalog
+def catalog_entries(filler: str, echo_url: str) -> list[tuple[str, dict[str, Any]]]:
+    """The peer's catalog as registry definitions (same names, arguments, texts and schemas)."""
+    entries: list[tuple[str, dict[str, Any]]] = []
+    for i in range(N_PROMPTS):
+        template = f"[prompt p{i:04d}] Topic: {{{{ topic }}}}. Audience: {{{{ audience }}}}. {filler}{filler[:120]}"
+        entries.append(
+            (
+                "prompt",
+                {
+                    "name": f"p{i:04d}",
+                    "description": f"Briefing prompt number {i}",
+                    "arguments": [
+                        {"name": "topic", "required": True},
+                        {"name": "audience", "required": True},
+                    ],
+                    "template": template,
+                },
+            )
+        )
+    for i in range(N_RESOURCES):
+        entries.append(
+            (
+                "resource",
+                {
+                    "name": f"r{i:04d}",
+                    "uri": f"res://static/r{i:04d}",
+                    "mimeType": "text/plain",
+                    "text": f"[resource r{i:04d}] " + filler + filler[:150],
+                },
+            )
+        )
+
+    def output_schema(tool: str) -> dict[str, Any]:
+        return {
+            "properties": {"result": {"title": "Result", "type": "string"}},
+            "required": ["result"],
+            "type": "object",
+            "title": f"{tool}Output",
+        }
+
+    webhook = {"url": echo_url, "timeout_s": 10}
+    entries.append(
+        (
+            "tool",
+            {
+                "name": "echo",
+                "description": "Echo the input text back.",
+                "inputSchema": {
+                    "properties": {"text": {"title": "Text", "type": "string"}},
+                    "required": ["text"],
+                    "type": "object",
+                    "title": "echoArguments",
+                },
+                "outputSchema": output_schema("echo"),
+                "webhook": webhook,
+            },
+        )
+    )
+    for i in range(1, N_TOOLS):
+        name = f"tool{i:02d}"
+        entries.append(
+            (
+                "tool",
+                {
+                    "name": name,
+                    "description": f"Synthetic tool number {i}",
+                    "inputSchema": {
+                        "properties": {
+                            "a": {"title": "A", "type": "integer"},
+                            "b": {"title": "B", "type": "string"},
+                        },
+                        "required": ["a", "b"],
+                        "type": "object",
+                        "title": f"{name}Arguments",
+                    },
+                    "outputSchema": output_schema(name),
+                    "webhook": webhook,
+                },
+            )
+        )
+    return entries
+
+
+def load_catalog(data_dir: Path, database_url: str | None, entries: list[tuple[str, dict[str, Any]]]) -> float:
+    """Write the catalog in-process through CatalogService.create; returns seconds taken."""
+    from registry.config import Settings
+    from registry.runtime import Registry
+
+    settings = Settings(data_dir=data_dir, database_url=database_url, webhook_allowed_networks="127.0.0.0/8")
+    registry = Registry(settings)
+    t0 = time.perf_counter()
+    try:
+        registry.migrate()
+        for kind, raw in entries:
+            registry.catalog.create(kind, raw, actor="benchmark")
+    finally:
+        registry.close()
+    return time.perf_counter() - t0
+
+
+class PgSchema:
+    """A fresh schema on the PostgreSQL server, dropped at the end."""
+
+    def __init__(self, server_url: str) -> None:
+        from registry.db.engine import normalize_database_url
+
+        self.server_url = normalize_database_url(server_url)
+        self.schema = "bench_" + secrets.token_hex(5)
+        self.created = False
+
+    def _execute(self, sql: str) -> None:
+        from sqlalchemy import create_engine, text
+
+        engine = create_engine(self.server_url, isolation_level="AUTOCOMMIT")
+        try:
+            with engine.connect() as conn:
+                conn.execute(text(sql))
+        finally:
+            engine.dispose()
+
+    def create(self) -> str:
+        self._execute(f'CREATE SCHEMA "{self.schema}"')
+        self.created = True
+        sep = "&" if "?" in self.server_url else "?"
+        return self.server_url + sep + "options=" + quote(f"-csearch_path={self.schema}")
+
+    def drop(self) -> None:
+        if self.created:
+            self._execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
+            self.created = False
+
+
+# --------------------------------------------------------------------------- load runs
+def mcp_load(args: argparse.Namespace, server: Server, method: str, concurrency: int, duration: int) -> dict[str, Any]:
+    cmd = [
+        sys.executable,
+        str(args.shared / "mcp_load.py"),
+        "--url",
+        server.url,
+        "--method",
+        method,
+        "-d",
+        str(duration),
+        "-c",
+        str(concurrency),
+        "--server-pid",
+        str(server.proc.pid),
+        "--label",
+        server.name,
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 180)
+    line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("RESULT ")), None)
+    if line is None:
+        detail = (proc.stdout + proc.stderr)[-1500:]
+        log(f"  !! {server.name} {method} c={concurrency}: mcp_load failed (rc={proc.returncode}): {detail}")
+        return {"failed": True, "rc": proc.returncode, "output": detail}
+    result: dict[str, Any] = json.loads(line[len("RESULT ") :])
+    return result
+
+
+def probe_responses(args: argparse.Namespace, server: Server) -> dict[str, Any]:
+    """One answer per method: body size, content type and the text agents get (for the parity check)."""
+    sys.path.insert(0, str(args.shared))
+    import mcp_load as ml  # type: ignore[import-not-found]
+
+    client = ml.Http(server.url)
+    sid, _, _ = ml.handshake(client, "2025-11-25")
+    headers = {"MCP-Protocol-Version": "2025-11-25", **({"Mcp-Session-Id": sid} if sid else {})}
+    out: dict[str, Any] = {}
+    for method in METHODS:
+        status, hd, body = client.req("POST", ml.rpc_body(method, 1, 42), headers)
+        msgs = ml.parse_jsonrpc_payload(hd.get("content-type", ""), body) if status == 200 else []
+        result = next((m.get("result") for m in msgs if m.get("id") == 1), None)
+        text: Any = None
+        if isinstance(result, dict):
+            if method == "prompts/get":
+                text = result["messages"][0]["content"].get("text")
+            elif method == "resources/read":
+                text = result["contents"][0].get("text")
+            elif method == "tools/call":
+                text = result
+            else:
+                text = sorted(t["name"] for t in result.get("tools", []))
+        out[method] = {"status": status, "content_type": hd.get("content-type"), "bytes": len(body), "value": text}
+    if sid:
+        client.req("DELETE", None, {"Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-11-25"})
+    client.close()
+    return out
+
+
+# --------------------------------------------------------------------------- summary and report
+def median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    ok = [r for r in runs if not r.get("failed")]
+    return {
+        "rounds": len(runs),
+        "failed_runs": len(runs) - len(ok),
+        "rps": median([r["rps"] for r in ok]),
+        "p50_ms": median([r["p50_ms"] for r in ok]),
+        "p99_ms": median([r["p99_ms"] for r in ok]),
+        "errors": sum(int(r.get("errors", 0)) for r in ok),
+        "server_cpu_pct": median([r["server_cpu_pct"] for r in ok if "server_cpu_pct" in r]),
+        "rps_all": [round(r["rps"], 1) for r in ok],
+        "p99_all": [round(r["p99_ms"], 2) for r in ok],
+    }
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def fmt(v: float | None, spec: str = ".0f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def report(results: dict[str, Any], registries: list[str], peers: list[str], concurrencies: list[int]) -> list[dict]:
+    summary = results["summary"]
+    verdicts: list[dict[str, Any]] = []
+    for reg in registries:
+        for peer in peers:
+            print()
+            print(
+                f"== registry on {reg} vs SDK peer ({peer}): medians of {results['config']['rounds']} rounds "
+                f"x {results['config']['duration_s']} s =="
+            )
+            head = (
+                f"{'method':15} {'c':>3} | {'reg rps':>8} {'peer rps':>8} {'x':>6} | {'reg p50':>8} {'peer p50':>8}"
+                f" | {'reg p99':>8} {'peer p99':>8} {'ratio':>6} | {'reg cpu':>7} {'errs':>5}"
+            )
+            print(head)
+            print("-" * len(head))
+            for method in METHODS:
+                for c in concurrencies:
+                    a = summary[reg][method][str(c)]
+                    b = summary[peer][method][str(c)]
+                    rx = ratio(a["rps"], b["rps"])
+                    px = ratio(a["p99_ms"], b["p99_ms"])
+                    print(
+                        f"{method:15} {c:>3} | {fmt(a['rps']):>8} {fmt(b['rps']):>8} {fmt(rx, '.2f'):>6} | "
+                        f"{fmt(a['p50_ms'], '.2f'):>8} {fmt(b['p50_ms'], '.2f'):>8} | "
+                        f"{fmt(a['p99_ms'], '.2f'):>8} {fmt(b['p99_ms'], '.2f'):>8} {fmt(px, '.2f'):>6} | "
+                        f"{fmt(a['server_cpu_pct']):>6}% {a['errors'] + b['errors']:>5}"
+                    )
+                    if peer == "peer-json" and method in TARGET_METHODS:
+                        verdicts.append(
+                            {
+                                "database": reg,
+                                "method": method,
+                                "concurrency": c,
+                                "rps_ratio": rx,
+                                "rps_pass": rx is not None and rx >= TARGET_RPS_RATIO,
+                                "p99_ratio": px,
+                                "p99_pass": px is not None and px <= TARGET_P99_RATIO,
+                            }
+                        )
+    print()
+    print(f"== targets (vs peer-json): rps >= {TARGET_RPS_RATIO:g}x peer, p99 <= 1/3 of peer ==")
+    for v in verdicts:
+        print(
+            f"{v['database']:10} {v['method']:15} c={v['concurrency']:<3} "
+            f"rps x{fmt(v['rps_ratio'], '.2f'):>5} {'PASS' if v['rps_pass'] else 'MISS'}   "
+            f"p99 x{fmt(v['p99_ratio'], '.2f'):>5} {'PASS' if v['p99_pass'] else 'MISS'}"
+        )
+    return verdicts
+
+
+# --------------------------------------------------------------------------- profiling
+def profile_prompts_get(args: argparse.Namespace, server: Server, out_dir: Path, stamp: str) -> dict[str, Any]:
+    """py-spy (if present) on the registry while mcp_load drives prompts/get at c=32."""
+    pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(pyspy).exists():
+        log("profile: py-spy not found (pip install py-spy into this venv); skipped")
+        return {"skipped": "py-spy not found"}
+    duration = max(args.profile_duration, 3)
+    raw = out_dir / f"{stamp}-{server.name}-prompts_get-c32.collapsed"
+    cmd = [
+        pyspy,
+        "record",
+        "-p",
+        str(server.proc.pid),
+        "-d",
+        str(duration + 2),
+        "-r",
+        "250",
+        "-f",
+        "raw",
+        "-o",
+        str(raw),
+        "--nonblocking",
+    ]
+    spy = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    time.sleep(1.0)
+    load = mcp_load(args, server, "prompts/get", 32, duration)
+    try:
+        output, _ = spy.communicate(timeout=duration + 60)
+    except subprocess.TimeoutExpired:
+        spy.kill()
+        output, _ = spy.communicate()
+    if not raw.exists():
+        log(f"profile: py-spy failed: {output.decode(errors='replace')[-800:]}")
+        return {"skipped": "py-spy failed", "output": output.decode(errors="replace")[-800:]}
+    self_time: collections.Counter[str] = collections.Counter()
+    total_time: collections.Counter[str] = collections.Counter()
+    samples = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        samples += n
+        frames = stack.split(";")
+        self_time[frames[-1]] += n
+        for frame in set(frames):
+            total_time[frame] += n
+    print()
+    print(
+        f"== py-spy: registry ({server.name}) under prompts/get c=32, {samples} samples, "
+        f"{fmt(load.get('rps'))} req/s meanwhile; raw stacks in {raw} =="
+    )
+    print("top self time:")
+    for frame, n in self_time.most_common(args.profile_top):
+        print(f"  {100 * n / max(samples, 1):5.1f}%  {frame}")
+    print("top inclusive time (registry frames):")
+    shown = 0
+    for frame, n in total_time.most_common():
+        if "registry/" in frame or "/registry/" in frame:
+            print(f"  {100 * n / max(samples, 1):5.1f}%  {frame}")
+            shown += 1
+            if shown >= args.profile_top:
+                break
+    return {
+        "server": server.name,
+        "samples": samples,
+        "load": load,
+        "collapsed_stacks": str(raw),
+        "self": [[f, n] for f, n in self_time.most_common(40)],
+        "inclusive": [[f, n] for f, n in total_time.most_common(80)],
+    }
+
+
+# --------------------------------------------------------------------------- main
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument(
+        "--shared",
+        type=Path,
+        default=REPO.parent / "shared" / "bench",
+        help="the shared measuring tools (default: <repo>/../shared/bench)",
+    )
+    ap.add_argument("--database", choices=["sqlite", "postgresql", "both"], default="both")
+    ap.add_argument(
+        "--pg-url",
+        default=os.environ.get("REGISTRY_TEST_DATABASE_URL") or DEFAULT_PG_URL,
+        help="PostgreSQL server URL; a fresh schema is created in it and dropped afterwards "
+        "(default: $REGISTRY_TEST_DATABASE_URL or %(default)s)",
+    )
+    ap.add_argument("--rounds", type=int, default=3, help="A B A B ... rounds per method and concurrency")
+    ap.add_argument("--duration", type=int, default=5, help="seconds per load run")
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
+    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    ap.add_argument("--warmup", type=int, default=1, help="seconds of warm-up per server and method (0: none)")
+    ap.add_argument(
+        "--peer-venv",
+        type=Path,
+        default=Path("/tmp/peer"),
+        help="venv with mcp==2.3.0 and uvicorn for the SDK peer; created when missing",
+    )
+    ap.add_argument("--peer-sse", action="store_true", help="also measure the peer in its default SSE mode")
+    ap.add_argument("--results-dir", type=Path, default=REPO / "benchmarks" / "results")
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="afterwards, py-spy the registry under prompts/get c=32 and print the hot spots",
+    )
+    ap.add_argument("--profile-only", action="store_true", help="skip the comparison, only --profile (first DB)")
+    ap.add_argument("--profile-duration", type=int, default=10)
+    ap.add_argument("--profile-top", type=int, default=25)
+    ap.add_argument("--keep", action="store_true", help="keep the temporary data dirs and the PostgreSQL schema")
+    ap.add_argument("--echo-server", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    args.shared = args.shared.resolve()
+    args.methods = [m for m in METHODS if m in args.methods]
+    if args.profile_only:
+        args.profile = True
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.echo_server:
+        run_echo_server(args.echo_server)
+        return 0
+
+    load_script = args.shared / "mcp_load.py"
+    peer_script = args.shared / "sdk_peer_server.py"
+    for needed in (load_script, peer_script):
+        if not needed.exists():
+            raise SystemExit(f"error: {needed} not found; point --shared at shared/bench")
+    ensure_wrk()
+    peer_python = ensure_peer_venv(args.peer_venv)
+    filler = read_filler(peer_script)
+    dbs = ["sqlite", "postgresql"] if args.database == "both" else [args.database]
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="mcp-throughput-"))
+    procs: list[subprocess.Popen[bytes]] = []
+    pg: PgSchema | None = None
+    servers: list[Server] = []
+
+    def start(name: str, kind: str, cmd: list[str], env: dict[str, str] | None, port: int) -> Server:
+        log_path = work / f"{name}.log"
+        with open(log_path, "wb") as fh:
+            proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=work)
+        procs.append(proc)
+        return Server(name, kind, port, proc, log_path)
+
+    try:
+        # The echo webhook, a process of its own.
+        echo_port = free_port()
+        echo = start(
+            "echo-webhook", "echo", [sys.executable, __file__, "--echo-server", str(echo_port)], None, echo_port
+        )
+        wait_ready(echo, "/")
+        entries = catalog_entries(filler, f"http://127.0.0.1:{echo_port}/echo")
+
+        base_env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
+        base_env.update(REGISTRY_WEBHOOK_ALLOWED_NETWORKS="127.0.0.0/8", REGISTRY_ADMIN_TOKEN=secrets.token_hex(16))
+        for db in dbs:
+            data_dir = work / f"data-{db}"
+            url: str | None = None
+            if db == "postgresql":
+                pg = PgSchema(args.pg_url)
+                try:
+                    url = pg.create()
+                except Exception as exc:
+                    raise SystemExit(f"error: cannot create a schema on {args.pg_url}: {exc}") from None
+            seconds = load_catalog(data_dir, url, entries)
+            log(f"{db}: loaded {len(entries)} entries in {seconds:.1f} s")
+            port = free_port()
+            cmd = [
+                sys.executable,
+                "-m",
+                "registry",
+                "serve",
+                "--port",
+                str(port),
+                "--data-dir",
+                str(data_dir),
+                "--log-level",
+                "warning",
+            ]
+            if url:
+                cmd += ["--database-url", url]
+            server = start(db, "registry", cmd, base_env, port)
+            server.info = {
+                "load_seconds": round(seconds, 2),
+                "database": db,
+                "schema": pg.schema if db == "postgresql" and pg else None,
+            }
+            servers.append(server)
+
+        if not args.profile_only:
+            peer_modes = [("peer-json", ["--json-response"])] + ([("peer-sse", [])] if args.peer_sse else [])
+            for name, extra in peer_modes:
+                port = free_port()
+                servers.append(
+                    start(name, "peer", [str(peer_python), str(peer_script), "--port", str(port), *extra], None, port)
+                )
+        for server in servers:
+            wait_ready(server, "/healthz" if server.kind == "registry" else "/mcp")
+        log("servers: " + ", ".join(f"{s.name} :{s.port} pid {s.proc.pid}" for s in servers))
+
+        results: dict[str, Any] = {
+            "started_at": stamp,
+            "config": {
+                "rounds": args.rounds,
+                "duration_s": args.duration,
+                "concurrency": args.concurrency,
+                "methods": args.methods,
+                "warmup_s": args.warmup,
+                "databases": dbs,
+                "pg_url": args.pg_url if "postgresql" in dbs else None,
+                "shared": str(args.shared),
+                "peer_python": str(peer_python),
+            },
+            "environment": environment(peer_python),
+            "servers": {s.name: {"kind": s.kind, "port": s.port, **s.info} for s in servers},
+        }
+
+        if not args.profile_only:
+            results.update(compare(args, servers, dbs))
+            results["targets"] = report(results, dbs, [s.name for s in servers if s.kind == "peer"], args.concurrency)
+        if args.profile:
+            results["profile"] = profile_prompts_get(args, servers[0], args.results_dir, stamp)
+        out = args.results_dir / f"{stamp}.json"
+        out.write_text(json.dumps(results, indent=2, sort_keys=True, default=str))
+        print(f"\nwrote {out}")
+        return 0
+    finally:
+        for proc in reversed(procs):
+            stop_process(proc)
+        if pg is not None and not args.keep:
+            try:
+                pg.drop()
+            except Exception as exc:
+                log(f"could not drop schema {pg.schema}: {exc}")
+        if args.keep:
+            log(f"kept {work}" + (f" and schema {pg.schema}" if pg else ""))
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def compare(args: argparse.Namespace, servers: list[Server], dbs: list[str]) -> dict[str, Any]:
+    # Parity: what each server answers, so a size or text difference cannot hide in the figures.
+    probes = {s.name: probe_responses(args, s) for s in servers}
+    peer_probe = probes["peer-json"]
+    parity: dict[str, Any] = {}
+    for db in dbs:
+        parity[db] = {m: probes[db][m]["value"] == peer_probe[m]["value"] for m in METHODS}
+        for m, same in parity[db].items():
+            if not same:
+                log(
+                    f"WARNING: {db} and the peer answer {m} differently:\n  registry {probes[db][m]['value']!r}\n"
+                    f"  peer     {peer_probe[m]['value']!r}"
+                )
+    sizes = {name: {m: p[m]["bytes"] for m in METHODS} for name, p in probes.items()}
+    log("response bytes: " + json.dumps(sizes))
+
+    if args.warmup > 0:
+        log(f"warm-up: {args.warmup} s per server and method at c=8")
+        for method in args.methods:
+            for server in servers:
+                mcp_load(args, server, method, 8, args.warmup)
+
+    runs: dict[str, dict[str, dict[str, list[dict[str, Any]]]]] = {
+        s.name: {m: {str(c): [] for c in args.concurrency} for m in args.methods} for s in servers
+    }
+    total = len(args.methods) * len(args.concurrency) * args.rounds * len(servers)
+    done = 0
+    t0 = time.monotonic()
+    for method in args.methods:
+        for c in args.concurrency:
+            for rnd in range(args.rounds):
+                for server in servers:  # A B (C ...) A B ...
+                    result = mcp_load(args, server, method, c, args.duration)
+                    result["round"] = rnd
+                    runs[server.name][method][str(c)].append(result)
+                    done += 1
+                    log(
+                        f"[{done}/{total} {time.monotonic() - t0:5.0f}s] {server.name:10} {method:15} c={c:<3} "
+                        f"r{rnd}: {fmt(result.get('rps'))} req/s  p50 {fmt(result.get('p50_ms'), '.2f')} ms  "
+                        f"p99 {fmt(result.get('p99_ms'), '.2f')} ms  errors {result.get('errors', '-')}"
+                    )
+    summary = {
+        name: {m: {c: summarize(rs) for c, rs in per_c.items()} for m, per_c in per_m.items()}
+        for name, per_m in runs.items()
+    }
+    # Methods that were not run still need rows in the report.
+    for per_m in summary.values():
+        for m in METHODS:
+            per_m.setdefault(m, {str(c): summarize([]) for c in args.concurrency})
+    return {"parity": parity, "response_bytes": sizes, "probes": probes, "runs": runs, "summary": summary}
+
+
+def environment(peer_python: Path) -> dict[str, Any]:
+    def version(python: str, module: str) -> str:
+        code = f"import importlib.metadata as m; print(m.version({module!r}))"
+        proc = subprocess.run([python, "-c", code], capture_output=True, text=True)
+        return proc.stdout.strip() or "?"
+
+    git = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(
+        ["git", "-C", str(REPO), "status", "--porcelain", "registry"], capture_output=True, text=True
+    )
+    return {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "git_head": git.stdout.strip(),
+        "registry_tree_dirty": bool(dirty.stdout.strip()),
+        "mcp_registry": version(sys.executable, "mcp-registry"),
+        "uvicorn": version(sys.executable, "uvicorn"),
+        "peer_mcp": version(str(peer_python), "mcp"),
+        "peer_uvicorn": version(str(peer_python), "uvicorn"),
+        "wrk": subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout.split("\n")[0].strip(),
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,233 @@
+"""Two real registry processes on one PostgreSQL database, as behind a load balancer.
+
+Sessions made on one replica are served by the other; an admin edit through one reaches a GET
+stream on the other (LISTEN/NOTIFY); a stream that missed a change and reconnects elsewhere
+with Last-Event-ID gets it replayed once; a restart loses no session.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import secrets
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import _drop_postgres_schema, _fresh_postgres_schema, free_port
+from tests.interop.mcp_wire import SseEvent, StreamableHttpClient, iter_sse
+
+ADMIN = "replica-admin-" + secrets.token_hex(6)
+
+
+class Replica:
+    def __init__(self, name: str, database_url: str, data_dir: Path) -> None:
+        self.name = name
+        self.database_url = database_url
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {
+            **os.environ,
+            "REGISTRY_DATABASE_URL": self.database_url,
+            "REGISTRY_SECRET_KEY": "shared-replica-key",
+            "REGISTRY_ADMIN_TOKEN": ADMIN,
+            "REGISTRY_DATA_DIR": str(self.data_dir),
+        }
+        argv = [sys.executable, "-m", "registry", "serve", "--port", str(self.port), "--seed", "demo",
+                "--log-level", "warning"]
+        self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"replica {self.name} exited: {self.proc.stderr.read().decode()[-2000:]}")
+            try:
+                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"replica {self.name} did not become ready")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def mcp(self, session_id: str | None = None) -> StreamableHttpClient:
+        client = StreamableHttpClient(httpx.Client(base_url=self.url, timeout=15))
+        client.session_id = session_id
+        client.protocol_version = "2025-11-25" if session_id else None
+        return client
+
+    def admin(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=15)
+
+
+class StreamListener:
+    """Holds a GET stream open in a thread and queues its events."""
+
+    def __init__(self, replica: Replica, session_id: str, last_event_id: str | None = None) -> None:
+        headers = {"Accept": "text/event-stream", "Mcp-Session-Id": session_id, "MCP-Protocol-Version": "2025-11-25"}
+        if last_event_id is not None:
+            headers["Last-Event-ID"] = last_event_id
+        self.events: queue.Queue[SseEvent] = queue.Queue()
+        self.status: int | None = None
+        self._client = httpx.Client(base_url=replica.url, timeout=httpx.Timeout(10, read=60))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(headers,), daemon=True)
+        self._thread.start()
+
+    def _run(self, headers: dict[str, str]) -> None:
+        try:
+            with self._client.stream("GET", "/mcp", headers=headers) as response:
+                self.status = response.status_code
+                for event in iter_sse(response.iter_lines()):
+                    self.events.put(event)
+                    if self._stop.is_set():
+                        return
+        except (httpx.HTTPError, RuntimeError):
+            pass
+
+    def next(self, timeout: float = 10.0) -> SseEvent:
+        try:
+            return self.events.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no SSE event within {timeout}s") from None
+
+    def drain(self, wait: float) -> list[SseEvent]:
+        time.sleep(wait)
+        found = []
+        while not self.events.empty():
+            found.append(self.events.get_nowait())
+        return found
+
+    def close(self) -> None:
+        self._stop.set()
+        self._client.close()
+        self._thread.join(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def replicas(
+    tmp_path_factory: pytest.TempPathFactory, postgres_server_url: str | None
+) -> Iterator[tuple[Replica, Replica]]:
+    """One pair for the module (starting processes is the slow part); each test uses its own sessions."""
+    tmp_path = tmp_path_factory.mktemp("replicas")
+    if postgres_server_url is None:
+        pytest.skip("PostgreSQL not available: set REGISTRY_TEST_DATABASE_URL or run a Docker engine for testcontainers")
+    url, schema = _fresh_postgres_schema(postgres_server_url)
+    a = Replica("a", url, tmp_path / "a")
+    b = Replica("b", url, tmp_path / "b")
+    try:
+        a.start()  # migrates and seeds first, so b starts on a ready schema
+        b.start()
+        yield a, b
+    finally:
+        a.stop()
+        b.stop()
+        _drop_postgres_schema(postgres_server_url, schema)
+
+
+def _edit_summarize(replica: Replica, text: str) -> None:
+    with replica.admin() as admin:
+        response = admin.put(
+            "/api/v1/prompts/summarize",
+            json={"template": text + " {{ text }}", "arguments": [{"name": "text", "required": True}]},
+        )
+        assert response.status_code == 200, response.text
+
+
+def _open_session(replica: Replica) -> str:
+    client = replica.mcp()
+    client.initialize("2025-11-25")
+    assert client.session_id
+    return client.session_id
+
+
+def test_session_created_on_one_replica_is_served_by_the_other(replicas: tuple[Replica, Replica]) -> None:
+    a, b = replicas
+    session_id = _open_session(a)
+    answer = b.mcp(session_id).request("prompts/get", {"name": "summarize", "arguments": {"text": "hi"}})
+    assert answer["result"]["messages"][0]["content"]["text"].endswith("hi")
+    assert b.mcp("no-such-session").post({"jsonrpc": "2.0", "id": 1, "method": "ping"}).status_code == 404
+
+
+def test_edit_through_one_replica_reaches_a_stream_on_the_other(replicas: tuple[Replica, Replica]) -> None:
+    a, b = replicas
+    session_id = _open_session(a)
+    listener = StreamListener(a, session_id)
+    try:
+        priming = listener.next()
+        assert priming.data == "" and priming.id is not None
+        started = time.monotonic()
+        _edit_summarize(b, "Edited on B:")
+        event = listener.next(timeout=10)
+        assert event.json() == {"jsonrpc": "2.0", "method": "notifications/prompts/list_changed"}
+        assert time.monotonic() - started < 5
+        # ...and the new version is what the session is now served, on either replica.
+        answer = a.mcp(session_id).request("prompts/get", {"name": "summarize", "arguments": {"text": "x"}})
+        assert answer["result"]["messages"][0]["content"]["text"] == "Edited on B: x"
+    finally:
+        listener.close()
+
+
+def test_a_missed_change_is_replayed_exactly_once_on_another_replica(replicas: tuple[Replica, Replica]) -> None:
+    a, b = replicas
+    session_id = _open_session(a)
+    first = StreamListener(a, session_id)
+    priming = first.next()
+    first.close()  # the client drops...
+    _edit_summarize(b, "While away:")  # ...misses this change...
+    # ...and reconnects to the other replica with the last id it saw.
+    second = StreamListener(b, session_id, last_event_id=priming.id)
+    try:
+        assert second.next().data == ""  # the new stream's priming event
+        replayed = second.next()
+        assert replayed.json()["method"] == "notifications/prompts/list_changed"
+        assert replayed.id is not None and replayed.id.endswith(":0")
+        assert second.drain(1.5) == []  # no duplicate arrives live
+        _edit_summarize(a, "Live again:")
+        live = second.next()
+        assert live.json()["method"] == "notifications/prompts/list_changed"
+        assert int(live.id.split(":")[0]) > int(replayed.id.split(":")[0])
+        assert second.drain(1.0) == []
+    finally:
+        second.close()
+
+
+def test_a_replica_restart_loses_no_session(replicas: tuple[Replica, Replica]) -> None:
+    a, _b = replicas
+    session_id = _open_session(a)
+    a.stop()
+    a.start()
+    answer = a.mcp(session_id).request("tools/call", {"name": "add", "arguments": {"a": 1, "b": 2}})
+    assert answer["result"]["content"][0]["text"] == "1 + 2 = 3"
+
+
+def test_ending_a_session_on_one_replica_ends_it_on_the_other(replicas: tuple[Replica, Replica]) -> None:
+    a, b = replicas
+    session_id = _open_session(a)
+    assert a.mcp(session_id).request("ping")["result"] == {}  # now cached on a
+    assert b.mcp(session_id).http.delete("/mcp", headers={"Mcp-Session-Id": session_id}).status_code == 204
+    deadline = time.monotonic() + 5
+    status = 0
+    while time.monotonic() < deadline:
+        status = a.mcp(session_id).post({"jsonrpc": "2.0", "id": 1, "method": "ping"}).status_code
+        if status == 404:
+            break
+        time.sleep(0.1)
+    assert status == 404
