@@ -18,7 +18,7 @@ from registry.catalog.specs import (
     ResourceSpec,
     TextContent,
 )
-from registry.catalog.templates import CompiledTemplate, TemplateError, check_template
+from registry.catalog.templates import CompiledTemplate, TemplateError, check_template, compiled
 from registry.catalog.uritemplates import UriTemplate
 
 
@@ -65,17 +65,26 @@ def check_prompt_templates(spec: PromptSpec) -> None:
 
 
 class PromptRenderer:
+    """Renders one prompt version. Templates are compiled on first use (a catalog of thousands of
+    prompts would otherwise spend seconds compiling ones nobody asks for) and shared by source."""
+
     def __init__(self, spec: PromptSpec) -> None:
         self.spec = spec
-        self._templates: list[CompiledTemplate | None] = [
-            CompiledTemplate(m.content.text) if isinstance(m.content, TextContent) else None for m in spec.messages
-        ]
+        self._templates: list[CompiledTemplate | None] | None = None
+
+    @property
+    def templates(self) -> list[CompiledTemplate | None]:
+        if self._templates is None:
+            self._templates = [
+                compiled(m.content.text) if isinstance(m.content, TextContent) else None for m in self.spec.messages
+            ]
+        return self._templates
 
     def render(self, arguments: Mapping[str, Any] | None, resolve: ResourceResolver | None = None) -> dict[str, Any]:
         """An MCP GetPromptResult. Raises ArgumentError or TemplateError with a user-safe message."""
         bound = bind_arguments(self.spec.arguments, arguments)
         messages: list[dict[str, Any]] = []
-        for message, template in zip(self.spec.messages, self._templates, strict=True):
+        for message, template in zip(self.spec.messages, self.templates, strict=True):
             content = message.content
             rendered: dict[str, Any]
             if template is not None:
@@ -101,7 +110,7 @@ class ResourceRenderer:
     def __init__(self, spec: ResourceSpec) -> None:
         self.spec = spec
         self.uri_template = UriTemplate(spec.uriTemplate) if spec.uriTemplate else None
-        self._template = CompiledTemplate(spec.text) if spec.kind == "template" and spec.text is not None else None
+        self._template = compiled(spec.text) if spec.kind == "template" and spec.text is not None else None
 
     def match(self, uri: str) -> dict[str, str] | None:
         if self.uri_template is not None:

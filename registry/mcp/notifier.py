@@ -184,10 +184,17 @@ class Metrics:
 class Notifier:
     """Delivers change notifications to the streams of this process."""
 
-    def __init__(self, hub: Any, db: Database, invalidate: Callable[[Iterable[str]], None]) -> None:
+    def __init__(
+        self,
+        hub: Any,
+        db: Database,
+        invalidate: Callable[[Iterable[str]], object],
+        warm: Callable[[Iterable[str]], None] | None = None,
+    ) -> None:
         self.hub = hub
         self.db = db
         self.invalidate = invalidate
+        self.warm = warm
         self.metrics = Metrics()
         #: stdio-style clients that are not on the hub: (state, write).
         self.direct: list[tuple[ClientState, Callable[[dict[str, Any]], Awaitable[None]]]] = []
@@ -211,6 +218,8 @@ class Notifier:
         for event in events:
             labels |= event.labels
         self.invalidate(labels)
+        if self.warm is not None:
+            self.warm(labels)
         streams = list(self.hub.streams())
         if any(event.kind == "resource" for event in events):
             persisted = [s for s in streams if getattr(s.client, "id", "") and getattr(s, "persistent", False)]

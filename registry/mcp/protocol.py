@@ -6,6 +6,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 # Protocol versions, oldest first. The newest is answered when a client asks for one we lack.
 SUPPORTED_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 LATEST_VERSION = SUPPORTED_VERSIONS[-1]
@@ -109,7 +111,18 @@ def notification(method: str, params: dict[str, Any] | None = None) -> dict[str,
 
 
 def dumps(message: Any) -> bytes:
-    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
+    try:
+        return orjson.dumps(message)
+    except TypeError:  # e.g. an integer beyond 64 bits: the standard library copes
+        return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def loads(data: bytes) -> Any:
+    """Parse a JSON body; raises ValueError on invalid JSON (orjson first: it is several times faster)."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)  # integers beyond 64 bits, and the authoritative error message
 
 
 def negotiate_version(requested: Any) -> str:

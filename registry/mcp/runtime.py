@@ -27,7 +27,9 @@ class McpRuntime:
         self.server.observe = self.metrics.observe_request
         self.sessions = SessionStore(registry.db, idle_timeout_s=settings.session_idle_timeout_s)
         self.hub = StreamHub()
-        self.notifier = Notifier(self.hub, registry.db, self.server.snapshots.invalidate)
+        self.notifier = Notifier(
+            self.hub, registry.db, self.server.snapshots.invalidate, self.server.snapshots.warm
+        )
         self.notifier.metrics.lag_observer = self._observe_lag
         self.feed = ChangeFeed(registry.db, self._dispatch)
         self.feed.extra_channels[SESSION_END_CHANNEL] = self._session_ended_elsewhere
@@ -78,6 +80,7 @@ class McpRuntime:
 
     async def start(self) -> None:
         await self.feed.start()
+        self.server.snapshots.warm(["production"])
         self._tasks.append(asyncio.create_task(self._sweep_forever()))
 
     def drain(self) -> None:

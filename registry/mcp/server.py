@@ -200,7 +200,9 @@ class McpServer:
         self._allowed = parse_networks(webhook_allowed_networks)
         self._client: httpx.AsyncClient | None = None
         self.http_resources = HttpResourceCache(self.http_client)
-        catalog.on_change(lambda _change_id: self.snapshots.invalidate())
+        # Writes made by this process drop its snapshots at once (read-your-writes); the change
+        # feed then notifies clients and rebuilds the snapshots agents use.
+        catalog.on_change(self._forget_snapshots)
         self.methods: dict[str, Handler] = {
             "initialize": self.initialize,
             "ping": self.ping,
@@ -220,6 +222,9 @@ class McpServer:
         self.on_state_change: Callable[[ClientState], Awaitable[None]] | None = None
         #: Called with (method, seconds) after each request (request-latency metrics).
         self.observe: Callable[[str, float], None] | None = None
+
+    def _forget_snapshots(self, _change_id: int) -> None:
+        self.snapshots.invalidate()
 
     def http_client(self) -> httpx.AsyncClient:
         if self._client is None:

@@ -174,20 +174,38 @@ class SnapshotCache:
         self._all_generation = 0
         self._state_lock = threading.Lock()
         self._build_locks: dict[str, asyncio.Lock] = {}
+        self._warming: set[asyncio.Task[CatalogSnapshot]] = set()
+        #: Labels a snapshot was ever built for: the ones worth rebuilding after a change.
+        self._served: set[str] = {"production"}
 
     def _generation(self, label: str) -> tuple[int, int]:
         return self._all_generation, self._generations.get(label, 0)
 
-    def invalidate(self, labels: Iterable[str] | None = None) -> None:
-        """Forget snapshots for ``labels`` (all when None). Safe to call from any thread."""
+    def invalidate(self, labels: Iterable[str] | None = None) -> list[str]:
+        """Forget snapshots for ``labels`` (all when None); returns the labels that had one.
+        Safe to call from any thread."""
         with self._state_lock:
             if labels is None:
                 self._all_generation += 1
+                dropped = list(self._snapshots)
                 self._snapshots.clear()
-                return
+                return dropped
+            dropped = []
             for label in labels:
                 self._generations[label] = self._generations.get(label, 0) + 1
-                self._snapshots.pop(label, None)
+                if self._snapshots.pop(label, None) is not None:
+                    dropped.append(label)
+            return dropped
+
+    def warm(self, labels: Iterable[str]) -> None:
+        """Rebuild the snapshots of these labels that agents use, in the background, so the next
+        request does not wait for it."""
+        for label in set(labels) & self._served:
+            if label in self._snapshots:
+                continue
+            task = asyncio.get_running_loop().create_task(self.get(label))
+            self._warming.add(task)
+            task.add_done_callback(self._warming.discard)
 
     def peek(self, label: str) -> CatalogSnapshot | None:
         return self._snapshots.get(label)
@@ -208,6 +226,7 @@ class SnapshotCache:
                 with self._state_lock:
                     if self._generation(label) == generation:
                         self._snapshots[label] = built
+                        self._served.add(label)
                         return built
                 # A change landed while building: build again so it is not missed.
 

@@ -8,7 +8,6 @@ the transport ties both halves to one connection, so it cannot move between repl
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 from registry.config import Settings
@@ -26,7 +25,7 @@ from registry.mcp.http_common import (
     send_http_error,
     send_json,
 )
-from registry.mcp.protocol import INVALID_REQUEST, PARSE_ERROR, JsonRpcError, error_message, parse_message
+from registry.mcp.protocol import INVALID_REQUEST, PARSE_ERROR, JsonRpcError, error_message, loads, parse_message
 from registry.mcp.server import McpServer, RequestContext
 from registry.mcp.sessions import Session, SessionStore, new_session_id
 from registry.mcp.streams import StreamHub
@@ -88,7 +87,7 @@ class LegacySseTransport:
             await send_http_error(send, exc)
             return
         try:
-            payload = json.loads(body)
+            payload = loads(body)
         except (ValueError, UnicodeDecodeError):
             await send_json(send, 400, error_message(None, JsonRpcError(PARSE_ERROR, "Parse error: invalid JSON")))
             return

@@ -7,11 +7,10 @@ to stderr only (stdout belongs to the protocol).
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from typing import Any, BinaryIO
 
-from registry.mcp.protocol import PARSE_ERROR, JsonRpcError, dumps, error_message, parse_message
+from registry.mcp.protocol import PARSE_ERROR, JsonRpcError, dumps, error_message, loads, parse_message
 from registry.mcp.server import McpServer, RequestContext
 from registry.mcp.sessions import ClientState
 
@@ -48,7 +47,7 @@ class StdioTransport:
             if not line:
                 continue
             try:
-                payload = json.loads(line)
+                payload = loads(line)
             except ValueError:
                 await self.write(error_message(None, JsonRpcError(PARSE_ERROR, "Parse error: invalid JSON")))
                 continue

@@ -10,7 +10,6 @@ A POST's answer starts as plain JSON; if the handler emits a related notificatio
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import secrets
 from typing import Any
@@ -42,6 +41,7 @@ from registry.mcp.protocol import (
     JsonRpcError,
     Message,
     error_message,
+    loads,
     parse_message,
 )
 from registry.mcp.server import McpServer, RequestContext
@@ -136,7 +136,7 @@ class StreamableHttpTransport:
             raise HttpError(415, INVALID_REQUEST, "Unsupported Media Type: send application/json")
         body = await read_body(receive, headers, self.settings.max_body_bytes)
         try:
-            payload = json.loads(body)
+            payload = loads(body)
         except (ValueError, UnicodeDecodeError):
             await send_json(send, 400, error_message(None, JsonRpcError(PARSE_ERROR, "Parse error: invalid JSON")))
             return
