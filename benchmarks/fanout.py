@@ -93,6 +93,14 @@ def raise_nofile() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
 
+def host_jiffies() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine, from /proc/stat."""
+    with open("/proc/stat") as f:
+        values = [int(x) for x in f.readline().split()[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)
+    return sum(values) - idle, sum(values)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -156,9 +164,12 @@ class Server:
         raise RuntimeError("no VmRSS")
 
     def cpu_s(self) -> float:
-        with open(f"/proc/{self.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        """On-CPU time of all the server's threads (schedstat: nanoseconds, not 10 ms ticks)."""
+        total = 0
+        for task in os.listdir(f"/proc/{self.pid}/task"):
+            with contextlib.suppress(OSError), open(f"/proc/{self.pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+        return total / 1e9
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -490,6 +501,8 @@ async def run_round(group: Group, trigger: Trigger, cpu_servers: list[Server],
     raw = http.encode(method, path, headers, body)
     cpu0 = [s.cpu_s() for s in cpu_servers]
     gc.collect()
+    client_cpu0 = time.process_time()
+    host0 = host_jiffies()
     gc.disable()
     try:
         group.arm()
@@ -501,6 +514,8 @@ async def run_round(group: Group, trigger: Trigger, cpu_servers: list[Server],
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(group.done), ROUND_TIMEOUT_S)
         t_end = time.perf_counter() - t0
+        client_cpu = time.process_time() - client_cpu0
+        host1 = host_jiffies()
     finally:
         group.armed = False
         gc.enable()
@@ -509,7 +524,15 @@ async def run_round(group: Group, trigger: Trigger, cpu_servers: list[Server],
     lat = [(w.arrival - t0) if w.arrival is not None else math.inf for w in group.watchers]
     out = {"trigger_status": response.status, "trigger_response_ms": round(t_resp * 1e3, 3),
            "wait_ms": round(t_end * 1e3, 1), **stats(lat),
-           "server_cpu_ms": [round((b - a) * 1e3) for a, b in zip(cpu0, cpu1)]}
+           "server_cpu_ms": [round((b - a) * 1e3) for a, b in zip(cpu0, cpu1)],
+           "client_cpu_ms": round(client_cpu * 1e3, 1)}
+    # CPU time the rest of the machine used meanwhile (other people's jobs): noise indicator.
+    tick = os.sysconf("SC_CLK_TCK")
+    host_busy_ms = (host1[0] - host0[0]) * 1e3 / tick
+    out["window_ms"] = round(t_end * 1e3, 1)
+    out["host_busy_ms"] = round(host_busy_ms)
+    out["others_cpu_ms"] = max(0, round(host_busy_ms - sum(out["server_cpu_ms"]) - out["client_cpu_ms"]))
+    out["loadavg_1m"] = os.getloadavg()[0]
     if trigger.kind == "peer":
         with contextlib.suppress(Exception):
             info = json.loads(response.body)
@@ -545,6 +568,9 @@ def summarize(rounds: list[dict[str, Any]], n: int) -> dict[str, Any]:
         "trigger_response_ms": med([r["trigger_response_ms"] for r in rounds]),
         "server_loop_ms": med([r.get("server_loop_ms") for r in rounds]) if any("server_loop_ms" in r for r in rounds) else None,
         "server_cpu_ms": med([sum(r["server_cpu_ms"]) for r in rounds]),
+        "client_cpu_ms": med([r["client_cpu_ms"] for r in rounds]),
+        "others_cpu_ms": med([r["others_cpu_ms"] for r in rounds]),
+        "loadavg_1m": med([r["loadavg_1m"] for r in rounds]),
     }
 
 
@@ -611,7 +637,8 @@ async def phase_single_and_peer(args: argparse.Namespace, workdir: Path, results
                 extra = f", server loop {r['server_loop_ms']} ms" if "server_loop_ms" in r else ""
                 log(f"{key} round {k + 1}: got {r['got']}/{r['n']}  p50 {r['p50_ms']}  p99 {r['p99_ms']}  "
                     f"max {r['max_ms']} ms  (trigger answered in {r['trigger_response_ms']} ms{extra}; "
-                    f"server cpu {r['server_cpu_ms']} ms)")
+                    f"cpu: server {r['server_cpu_ms']}, client {r['client_cpu_ms']}, others {r['others_cpu_ms']} ms "
+                    f"in {r['window_ms']} ms; load {r['loadavg_1m']:.1f})")
                 await asyncio.sleep(args.gap)
         if args.profile and "single" in args.phases:
             key, s, group, trigger = next(t for t in targets if t[0] == "single")
@@ -639,7 +666,7 @@ async def profile_rounds(args: argparse.Namespace, workdir: Path, server: Server
     raw = workdir / "registry-fanout.folded"
     procs = []
     for path, fmt in ((raw, "raw"),):
-        procs.append(subprocess.Popen([spy, "record", "-p", str(server.pid), "-r", "1000", "-f", fmt, "-o", str(path),
+        procs.append(subprocess.Popen([spy, "record", "-p", str(server.pid), "-r", "1000", "-f", fmt, "--threads", "--nonblocking", "--gil", "-o", str(path),
                                        "-d", str(int(args.rounds * 1.5 + 4))], stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL))
     await asyncio.sleep(2)
@@ -801,6 +828,8 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> None:
             detail += f", server loop {fmt(s['server_loop_ms'])} ms"
         if key == "pg":
             detail += f", A p99 {fmt(s['replica_A_p99_ms'])} / B p99 {fmt(s['replica_B_p99_ms'])}"
+        detail += (f"; server cpu {fmt(s['server_cpu_ms'], '.0f')} ms/edit; others' cpu "
+                   f"{fmt(s['others_cpu_ms'], '.0f')} ms in the window, load {fmt(s['loadavg_1m'])}")
         rows.append((label, figure, f"<= {target:.0f} ms p99" if target else ref, verdict(ok), detail, "", ""))
 
     n = args.sessions

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
 from alembic import context
 from sqlalchemy import engine_from_config, pool
 
 from registry.db.engine import normalize_database_url
-from registry.db.models import Base
+from registry.db.models import Base, UtcDateTime
 
 config = context.config
 target_metadata = Base.metadata
+
+
+def render_item(type_: str, obj: Any, autogen_context: Any) -> str | Literal[False]:
+    """Write the models' UtcDateTime as the plain column type it stores, so migrations need no
+    registry import."""
+    if type_ == "type" and isinstance(obj, UtcDateTime):
+        return "sa.DateTime(timezone=True)"
+    return False
 
 
 def run_migrations_offline() -> None:
@@ -18,6 +28,7 @@ def run_migrations_offline() -> None:
         target_metadata=target_metadata,
         literal_binds=True,
         render_as_batch=True,
+        render_item=render_item,
     )
     with context.begin_transaction():
         context.run_migrations()
@@ -33,6 +44,7 @@ def run_migrations_online() -> None:
             target_metadata=target_metadata,
             render_as_batch=connection.dialect.name == "sqlite",
             compare_type=True,
+            render_item=render_item,
         )
         with context.begin_transaction():
             context.run_migrations()

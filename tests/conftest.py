@@ -120,7 +120,8 @@ class LiveServer:
         self.registry = registry
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(create_app(registry), host="127.0.0.1", port=self.port, log_level="warning")
+        self.app = create_app(registry)
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
@@ -133,6 +134,7 @@ class LiveServer:
             time.sleep(0.02)
 
     def stop(self) -> None:
+        self.app.mcp.drain()  # as on SIGTERM: open streams would hold uvicorn's graceful shutdown
         self.server.should_exit = True
         self.thread.join(timeout=10)
 

@@ -76,6 +76,9 @@ def test_missing_token_is_401_with_challenge(catalog: httpx.Client, live_server:
             assert response.headers["www-authenticate"] == "Bearer"
             assert response.headers["content-type"].startswith(PROBLEM)
             assert "missing bearer token" in response.json()["detail"]
+        # Health endpoints need no token.
+        assert anonymous.get("/healthz").json()["status"] == "ok"
+        assert anonymous.get("/readyz").json() == {"status": "ok", "detail": "ok"}
         # A non-Bearer scheme is no token either.
         basic = anonymous.get("/api/v1/prompts", headers={"Authorization": f"Basic {ADMIN_TOKEN}"})
         assert basic.status_code == 401
@@ -90,14 +93,6 @@ def test_wrong_token_is_401(catalog: httpx.Client, live_server: LiveServer) -> N
             assert response.headers["www-authenticate"] == 'Bearer error="invalid_token"'
             assert response.json()["detail"] == "invalid or revoked token"
     assert entry_state(catalog) == before
-
-
-def test_health_endpoints_need_no_token(live_server: LiveServer) -> None:
-    with live_server.client(token=None) as anonymous:
-        assert anonymous.get("/healthz").json()["status"] == "ok"
-        ready = anonymous.get("/readyz")
-        assert ready.status_code == 200
-        assert ready.json() == {"status": "ok", "detail": "ok"}
 
 
 def test_agent_token_is_refused_everywhere_on_the_admin_api(

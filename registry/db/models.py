@@ -38,9 +38,9 @@ def utcnow() -> datetime:
 class UtcDateTime(TypeDecorator[datetime]):
     """A timezone-aware UTC datetime on every database.
 
-    PostgreSQL keeps the zone (``timestamptz``); SQLite stores wall-clock text and hands back naive
-    values. Values are converted to UTC on the way in and tagged UTC on the way out, so the API
-    shows the same ``...+00:00`` timestamps whichever database is behind it.
+    PostgreSQL keeps the zone (``timestamptz``) but answers in the session's time zone; SQLite stores
+    wall-clock text and hands back naive values. Values are converted to UTC on the way in and out,
+    so the API shows the same ``...+00:00`` timestamps whichever database is behind it.
     """
 
     impl = DateTime(timezone=True)
@@ -52,9 +52,10 @@ class UtcDateTime(TypeDecorator[datetime]):
         return value
 
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is not None and value.tzinfo is None:
-            value = value.replace(tzinfo=UTC)
-        return value
+        if value is None:
+            return None
+        # Naive from SQLite (stored as UTC); PostgreSQL answers in the session's TimeZone.
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 class Base(DeclarativeBase):

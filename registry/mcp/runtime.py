@@ -26,7 +26,7 @@ class McpRuntime:
         self.server = McpServer(registry.catalog, webhook_allowed_networks=settings.webhook_allowed_networks)
         self.server.observe = self.metrics.observe_request
         self.sessions = SessionStore(registry.db, idle_timeout_s=settings.session_idle_timeout_s)
-        self.hub = StreamHub()
+        self.hub = StreamHub(keepalive_s=min(StreamHub.KEEPALIVE_S, settings.session_idle_timeout_s / 4))
         self.notifier = Notifier(
             self.hub, registry.db, self.server.snapshots.invalidate, self.server.snapshots.warm
         )
@@ -37,6 +37,7 @@ class McpRuntime:
         self.server.on_state_change = self._save_state
         self.metrics.bind_gauges(lambda: len(self.sessions.cached()), lambda: self.hub.open_streams)
         self._tasks: list[asyncio.Task[None]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
 
         from registry.mcp.transports.legacy_sse import LegacySseTransport
         from registry.mcp.transports.streamable_http import StreamableHttpTransport
@@ -62,8 +63,9 @@ class McpRuntime:
             await self.sessions.save_state(client)
 
     async def _sweep_forever(self) -> None:
+        interval = min(self.SWEEP_INTERVAL_S, self.registry.settings.session_idle_timeout_s / 2)
         while True:
-            await asyncio.sleep(self.SWEEP_INTERVAL_S)
+            await asyncio.sleep(interval)
             try:
                 await self.sweep()
             except Exception:
@@ -79,16 +81,28 @@ class McpRuntime:
         return len(expired)
 
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         await self.feed.start()
         self.server.snapshots.warm(["production"])
         self._tasks.append(asyncio.create_task(self._sweep_forever()))
 
     def drain(self) -> None:
-        """Close every stream now (SIGTERM): clients reconnect, to another replica if this one is going."""
-        self.hub.close_all()
+        """Close every stream now (SIGTERM): clients reconnect, to another replica if this one is going.
+        Callable from any thread."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self.hub.close_all()
+        else:
+            loop.call_soon_threadsafe(self.hub.close_all)
 
     async def stop(self) -> None:
-        self.drain()
+        self.hub.close_all()
         for task in self._tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

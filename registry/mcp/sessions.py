@@ -63,6 +63,8 @@ class SessionStore:
     def __init__(self, db: Database, *, idle_timeout_s: float = 3600.0) -> None:
         self.db = db
         self.idle_timeout_s = idle_timeout_s
+        # Write activity back often enough that a live session never looks idle to a sweep.
+        self.touch_interval = min(self.TOUCH_INTERVAL, idle_timeout_s / 4)
         self._cache: OrderedDict[str, Session] = OrderedDict()
 
     # -- writes -------------------------------------------------------------------------
@@ -121,7 +123,7 @@ class SessionStore:
         """Note activity; writes to the database at most once per TOUCH_INTERVAL."""
         now = time.monotonic()
         session.last_active = now
-        if now - session.last_touch < self.TOUCH_INTERVAL:
+        if now - session.last_touch < self.touch_interval:
             return
         session.last_touch = now
         session_id = session.id

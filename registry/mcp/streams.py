@@ -52,7 +52,9 @@ class StreamHub:
     MAX_QUEUE = 256
     KEEPALIVE_S = 15.0
 
-    def __init__(self) -> None:
+    def __init__(self, keepalive_s: float | None = None) -> None:
+        #: Seconds between keep-alive comments (which also keep the stream's session alive).
+        self.keepalive_s = keepalive_s if keepalive_s is not None else self.KEEPALIVE_S
         self._streams: dict[str, set[ClientStream]] = {}
         self.closing = False
 
@@ -124,7 +126,7 @@ class StreamHub:
                     await sse.event(data, event_id=event_id, event="message")
             while not disconnected.is_set():
                 try:
-                    item = await asyncio.wait_for(stream.queue.get(), timeout=self.KEEPALIVE_S)
+                    item = await asyncio.wait_for(stream.queue.get(), timeout=self.keepalive_s)
                 except TimeoutError:
                     await sse.comment()
                     if on_keepalive is not None:

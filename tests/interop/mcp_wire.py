@@ -7,11 +7,15 @@ the real server answers.
 from __future__ import annotations
 
 import json
+import os
 import queue
+import shutil
 import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -43,7 +47,12 @@ CALL_ECHO = {
     "method": "tools/call",
     "params": {"name": "echo", "arguments": {"message": "Hello from MCP client!"}},
 }
-CALL_ADD = {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "add", "arguments": {"a": 42, "b": 58}}}
+CALL_ADD = {
+    "jsonrpc": "2.0",
+    "id": 4,
+    "method": "tools/call",
+    "params": {"name": "add", "arguments": {"a": 42, "b": 58}},
+}
 RESOURCES_LIST = {"jsonrpc": "2.0", "id": 5, "method": "resources/list", "params": {}}
 RESOURCES_READ = {"jsonrpc": "2.0", "id": 6, "method": "resources/read", "params": {"uri": "info://server-info"}}
 PROMPTS_LIST = {"jsonrpc": "2.0", "id": 7, "method": "prompts/list", "params": {}}
@@ -201,7 +210,7 @@ def iter_sse(lines: Iterator[str]) -> Iterator[SseEvent]:
 
 
 def parse_sse_body(text: str) -> list[SseEvent]:
-    return list(iter_sse(iter(text.splitlines() + [""])))
+    return list(iter_sse(iter([*text.splitlines(), ""])))
 
 
 def response_messages(response: httpx.Response) -> list[dict[str, Any]]:
@@ -273,6 +282,25 @@ class StreamableHttpClient:
 
 
 # ------------------------------------------------------------------ stdio
+
+#: What tests/conftest.py's settings use, so a child process reads the same sealed secrets.
+SECRET_KEY = "test-secret-key"
+
+
+def mcp_registry_command() -> list[str]:
+    """The ``mcp-registry`` console script of this environment (or ``python -m registry``)."""
+    script = Path(sys.executable).with_name("mcp-registry")
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("mcp-registry")
+    return [found] if found else [sys.executable, "-m", "registry"]
+
+
+def child_env() -> dict[str, str]:
+    """This environment without REGISTRY_* settings (the command line says what the child uses)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
+    env["REGISTRY_SECRET_KEY"] = SECRET_KEY
+    return env
 
 
 class StdioProcess:

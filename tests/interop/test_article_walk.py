@@ -8,10 +8,7 @@ Streamable HTTP and legacy HTTP+SSE run against the real server on a loopback po
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,12 +23,13 @@ from tests.interop.mcp_wire import (
     StdioProcess,
     StreamableHttpClient,
     article_initialize,
+    child_env,
     iter_sse,
+    mcp_registry_command,
     run_article_walk,
 )
 
 VERSIONS = ["2024-11-05", "2025-11-25"]
-SECRET_KEY = "test-secret-key"  # the one tests/conftest.py's settings use
 
 
 @pytest.fixture
@@ -43,20 +41,6 @@ def demo(registry: Registry) -> Registry:
 @pytest.fixture
 def server(demo: Registry, live_server: LiveServer) -> LiveServer:
     return live_server
-
-
-def mcp_registry_command() -> list[str]:
-    script = Path(sys.executable).with_name("mcp-registry")
-    if script.exists():
-        return [str(script)]
-    found = shutil.which("mcp-registry")
-    return [found] if found else [sys.executable, "-m", "registry"]
-
-
-def child_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
-    env["REGISTRY_SECRET_KEY"] = SECRET_KEY
-    return env
 
 
 # ---------------------------------------------------------------- Streamable HTTP
@@ -105,8 +89,14 @@ def test_article_walk_streamable_http_sse_only_accept(server: LiveServer, versio
         client.session_id = init.headers["mcp-session-id"]
         client.protocol_version = version
         assert client.post(INITIALIZED).status_code == 202
-        response = client.post({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
-            "name": "echo", "arguments": {"message": "Hello from MCP client!"}}})
+        response = client.post(
+            {
+                "jsonrpc": "2.0",
+                "id": 3,
+                "method": "tools/call",
+                "params": {"name": "echo", "arguments": {"message": "Hello from MCP client!"}},
+            }
+        )
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
         events = [e for e in iter_sse(iter([*response.text.splitlines(), ""])) if e.data]
@@ -200,7 +190,45 @@ def test_stdio_protocol_errors_stay_on_the_wire(stdio_child: StdioProcess) -> No
     assert parse_error["error"]["code"] == -32700 and parse_error["id"] is None
     before_init = stdio_child.rpc({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
     assert before_init is not None and before_init["error"]["code"] == -32600
-    assert stdio_child.rpc(article_initialize("2025-11-25"))["result"]["protocolVersion"] == "2025-11-25"  # type: ignore[index]
+    init = stdio_child.rpc(article_initialize("2025-11-25"))
+    assert init is not None and init["result"]["protocolVersion"] == "2025-11-25"
     unknown = stdio_child.rpc({"jsonrpc": "2.0", "id": 2, "method": "no/such"})
     assert unknown is not None and unknown["error"]["code"] == -32601
 
+
+# ---------------------------------------------------------------- labels on the other transports
+
+
+@pytest.fixture
+def staging_prompt(demo: Registry) -> Registry:
+    demo.catalog.create("prompt", {"name": "staging-only", "template": "Soon"}, actor="t", labels=["staging"])
+    return demo
+
+
+def test_stdio_serves_the_label_it_is_given(staging_prompt: Registry, database_url: str, tmp_path: Path) -> None:
+    argv = [*mcp_registry_command(), "stdio", "--database-url", database_url, "--data-dir", str(tmp_path / "stdio")]
+    child = StdioProcess([*argv, "--label", "staging"], child_env())
+    try:
+        child.rpc(article_initialize("2025-11-25"))
+        listed = child.rpc({"jsonrpc": "2.0", "id": 2, "method": "prompts/list"})
+        assert listed is not None
+        assert [p["name"] for p in listed["result"]["prompts"]] == ["staging-only"]
+    finally:
+        assert child.close() == 0
+
+
+def test_legacy_sse_label_query_parameter(staging_prompt: Registry, server: LiveServer) -> None:
+    with (
+        httpx.Client(base_url=server.url, timeout=httpx.Timeout(30.0)) as http,
+        http.stream("GET", "/sse?label=staging", headers={"Accept": "text/event-stream"}) as stream,
+    ):
+        events = iter_sse(stream.iter_lines())
+        endpoint = next(events).data
+
+        def rpc(message: dict[str, Any]) -> dict[str, Any]:
+            assert http.post(endpoint, json=message).status_code == 202
+            return next(e.json() for e in events if e.event == "message")
+
+        assert rpc(article_initialize("2024-11-05"))["result"]["protocolVersion"] == "2024-11-05"
+        listed = rpc({"jsonrpc": "2.0", "id": 2, "method": "prompts/list"})
+        assert [p["name"] for p in listed["result"]["prompts"]] == ["staging-only"]

@@ -81,7 +81,9 @@ def rpc_error(response: httpx.Response) -> dict[str, Any]:
 
 def test_accept_without_json_or_sse_is_406(http: httpx.Client) -> None:
     response = http.post(
-        "/mcp", json=article_initialize("2025-11-25"), headers={"Accept": "text/html", "Content-Type": "application/json"}
+        "/mcp",
+        json=article_initialize("2025-11-25"),
+        headers={"Accept": "text/html", "Content-Type": "application/json"},
     )
     assert response.status_code == 406
     assert rpc_error(response)["code"] == -32600
@@ -214,8 +216,13 @@ def test_batches_only_on_protocols_that_had_them(http: httpx.Client) -> None:
     assert rpc_error(refused)["code"] == -32600
     old = StreamableHttpClient(http)
     old.initialize("2025-03-26")
-    batch = old.post([PING, {"jsonrpc": "2.0", "method": "notifications/initialized"}, {"jsonrpc": "2.0", "id": 2,
-                                                                                         "method": "no/such"}])
+    batch = old.post(
+        [
+            PING,
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "id": 2, "method": "no/such"},
+        ]
+    )
     assert batch.status_code == 200
     answers = {a["id"]: a for a in batch.json()}
     assert answers[1]["result"] == {}
@@ -294,8 +301,12 @@ def test_body_over_the_limit_is_413(make_server: Callable[..., LiveServer]) -> N
     with small.client(token=None) as http:
         client = StreamableHttpClient(http)
         client.initialize("2025-11-25")
-        big = {"jsonrpc": "2.0", "id": 2, "method": "prompts/get",
-               "params": {"name": "summarize", "arguments": {"text": "x" * 4096}}}
+        big = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "prompts/get",
+            "params": {"name": "summarize", "arguments": {"text": "x" * 4096}},
+        }
         response = client.post(big)
         assert response.status_code == 413
         assert rpc_error(response)["code"] == -32600
@@ -340,7 +351,8 @@ def test_completion_for_a_prompt_enum_argument(mcp: StreamableHttpClient) -> Non
         "completion/complete",
         {"ref": {"type": "ref/prompt", "name": "code-review"}, "argument": {"name": "language", "value": ""}},
     )
-    assert everything["result"]["completion"]["values"] == ["python", "typescript", "go", "java", "rust", "sql", "other"]
+    languages = ["python", "typescript", "go", "java", "rust", "sql", "other"]
+    assert everything["result"]["completion"]["values"] == languages
 
 
 def test_completion_for_a_resource_template_variable_remembers_used_values(mcp: StreamableHttpClient) -> None:
@@ -348,7 +360,10 @@ def test_completion_for_a_resource_template_variable_remembers_used_values(mcp: 
     assert "# Sprint status: payments" in read["result"]["contents"][0]["text"]
     answer = mcp.request(
         "completion/complete",
-        {"ref": {"type": "ref/resource", "uri": "sprint://{team}/current"}, "argument": {"name": "team", "value": "pa"}},
+        {
+            "ref": {"type": "ref/resource", "uri": "sprint://{team}/current"},
+            "argument": {"name": "team", "value": "pa"},
+        },
     )
     assert answer["result"]["completion"]["values"] == ["payments"]
 

@@ -8,11 +8,9 @@ with Last-Event-ID gets it replayed once; a restart loses no session.
 from __future__ import annotations
 
 import os
-import queue
 import secrets
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +19,8 @@ import httpx
 import pytest
 
 from tests.conftest import _drop_postgres_schema, _fresh_postgres_schema, free_port
-from tests.interop.mcp_wire import SseEvent, StreamableHttpClient, iter_sse
+from tests.interop.mcp_wire import StreamableHttpClient
+from tests.stream_listener import StreamListener
 
 ADMIN = "replica-admin-" + secrets.token_hex(6)
 
@@ -43,8 +42,18 @@ class Replica:
             "REGISTRY_ADMIN_TOKEN": ADMIN,
             "REGISTRY_DATA_DIR": str(self.data_dir),
         }
-        argv = [sys.executable, "-m", "registry", "serve", "--port", str(self.port), "--seed", "demo",
-                "--log-level", "warning"]
+        argv = [
+            sys.executable,
+            "-m",
+            "registry",
+            "serve",
+            "--port",
+            str(self.port),
+            "--seed",
+            "demo",
+            "--log-level",
+            "warning",
+        ]
         self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -77,50 +86,6 @@ class Replica:
         return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=15)
 
 
-class StreamListener:
-    """Holds a GET stream open in a thread and queues its events."""
-
-    def __init__(self, replica: Replica, session_id: str, last_event_id: str | None = None) -> None:
-        headers = {"Accept": "text/event-stream", "Mcp-Session-Id": session_id, "MCP-Protocol-Version": "2025-11-25"}
-        if last_event_id is not None:
-            headers["Last-Event-ID"] = last_event_id
-        self.events: queue.Queue[SseEvent] = queue.Queue()
-        self.status: int | None = None
-        self._client = httpx.Client(base_url=replica.url, timeout=httpx.Timeout(10, read=60))
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(headers,), daemon=True)
-        self._thread.start()
-
-    def _run(self, headers: dict[str, str]) -> None:
-        try:
-            with self._client.stream("GET", "/mcp", headers=headers) as response:
-                self.status = response.status_code
-                for event in iter_sse(response.iter_lines()):
-                    self.events.put(event)
-                    if self._stop.is_set():
-                        return
-        except (httpx.HTTPError, RuntimeError):
-            pass
-
-    def next(self, timeout: float = 10.0) -> SseEvent:
-        try:
-            return self.events.get(timeout=timeout)
-        except queue.Empty:
-            raise AssertionError(f"no SSE event within {timeout}s") from None
-
-    def drain(self, wait: float) -> list[SseEvent]:
-        time.sleep(wait)
-        found = []
-        while not self.events.empty():
-            found.append(self.events.get_nowait())
-        return found
-
-    def close(self) -> None:
-        self._stop.set()
-        self._client.close()
-        self._thread.join(timeout=5)
-
-
 @pytest.fixture(scope="module")
 def replicas(
     tmp_path_factory: pytest.TempPathFactory, postgres_server_url: str | None
@@ -128,7 +93,9 @@ def replicas(
     """One pair for the module (starting processes is the slow part); each test uses its own sessions."""
     tmp_path = tmp_path_factory.mktemp("replicas")
     if postgres_server_url is None:
-        pytest.skip("PostgreSQL not available: set REGISTRY_TEST_DATABASE_URL or run a Docker engine for testcontainers")
+        pytest.skip(
+            "PostgreSQL not available: set REGISTRY_TEST_DATABASE_URL or run a Docker engine for testcontainers"
+        )
     url, schema = _fresh_postgres_schema(postgres_server_url)
     a = Replica("a", url, tmp_path / "a")
     b = Replica("b", url, tmp_path / "b")
@@ -169,7 +136,7 @@ def test_session_created_on_one_replica_is_served_by_the_other(replicas: tuple[R
 def test_edit_through_one_replica_reaches_a_stream_on_the_other(replicas: tuple[Replica, Replica]) -> None:
     a, b = replicas
     session_id = _open_session(a)
-    listener = StreamListener(a, session_id)
+    listener = StreamListener(a.url, session_id)
     try:
         priming = listener.next()
         assert priming.data == "" and priming.id is not None
@@ -188,12 +155,12 @@ def test_edit_through_one_replica_reaches_a_stream_on_the_other(replicas: tuple[
 def test_a_missed_change_is_replayed_exactly_once_on_another_replica(replicas: tuple[Replica, Replica]) -> None:
     a, b = replicas
     session_id = _open_session(a)
-    first = StreamListener(a, session_id)
+    first = StreamListener(a.url, session_id)
     priming = first.next()
     first.close()  # the client drops...
     _edit_summarize(b, "While away:")  # ...misses this change...
     # ...and reconnects to the other replica with the last id it saw.
-    second = StreamListener(b, session_id, last_event_id=priming.id)
+    second = StreamListener(b.url, session_id, last_event_id=priming.id)
     try:
         assert second.next().data == ""  # the new stream's priming event
         replayed = second.next()

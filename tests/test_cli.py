@@ -1,0 +1,224 @@
+"""The `mcp-registry` command: import/export/token through `registry.cli.main`, and `serve` as a real process."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import create_engine, text
+
+from registry.cli import main
+from registry.config import Settings
+from registry.db.engine import normalize_database_url
+from registry.paths import seed_data_dir
+from registry.runtime import Registry
+from tests.conftest import free_port
+
+DEMO = seed_data_dir() / "demo"
+DEMO_FILES = sorted(f"{p.parent.name}/{p.name}" for p in DEMO.glob("*/*.yaml"))
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI reads REGISTRY_* settings from the environment; these tests pass everything explicitly."""
+    for name in list(os.environ):
+        if name.startswith("REGISTRY_"):
+            monkeypatch.delenv(name)
+
+
+class Cli:
+    def __init__(self, database_url: str, data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        self.database_url = database_url
+        self.data_dir = data_dir
+        self.capsys = capsys
+
+    def __call__(self, *args: str) -> tuple[int, str, str]:
+        self.capsys.readouterr()
+        code = main([*args, "--database-url", self.database_url, "--data-dir", str(self.data_dir)])
+        captured = self.capsys.readouterr()
+        return code, captured.out, captured.err
+
+    def scalar(self, sql: str) -> object:
+        engine = create_engine(normalize_database_url(self.database_url))
+        try:
+            with engine.connect() as conn:
+                return conn.execute(text(sql)).scalar_one()
+        finally:
+            engine.dispose()
+
+
+@pytest.fixture
+def cli(database_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Cli:
+    return Cli(database_url, tmp_path / "data", capsys)
+
+
+def test_import_plan_import_export(cli: Cli, tmp_path: Path) -> None:
+    code, out, _ = cli("import", str(DEMO), "--plan")
+    assert code == 0
+    lines = out.splitlines()
+    assert re.fullmatch(r"create\s+prompt\s+summarize", next(line for line in lines if "summarize" in line))
+    assert sum(1 for line in lines if line.startswith("create ")) == 9
+    assert lines[-1] == "would change 9 of 9 entries"
+    assert cli.scalar("SELECT COUNT(*) FROM entries") == 0
+    assert cli.scalar("SELECT COUNT(*) FROM changes") == 0
+
+    code, out, _ = cli("import", str(DEMO), "--actor", "ci-bot")
+    assert code == 0
+    assert out.splitlines()[-1] == "changed 9 of 9 entries"
+    assert cli.scalar("SELECT COUNT(*) FROM entries") == 9
+    assert cli.scalar("SELECT COUNT(DISTINCT author) FROM entry_versions") == 1
+    assert cli.scalar("SELECT MIN(author) FROM entry_versions") == "ci-bot"
+
+    code, out, _ = cli("import", str(DEMO))
+    assert code == 0
+    assert all(line.startswith("unchanged ") for line in out.splitlines()[:-1])
+    assert out.splitlines()[-1] == "changed 0 of 9 entries"
+    assert cli.scalar("SELECT COUNT(*) FROM entry_versions") == 9
+    assert cli.scalar("SELECT COUNT(*) FROM changes") == 9
+
+    target = tmp_path / "exported"
+    code, out, _ = cli("export", str(target))
+    assert code == 0
+    assert out.strip() == f"wrote 9 files to {target}"
+    assert sorted(p.relative_to(target).as_posix() for p in target.rglob("*.yaml")) == DEMO_FILES
+    code, out, _ = cli("import", str(target), "--plan")
+    assert out.splitlines()[-1] == "would change 0 of 9 entries"
+
+    # An edited export, imported for staging only.
+    summarize = target / "prompts" / "summarize.yaml"
+    summarize.write_text(summarize.read_text().replace("concisely", "in one line"))
+    code, out, _ = cli("import", str(target), "--label", "staging")
+    assert re.search(r"^update\s+prompt\s+summarize$", out, re.MULTILINE)
+    assert out.splitlines()[-1] == "changed 1 of 9 entries"
+    assert (
+        cli.scalar(
+            "SELECT l.version FROM labels l JOIN entries e ON e.id = l.entry_id"
+            " WHERE e.name = 'summarize' AND l.name = 'staging'"
+        )
+        == 2
+    )
+    assert (
+        cli.scalar(
+            "SELECT l.version FROM labels l JOIN entries e ON e.id = l.entry_id"
+            " WHERE e.name = 'summarize' AND l.name = 'production'"
+        )
+        == 1
+    )
+
+
+def test_token_create(cli: Cli, database_url: str, tmp_path: Path) -> None:
+    code, out, err = cli("token", "create", "--name", "deploy-bot", "--scope", "editor", "--scope", "viewer")
+    assert code == 0
+    token = out.strip()
+    assert re.fullmatch(r"mcpr_[A-Za-z0-9_\-]{30,}", token)
+    assert "scopes editor, viewer; shown only now" in err
+    assert cli.scalar("SELECT COUNT(*) FROM api_tokens") == 1
+    assert cli.scalar("SELECT COUNT(*) FROM api_tokens WHERE token_hash LIKE '%mcpr_%'") == 0  # only a hash
+
+    # The printed token works against a registry on the same database.
+    registry = Registry(Settings(data_dir=tmp_path / "data", database_url=database_url))
+    try:
+        principal = registry.tokens.authenticate(token)
+        assert principal is not None
+        assert principal.name == "deploy-bot"
+        assert principal.has("editor") and not principal.has("admin")
+        assert registry.tokens.authenticate(token + "x") is None
+    finally:
+        registry.close()
+
+    code, out, _ = cli("token", "create", "--name", "agent", "--scope", "agent", "--label", "staging")
+    assert code == 0
+    assert cli.scalar("SELECT label FROM api_tokens WHERE name = 'agent'") == "staging"
+
+
+def test_data_dir_gets_a_private_generated_key(cli: Cli) -> None:
+    assert cli("db", "upgrade")[0] == 0
+    key = cli.data_dir / "secret.key"
+    assert key.is_file()
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    first = key.read_text()
+    assert cli("db", "upgrade")[0] == 0
+    assert key.read_text() == first  # generated once, then reused
+
+
+def test_errors_are_reported_with_exit_code_2(cli: Cli, tmp_path: Path) -> None:
+    code, _, err = cli("import", str(tmp_path / "nowhere"))
+    assert code == 2
+    assert err.startswith("error: bundle folder ") and "does not exist" in err
+
+    bad = tmp_path / "bad" / "prompts"
+    bad.mkdir(parents=True)
+    (bad / "oops.yaml").write_text("name: oops\ntemplate: '{{ x'\n")
+    code, _, err = cli("import", str(tmp_path / "bad"))
+    assert code == 2
+    assert "oops.yaml" in err and "line 1" in err
+    assert cli.scalar("SELECT COUNT(*) FROM entries") == 0
+
+    with pytest.raises(SystemExit) as excinfo:
+        main(["token", "create", "--name", "x", "--scope", "superuser"])
+    assert excinfo.value.code == 2
+
+
+def test_serve_on_an_empty_folder(tmp_path: Path) -> None:
+    """`mcp-registry serve` with no configuration: SQLite in ./data, demo bundle loaded, a bootstrap admin token."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
+    executable = Path(sys.executable).parent / "mcp-registry"
+    command = [str(executable)] if executable.exists() else [sys.executable, "-m", "registry"]
+    stdout_path, stderr_path = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    with stdout_path.open("w") as stdout, stderr_path.open("w") as stderr:
+        process = subprocess.Popen(
+            [*command, "serve", "--port", str(port), "--log-level", "warning"],
+            cwd=tmp_path,
+            env=env,
+            stdout=stdout,
+            stderr=stderr,
+        )
+    try:
+        token = None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert process.poll() is None, stderr_path.read_text()
+            found = re.search(r"admin token\s+(mcpr_\S+)", stdout_path.read_text())
+            if found:
+                token = found.group(1)
+                try:
+                    if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+            time.sleep(0.1)
+        else:
+            pytest.fail(f"server did not come up:\n{stdout_path.read_text()}\n{stderr_path.read_text()}")
+        assert token is not None
+
+        output = stdout_path.read_text()
+        assert f"MCP endpoint http://127.0.0.1:{port}/mcp" in output
+        assert "data/registry.db" in output
+        assert (tmp_path / "data" / "registry.db").is_file()
+        assert (tmp_path / "data" / "secret.key").is_file()
+
+        headers = {"Authorization": f"Bearer {token}"}
+        prompts = httpx.get(f"http://127.0.0.1:{port}/api/v1/prompts", headers=headers, timeout=10)
+        assert prompts.status_code == 200, prompts.text
+        assert "summarize" in [item["name"] for item in prompts.json()["items"]]
+        assert httpx.get(f"http://127.0.0.1:{port}/api/v1/prompts", timeout=10).status_code == 401
+        assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=10).status_code == 200
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+    # A graceful shutdown on SIGTERM (uvicorn re-raises the signal once it is done, hence -SIGTERM).
+    assert process.returncode in (0, -signal.SIGTERM), stderr_path.read_text()
+    assert "Traceback" not in stderr_path.read_text()
