@@ -59,8 +59,9 @@ async def _start_mcp_once_ready(registry: Registry, mcp: McpRuntime, poll_s: flo
     await mcp.start()
 
 
-def create_app(registry: Registry) -> RegistryApp:
-    mcp = McpRuntime(registry)
+def create_app(registry: Registry, *, freeze_gc: bool = False) -> RegistryApp:
+    """``freeze_gc``: a dedicated server process freezes its long-lived heap after start-up."""
+    mcp = McpRuntime(registry, freeze_gc=freeze_gc)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

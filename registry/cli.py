@@ -62,13 +62,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     else:
         print("  admin token  create one with `mcp-registry token create --name me --scope admin`")
     sys.stdout.flush()
-    app = create_app(registry)
+    app = create_app(registry, freeze_gc=True)
     config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
         log_level=args.log_level,
-        proxy_headers=True,
+        proxy_headers=False,
         timeout_graceful_shutdown=10,
         access_log=args.access_log,
     )

@@ -227,3 +227,30 @@ def test_render_resolves_embedded_resource(demo: httpx.Client) -> None:
     demo.delete("/api/v1/resources/postmortem-guidelines").raise_for_status()
     gone = render(demo, "incident-postmortem", {"title": "x", "timeline": "y"})
     assert_problem(gone, 422, "docs://guidelines/postmortem", "not available")
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "Hi {{ who }}, welcome to {{place}}.\n",
+        "no variables at all",
+        "{{ who }}{{ who }}",
+        "trailing newline kept\n\n",
+        "braces } and { alone stay literal",
+    ],
+)
+def test_simple_templates_render_exactly_as_jinja_does(source: str) -> None:
+    """The join-strings fast path for bare {{ name }} templates must be indistinguishable from Jinja."""
+    from registry.catalog.templates import _ENV, CompiledTemplate
+
+    compiled = CompiledTemplate(source)
+    assert compiled._simple is not None
+    variables = {"who": "Ada <&>", "place": "{{ not a template }}"}
+    assert compiled.render(variables) == _ENV.from_string(source).render(variables)
+
+
+def test_simple_templates_still_refuse_missing_variables() -> None:
+    from registry.catalog.templates import CompiledTemplate
+
+    with pytest.raises(TemplateError, match="undefined"):
+        CompiledTemplate("Hi {{ who }}").render({})

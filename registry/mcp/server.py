@@ -141,6 +141,8 @@ class CompletionMemory:
         if not value or len(value) > 200:
             return
         values = self._seen.setdefault((*ref, argument), OrderedDict())
+        if values and next(reversed(values)) == value:
+            return  # already the most recent: the common case of an agent repeating a call
         values[value] = None
         values.move_to_end(value)
         while len(values) > self.PER_KEY:

@@ -10,6 +10,7 @@ A POST's answer starts as plain JSON; if the handler emits a related notificatio
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import secrets
 from typing import Any
@@ -63,6 +64,11 @@ def _accepts(headers: dict[str, str]) -> tuple[bool, bool]:
     accept = headers.get("accept")
     if accept is None:
         return True, True
+    return _parse_accept(accept)
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_accept(accept: str) -> tuple[bool, bool]:
     types = {part.split(";")[0].strip().lower() for part in accept.split(",")}
     anything = "*/*" in types
     return (
