@@ -39,6 +39,8 @@ LIST_CHANGED = {
     "resource": "notifications/resources/list_changed",
     "tool": "notifications/tools/list_changed",
 }
+#: The same bytes go to every stream: encoded once.
+_ENCODED_LIST_CHANGED = {kind: dumps(notification(method)) for kind, method in LIST_CHANGED.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +95,9 @@ def parse_event_id(value: str | None) -> tuple[int, int] | None:
 class ChangeFeed:
     POLL_S = 2.0
 
-    def __init__(self, db: Database, on_changes: Callable[[list[ChangeEvent]], Awaitable[None]]) -> None:
+    def __init__(
+        self, db: Database, on_changes: Callable[[list[ChangeEvent], Callable[[int], None]], Awaitable[None]]
+    ) -> None:
         self.db = db
         self.on_changes = on_changes
         #: The id of the last change dispatched; streams opened now see live everything after it.
@@ -104,6 +108,9 @@ class ChangeFeed:
         self.listening = False
         #: More LISTEN channels (name -> callback), e.g. session ends from other replicas.
         self.extra_channels: dict[str, Callable[[str], None]] = {}
+
+    def _advance(self, position: int) -> None:
+        self.position = max(self.position, position)
 
     def poke(self) -> None:
         """Look at the change log now. Safe from any thread."""
@@ -164,8 +171,8 @@ class ChangeFeed:
                     events = await asyncio.to_thread(self._read_after, self.position)
                     if not events:
                         break
-                    await self.on_changes(events)
-                    self.position = events[-1].id
+                    await self.on_changes(events, self._advance)
+                    self._advance(events[-1].id)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -178,7 +185,8 @@ class Metrics:
 
     def __init__(self) -> None:
         self.notifications_sent = 0
-        self.lag_observer: Callable[[float], None] | None = None
+        #: Called with (seconds from commit to send, notifications queued) per client and change.
+        self.lag_observer: Callable[[float, int], None] | None = None
 
 
 class Notifier:
@@ -213,13 +221,12 @@ class Notifier:
 
         return await asyncio.to_thread(load)
 
-    async def dispatch(self, events: list[ChangeEvent]) -> None:
+    async def dispatch(self, events: list[ChangeEvent], advance: Callable[[int], None]) -> None:
+        """Offer each client the notifications the events produce for it, then ``advance`` the feed."""
         labels: set[str] = set()
         for event in events:
             labels |= event.labels
         self.invalidate(labels)
-        if self.warm is not None:
-            self.warm(labels)
         streams = list(self.hub.streams())
         if any(event.kind == "resource" for event in events):
             persisted = [s for s in streams if getattr(s.client, "id", "") and getattr(s, "persistent", False)]
@@ -228,21 +235,34 @@ class Notifier:
                 if stream.session_id in fresh:
                     stream.client.subscriptions = fresh[stream.session_id]
             streams = list(self.hub.streams())
-        # Offers and position updates happen with no await in between (see ChangeFeed._follow).
+        # From here to advance() there is no await: a stream registering now either was already
+        # registered (and gets these live) or will note the advanced position (and not replay them).
         now = time.time()
-        encoded: dict[tuple[int, int, str], bytes] = {}
+        observe = self.metrics.lag_observer
+        sent = 0
         for event in events:
             lag = max(0.0, now - event.created_at.timestamp())
+            first_id = f"{event.id}:0"
+            list_changed = _ENCODED_LIST_CHANGED[event.kind]
             for stream in streams:
-                for index, message in enumerate(messages_for(event, stream.client)):
-                    key = (event.id, index, str(message.get("params")))
-                    data = encoded.get(key)
-                    if data is None:
-                        data = encoded[key] = dumps(message)
-                    if stream.offer((f"{event.id}:{index}", data)):
-                        self.metrics.notifications_sent += 1
-                        if self.metrics.lag_observer is not None:
-                            self.metrics.lag_observer(lag)
+                client = stream.client
+                if client.label not in event.labels:
+                    continue
+                delivered = stream.offer((first_id, list_changed))
+                if event.kind == "resource" and client.subscriptions:
+                    for index, message in enumerate(messages_for(event, client)[1:], start=1):
+                        delivered += stream.offer((f"{event.id}:{index}", dumps(message)))
+                if delivered:
+                    sent += delivered
+                    if observe is not None:
+                        observe(lag, delivered)
+        self.metrics.notifications_sent += sent
+        if events:
+            advance(events[-1].id)
+        if self.warm is not None:
+            # Rebuild the served snapshots once the streams have had their turn on the CPU.
+            asyncio.get_running_loop().call_later(0.05, self.warm, labels)
+        for event in events:
             for client, write in self.direct:
                 for message in messages_for(event, client):
                     await write(message)

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+from collections.abc import Callable
 
 from registry.mcp.notifier import ChangeEvent, ChangeFeed, Notifier
 from registry.mcp.server import McpServer
@@ -53,12 +54,12 @@ class McpRuntime:
         self.sessions.evict(session_id)
         self.hub.close_session(session_id)
 
-    def _observe_lag(self, seconds: float) -> None:
-        self.metrics.notifications_sent.inc()
+    def _observe_lag(self, seconds: float, count: int) -> None:
+        self.metrics.notifications_sent.inc(count)
         self.metrics.notification_lag.observe(seconds)
 
-    async def _dispatch(self, events: list[ChangeEvent]) -> None:
-        await self.notifier.dispatch(events)
+    async def _dispatch(self, events: list[ChangeEvent], advance: Callable[[int], None]) -> None:
+        await self.notifier.dispatch(events, advance)
 
     async def _save_state(self, client: ClientState) -> None:
         if isinstance(client, Session) and client.id:
@@ -84,6 +85,7 @@ class McpRuntime:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self.hub.start()
         await self.feed.start()
         try:
             await self.server.snapshots.get("production")
@@ -114,7 +116,7 @@ class McpRuntime:
             loop.call_soon_threadsafe(self.hub.close_all)
 
     async def stop(self) -> None:
-        self.hub.close_all()
+        await self.hub.stop()
         for task in self._tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -21,6 +21,7 @@ from registry.mcp.sessions import ClientState
 log = logging.getLogger("registry.mcp")
 
 _CLOSE = object()
+_KEEPALIVE = object()
 
 
 @dataclass(eq=False)
@@ -40,12 +41,21 @@ class ClientStream:
             self.queue.put_nowait(item)
             return True
         except asyncio.QueueFull:
+            self.close(stuck=True)
+            return False
+
+    def close(self, *, stuck: bool = False) -> None:
+        """End the stream after what is queued (or at once, making room, if the queue is full)."""
+        if stuck:
+            self.dropped = True
+            log.warning("dropping stream of session %s: client is not reading", self.session_id[:8])
+        try:
+            self.queue.put_nowait(_CLOSE)
+        except asyncio.QueueFull:
             self.dropped = True
             with contextlib.suppress(asyncio.QueueEmpty):
                 self.queue.get_nowait()
             self.queue.put_nowait(_CLOSE)
-            log.warning("dropping stream of session %s: client is not reading", self.session_id[:8])
-            return False
 
 
 class StreamHub:
@@ -57,6 +67,26 @@ class StreamHub:
         self.keepalive_s = keepalive_s if keepalive_s is not None else self.KEEPALIVE_S
         self._streams: dict[str, set[ClientStream]] = {}
         self.closing = False
+        self._keepalive_task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start the keep-alive ticker (one task for all streams, not a timer per stream)."""
+        if self._keepalive_task is None:
+            self._keepalive_task = asyncio.get_running_loop().create_task(self._keepalive_forever())
+
+    async def stop(self) -> None:
+        self.close_all()
+        if self._keepalive_task is not None:
+            self._keepalive_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._keepalive_task
+            self._keepalive_task = None
+
+    async def _keepalive_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.keepalive_s)
+            for stream in self.streams():
+                stream.offer(_KEEPALIVE)  # a stream whose queue is full is stuck, and dropped here
 
     @property
     def open_streams(self) -> int:
@@ -74,13 +104,12 @@ class StreamHub:
 
     def close_session(self, session_id: str) -> None:
         for stream in list(self._streams.get(session_id, ())):
-            stream.offer(_CLOSE)
+            stream.close()
 
     def close_all(self) -> None:
         self.closing = True
         for stream in self.streams():
-            with contextlib.suppress(asyncio.QueueFull):
-                stream.queue.put_nowait(_CLOSE)
+            stream.close()
 
     async def serve_stream(
         self,
@@ -111,7 +140,7 @@ class StreamHub:
                 message = await receive()
                 if message["type"] == "http.disconnect":
                     disconnected.set()
-                    stream.offer(_CLOSE)
+                    stream.close()
                     return
 
         watcher = asyncio.create_task(watch_disconnect())
@@ -124,16 +153,16 @@ class StreamHub:
             if replay is not None:
                 for event_id, data in await replay():
                     await sse.event(data, event_id=event_id, event="message")
+            queue = stream.queue
             while not disconnected.is_set():
-                try:
-                    item = await asyncio.wait_for(stream.queue.get(), timeout=self.keepalive_s)
-                except TimeoutError:
+                item = await queue.get()
+                if item is _CLOSE:
+                    break
+                if item is _KEEPALIVE:
                     await sse.comment()
                     if on_keepalive is not None:
                         on_keepalive()
                     continue
-                if item is _CLOSE:
-                    break
                 event_id, data = item
                 await sse.event(data, event_id=event_id, event="message")
         except OSError:
