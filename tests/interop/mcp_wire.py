@@ -270,6 +270,9 @@ class StreamableHttpClient:
         assert response.status_code == 200, response.text
         answers = [m for m in response_messages(response) if m.get("id") == message["id"]]
         assert len(answers) == 1, response.text
+        if message.get("method") == "initialize" and "result" in answers[0]:
+            self.session_id = response.headers["mcp-session-id"]
+            self.protocol_version = answers[0]["result"]["protocolVersion"]
         return answers[0]
 
     def request(self, method: str, params: dict[str, Any] | None = None, request_id: int = 99) -> dict[str, Any]:

@@ -7,10 +7,13 @@ with Last-Event-ID gets it replayed once; a restart loses no session.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import secrets
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +22,7 @@ import httpx
 import pytest
 
 from tests.conftest import _drop_postgres_schema, _fresh_postgres_schema, free_port
-from tests.interop.mcp_wire import StreamableHttpClient
+from tests.interop.mcp_wire import StreamableHttpClient, run_article_walk
 from tests.stream_listener import StreamListener
 
 ADMIN = "replica-admin-" + secrets.token_hex(6)
@@ -198,3 +201,93 @@ def test_ending_a_session_on_one_replica_ends_it_on_the_other(replicas: tuple[Re
             break
         time.sleep(0.1)
     assert status == 404
+
+
+class RoundRobinBalancer:
+    """A plain TCP load balancer: each new connection goes to the next replica (no affinity)."""
+
+    def __init__(self, backends: list[Replica]) -> None:
+        self.backends = backends
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.connections = [0] * len(backends)
+        self._next = 0
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        assert self._ready.wait(10)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+
+        async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                while data := await reader.read(65536):
+                    writer.write(data)
+                    await writer.drain()
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                writer.close()
+
+        async def handle(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+            index = self._next % len(self.backends)
+            self._next += 1
+            self.connections[index] += 1
+            backend = self.backends[index]
+            try:
+                server_reader, server_writer = await asyncio.open_connection("127.0.0.1", backend.port)
+            except OSError:
+                client_writer.close()
+                return
+            await asyncio.gather(pipe(client_reader, server_writer), pipe(server_reader, client_writer))
+
+        async def main() -> None:
+            self._server = await asyncio.start_server(handle, "127.0.0.1", self.port)
+            self._ready.set()
+            await self._server.serve_forever()
+
+        with contextlib.suppress(asyncio.CancelledError, RuntimeError):
+            self._loop.run_until_complete(main())
+        pending = asyncio.all_tasks(self._loop)
+        for task in pending:
+            task.cancel()
+        self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        self._loop.close()
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(self._server.close)
+        self._thread.join(timeout=10)
+
+
+def test_everything_works_through_a_round_robin_balancer(replicas: tuple[Replica, Replica]) -> None:
+    """The compose topology: clients talk to a load balancer that spreads connections over replicas."""
+    a, b = replicas
+    balancer = RoundRobinBalancer([a, b])
+    try:
+        # A new connection per request, so consecutive requests land on alternating replicas.
+        no_reuse = httpx.Limits(max_keepalive_connections=0)
+        client = StreamableHttpClient(httpx.Client(base_url=balancer.url, timeout=15, limits=no_reuse))
+        run_article_walk(client.rpc, "2025-11-25")
+        assert client.session_id is not None
+        listener = StreamListener(balancer.url, client.session_id)
+        try:
+            assert listener.next().data == ""
+            with httpx.Client(
+                base_url=balancer.url, headers={"Authorization": f"Bearer {ADMIN}"}, limits=no_reuse, timeout=15
+            ) as admin:
+                response = admin.put(
+                    "/api/v1/prompts/summarize",
+                    json={
+                        "template": "Via the balancer: {{ text }}",
+                        "arguments": [{"name": "text", "required": True}],
+                    },
+                )
+                assert response.status_code == 200, response.text
+            assert listener.next().json()["method"] == "notifications/prompts/list_changed"
+        finally:
+            listener.close()
+        assert min(balancer.connections) >= 4, balancer.connections  # both replicas did real work
+    finally:
+        balancer.close()
