@@ -185,7 +185,7 @@ class Metrics:
 
     def __init__(self) -> None:
         self.notifications_sent = 0
-        #: Called with (seconds from commit to send, notifications queued) per client and change.
+        #: Called once per change with (seconds from commit to send, notifications queued).
         self.lag_observer: Callable[[float, int], None] | None = None
 
 
@@ -238,30 +238,29 @@ class Notifier:
         # From here to advance() there is no await: a stream registering now either was already
         # registered (and gets these live) or will note the advanced position (and not replay them).
         now = time.time()
-        observe = self.metrics.lag_observer
         sent = 0
         for event in events:
-            lag = max(0.0, now - event.created_at.timestamp())
             first_id = f"{event.id}:0"
             list_changed = _ENCODED_LIST_CHANGED[event.kind]
+            sent_for_event = 0
             for stream in streams:
                 client = stream.client
                 if client.label not in event.labels:
                     continue
-                delivered = stream.offer((first_id, list_changed))
+                sent_for_event += stream.offer((first_id, list_changed))
                 if event.kind == "resource" and client.subscriptions:
                     for index, message in enumerate(messages_for(event, client)[1:], start=1):
-                        delivered += stream.offer((f"{event.id}:{index}", dumps(message)))
-                if delivered:
-                    sent += delivered
-                    if observe is not None:
-                        observe(lag, delivered)
+                        sent_for_event += stream.offer((f"{event.id}:{index}", dumps(message)))
+            sent += sent_for_event
+            if sent_for_event and self.metrics.lag_observer is not None:
+                # Once per change: every stream of it was served in this same loop.
+                self.metrics.lag_observer(max(0.0, now - event.created_at.timestamp()), sent_for_event)
         self.metrics.notifications_sent += sent
         if events:
             advance(events[-1].id)
         if self.warm is not None:
             # Rebuild the served snapshots once the streams have had their turn on the CPU.
-            asyncio.get_running_loop().call_later(0.05, self.warm, labels)
+            asyncio.get_running_loop().call_later(0.25, self.warm, labels)
         for event in events:
             for client, write in self.direct:
                 for message in messages_for(event, client):
