@@ -32,17 +32,6 @@ from tests.interop.mcp_wire import (
 VERSIONS = ["2024-11-05", "2025-11-25"]
 
 
-@pytest.fixture
-def demo(registry: Registry) -> Registry:
-    registry.seed("demo")
-    return registry
-
-
-@pytest.fixture
-def server(demo: Registry, live_server: LiveServer) -> LiveServer:
-    return live_server
-
-
 # ---------------------------------------------------------------- Streamable HTTP
 
 

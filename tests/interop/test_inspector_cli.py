@@ -87,17 +87,6 @@ def inspector(tmp_path: Path) -> Inspector:
     return Inspector(NODE, INSPECTOR_PACKAGE / package["bin"]["mcp-inspector"], home)
 
 
-@pytest.fixture
-def demo(registry: Registry) -> Registry:
-    registry.seed("demo")
-    return registry
-
-
-@pytest.fixture
-def server(demo: Registry, live_server: LiveServer) -> LiveServer:
-    return live_server
-
-
 def check_article_answers(call: Any) -> None:
     """The article's steps 2-8 through the Inspector CLI (``call(*args)`` returns its parsed JSON output)."""
     tools = {tool["name"]: tool for tool in call("--method", "tools/list")["tools"]}

@@ -34,17 +34,6 @@ from tests.interop.mcp_wire import (
 SDK_VERSION = "2.3.0"
 
 
-@pytest.fixture
-def demo(registry: Registry) -> Registry:
-    registry.seed("demo")
-    return registry
-
-
-@pytest.fixture
-def server(demo: Registry, live_server: LiveServer) -> LiveServer:
-    return live_server
-
-
 def test_the_pinned_sdk_is_installed() -> None:
     from importlib.metadata import version
 

@@ -25,17 +25,6 @@ PING = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
 
 
 @pytest.fixture
-def demo(registry: Registry) -> Registry:
-    registry.seed("demo")
-    return registry
-
-
-@pytest.fixture
-def server(demo: Registry, live_server: LiveServer) -> LiveServer:
-    return live_server
-
-
-@pytest.fixture
 def http(server: LiveServer) -> Iterator[httpx.Client]:
     """An anonymous client (the server is loopback-bound, so anonymous agents are allowed)."""
     with server.client(token=None) as client:
