@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -128,7 +129,8 @@ def test_logs_below_the_session_level_are_not_sent(hooked: LiveServer, webhook_s
 
 
 def test_notifications_cancelled_stops_the_webhook_call(hooked: LiveServer, webhook_server: WebhookServer) -> None:
-    url = webhook_server.url("/ndjson-forever?key=cancel-me")
+    key = f"cancel-{uuid.uuid4().hex}"  # the webhook server outlives this test
+    url = webhook_server.url(f"/ndjson-forever?key={key}")
     assert _create(hooked, "tools", _tool("forever", url, webhook={"timeout_s": 60})).status_code == 201
     client = _session(hooked)
     call: dict[str, Any] = {}
@@ -143,10 +145,10 @@ def test_notifications_cancelled_stops_the_webhook_call(hooked: LiveServer, webh
     thread = threading.Thread(target=run_call)
     thread.start()
     time.sleep(1.0)  # the webhook is streaming by now
-    assert not webhook_server.state.closed["cancel-me"].is_set()
+    assert not webhook_server.state.closed[key].is_set()
     cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 42, "reason": "user"}}
     assert client.post(cancel).status_code == 202
-    assert webhook_server.state.closed["cancel-me"].wait(10), "the webhook call was not stopped"
+    assert webhook_server.state.closed[key].wait(10), "the webhook call was not stopped"
     thread.join(timeout=15)
     assert call["seconds"] < 15
 
