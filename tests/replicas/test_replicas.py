@@ -112,13 +112,22 @@ def replicas(
         _drop_postgres_schema(postgres_server_url, schema)
 
 
-def _edit_summarize(replica: Replica, text: str) -> None:
-    with replica.admin() as admin:
-        response = admin.put(
-            "/api/v1/prompts/summarize",
-            json={"template": text + " {{ text }}", "arguments": [{"name": "text", "required": True}]},
-        )
-        assert response.status_code == 200, response.text
+PROBE = "replica-probe"
+
+
+def _edit_probe(base_url: str, text: str) -> None:
+    """Save a new version of the probe prompt (creating it first), leaving the demo bundle as it is:
+    the replicas are shared by the tests of this module."""
+    body = {"template": text + " {{ text }}", "arguments": [{"name": "text", "required": True}]}
+    # A new connection per request: through the balancer, consecutive requests hit different replicas.
+    no_reuse = httpx.Limits(max_keepalive_connections=0)
+    with httpx.Client(
+        base_url=base_url, headers={"Authorization": f"Bearer {ADMIN}"}, limits=no_reuse, timeout=15
+    ) as admin:
+        response = admin.put(f"/api/v1/prompts/{PROBE}", json=body)
+        if response.status_code == 404:
+            response = admin.post("/api/v1/prompts", json={"name": PROBE, **body})
+        assert response.status_code in (200, 201), response.text
 
 
 def _open_session(replica: Replica) -> str:
@@ -144,12 +153,12 @@ def test_edit_through_one_replica_reaches_a_stream_on_the_other(replicas: tuple[
         priming = listener.next()
         assert priming.data == "" and priming.id is not None
         started = time.monotonic()
-        _edit_summarize(b, "Edited on B:")
+        _edit_probe(b.url, "Edited on B:")
         event = listener.next(timeout=10)
         assert event.json() == {"jsonrpc": "2.0", "method": "notifications/prompts/list_changed"}
         assert time.monotonic() - started < 5
         # ...and the new version is what the session is now served, on either replica.
-        answer = a.mcp(session_id).request("prompts/get", {"name": "summarize", "arguments": {"text": "x"}})
+        answer = a.mcp(session_id).request("prompts/get", {"name": PROBE, "arguments": {"text": "x"}})
         assert answer["result"]["messages"][0]["content"]["text"] == "Edited on B: x"
     finally:
         listener.close()
@@ -161,7 +170,7 @@ def test_a_missed_change_is_replayed_exactly_once_on_another_replica(replicas: t
     first = StreamListener(a.url, session_id)
     priming = first.next()
     first.close()  # the client drops...
-    _edit_summarize(b, "While away:")  # ...misses this change...
+    _edit_probe(b.url, "While away:")  # ...misses this change...
     # ...and reconnects to the other replica with the last id it saw.
     second = StreamListener(b.url, session_id, last_event_id=priming.id)
     try:
@@ -170,7 +179,7 @@ def test_a_missed_change_is_replayed_exactly_once_on_another_replica(replicas: t
         assert replayed.json()["method"] == "notifications/prompts/list_changed"
         assert replayed.id is not None and replayed.id.endswith(":0")
         assert second.drain(1.5) == []  # no duplicate arrives live
-        _edit_summarize(a, "Live again:")
+        _edit_probe(a.url, "Live again:")
         live = second.next()
         assert live.json()["method"] == "notifications/prompts/list_changed"
         assert int(live.id.split(":")[0]) > int(replayed.id.split(":")[0])
@@ -274,17 +283,7 @@ def test_everything_works_through_a_round_robin_balancer(replicas: tuple[Replica
         listener = StreamListener(balancer.url, client.session_id)
         try:
             assert listener.next().data == ""
-            with httpx.Client(
-                base_url=balancer.url, headers={"Authorization": f"Bearer {ADMIN}"}, limits=no_reuse, timeout=15
-            ) as admin:
-                response = admin.put(
-                    "/api/v1/prompts/summarize",
-                    json={
-                        "template": "Via the balancer: {{ text }}",
-                        "arguments": [{"name": "text", "required": True}],
-                    },
-                )
-                assert response.status_code == 200, response.text
+            _edit_probe(balancer.url, "Via the balancer:")
             assert listener.next().json()["method"] == "notifications/prompts/list_changed"
         finally:
             listener.close()
