@@ -16,7 +16,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from jinja2 import StrictUndefined, TemplateSyntaxError, meta, nodes
+from jinja2 import StrictUndefined, Template, TemplateSyntaxError, meta, nodes
 from jinja2.exceptions import SecurityError, UndefinedError
 from jinja2.sandbox import SandboxedEnvironment
 
@@ -180,11 +180,18 @@ class CompiledTemplate:
 
     def __init__(self, source: str) -> None:
         self.source = source
+        self._simple = _simple_parts(source)
+        self._template: Template | None = None
+        if self._simple is None:
+            self._template = self._compile()
+
+    def _compile(self) -> Template:
+        # Simple templates are always valid Jinja; they are compiled only if ever needed (to word
+        # an error), which keeps thousands of compiled modules out of memory and the collector's way.
         try:
-            self._template = _ENV.from_string(source)
+            return _ENV.from_string(self.source)
         except TemplateSyntaxError as exc:
             raise TemplateError(str(TemplateIssue(exc.lineno, exc.message or "syntax error"))) from None
-        self._simple = _simple_parts(source)
 
     def _render_simple(self, parts: tuple[str, ...], variables: Mapping[str, Any], max_chars: int) -> str | None:
         out = list(parts)
@@ -214,6 +221,8 @@ class CompiledTemplate:
         parts: list[str] = []
         size = 0
         try:
+            if self._template is None:
+                self._template = self._compile()
             for chunk in self._template.generate(dict(variables)):
                 size += len(chunk)
                 if size > max_chars:
