@@ -79,6 +79,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_stdio(args: argparse.Namespace) -> int:
     import asyncio
 
+    from registry.catalog.service import PRODUCTION
     from registry.mcp.notifier import ChangeFeed, Notifier
     from registry.mcp.server import McpServer
     from registry.mcp.sessions import ClientState
@@ -90,7 +91,7 @@ def cmd_stdio(args: argparse.Namespace) -> int:
     registry = Registry(settings)
     registry.prepare(seed=args.seed, demo_if_empty=settings.database_url is None)
     server = McpServer(registry.catalog, webhook_allowed_networks=settings.webhook_allowed_networks)
-    client = ClientState(label=args.label or "production", principal="stdio")
+    client = ClientState(label=args.label or PRODUCTION, principal="stdio")
 
     async def run() -> None:
         transport = StdioTransport(server, client)

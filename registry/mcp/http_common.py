@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from registry.catalog.service import PRODUCTION
 from registry.config import LOOPBACK_HOSTS, Settings
 from registry.mcp.protocol import JsonRpcError, dumps, error_message
 from registry.tokens import ANONYMOUS_AGENT, Principal, TokenService
@@ -83,6 +84,11 @@ async def authenticate(headers: dict[str, str], tokens: TokenService, settings: 
             {"WWW-Authenticate": 'Bearer realm="mcp-registry", error="invalid_token"'},
         )
     return principal
+
+
+def served_label(principal: Principal, scope: Scope) -> str:
+    """The label a new connection is served: its agent token's, else ``?label=``, else production."""
+    return principal.label or query_param(scope, "label") or PRODUCTION
 
 
 def _raw_headers(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:

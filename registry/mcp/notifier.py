@@ -180,15 +180,6 @@ class ChangeFeed:
                 await asyncio.sleep(1.0)
 
 
-class Metrics:
-    """Counters the notifier updates; exported by /metrics."""
-
-    def __init__(self) -> None:
-        self.notifications_sent = 0
-        #: Called once per change with (seconds from commit to send, notifications queued).
-        self.lag_observer: Callable[[float, int], None] | None = None
-
-
 class Notifier:
     """Delivers change notifications to the streams of this process."""
 
@@ -203,7 +194,8 @@ class Notifier:
         self.db = db
         self.invalidate = invalidate
         self.warm = warm
-        self.metrics = Metrics()
+        #: Called once per change with (seconds from commit to send, notifications queued): /metrics.
+        self.lag_observer: Callable[[float, int], None] | None = None
         #: stdio-style clients that are not on the hub: (state, write).
         self.direct: list[tuple[ClientState, Callable[[dict[str, Any]], Awaitable[None]]]] = []
 
@@ -238,7 +230,6 @@ class Notifier:
         # From here to advance() there is no await: a stream registering now either was already
         # registered (and gets these live) or will note the advanced position (and not replay them).
         now = time.time()
-        sent = 0
         for event in events:
             first_id = f"{event.id}:0"
             list_changed = _ENCODED_LIST_CHANGED[event.kind]
@@ -251,11 +242,9 @@ class Notifier:
                 if event.kind == "resource" and client.subscriptions:
                     for index, message in enumerate(messages_for(event, client)[1:], start=1):
                         sent_for_event += stream.offer((f"{event.id}:{index}", dumps(message)))
-            sent += sent_for_event
-            if sent_for_event and self.metrics.lag_observer is not None:
+            if sent_for_event and self.lag_observer is not None:
                 # Once per change: every stream of it was served in this same loop.
-                self.metrics.lag_observer(max(0.0, now - event.created_at.timestamp()), sent_for_event)
-        self.metrics.notifications_sent += sent
+                self.lag_observer(max(0.0, now - event.created_at.timestamp()), sent_for_event)
         if events:
             advance(events[-1].id)
         if self.warm is not None:
@@ -265,7 +254,6 @@ class Notifier:
             for client, write in self.direct:
                 for message in messages_for(event, client):
                     await write(message)
-                    self.metrics.notifications_sent += 1
 
     async def replay(
         self, feed: ChangeFeed, client: ClientState, last_event_id: str | None, upto: int

@@ -11,8 +11,6 @@ import orjson
 # Protocol versions, oldest first. The newest is answered when a client asks for one we lack.
 SUPPORTED_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 LATEST_VERSION = SUPPORTED_VERSIONS[-1]
-#: What a Streamable HTTP request without MCP-Protocol-Version is assumed to speak (spec 2025-06-18+).
-DEFAULT_HEADER_VERSION = "2025-03-26"
 #: Versions that allowed JSON-RPC batches (removed in 2025-06-18).
 BATCH_VERSIONS = frozenset({"2024-11-05", "2025-03-26"})
 
@@ -93,6 +91,12 @@ def parse_message(item: Any) -> Message:
     elif not isinstance(params, dict):
         raise JsonRpcError(INVALID_PARAMS, '"params" must be an object', {"id": valid_id})
     return Message(item, method, valid_id, params)
+
+
+def invalid_message_answer(exc: JsonRpcError) -> dict[str, Any]:
+    """The error answer to a message ``parse_message`` refused, carrying the message's id when it had one."""
+    data = exc.data if isinstance(exc.data, dict) else {}
+    return error_message(data.get("id"), JsonRpcError(exc.code, exc.message))
 
 
 def result_message(request_id: RequestId, result: dict[str, Any]) -> dict[str, Any]:

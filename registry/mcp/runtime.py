@@ -8,6 +8,7 @@ import gc
 import logging
 from collections.abc import Callable
 
+from registry.catalog.service import PRODUCTION
 from registry.mcp.notifier import ChangeEvent, ChangeFeed, Notifier
 from registry.mcp.server import McpServer
 from registry.mcp.sessions import SESSION_END_CHANNEL, ClientState, Session, SessionStore
@@ -30,10 +31,8 @@ class McpRuntime:
         self.server.observe = self.metrics.observe_request
         self.sessions = SessionStore(registry.db, idle_timeout_s=settings.session_idle_timeout_s)
         self.hub = StreamHub(keepalive_s=min(StreamHub.KEEPALIVE_S, settings.session_idle_timeout_s / 4))
-        self.notifier = Notifier(
-            self.hub, registry.db, self.server.snapshots.invalidate, self.server.snapshots.warm
-        )
-        self.notifier.metrics.lag_observer = self._observe_lag
+        self.notifier = Notifier(self.hub, registry.db, self.server.snapshots.invalidate, self.server.snapshots.warm)
+        self.notifier.lag_observer = self._observe_lag
         self.feed = ChangeFeed(registry.db, self._dispatch)
         self.feed.extra_channels[SESSION_END_CHANNEL] = self._session_ended_elsewhere
         registry.catalog.on_change(lambda _change_id: self.feed.poke())
@@ -88,7 +87,7 @@ class McpRuntime:
         self.hub.start()
         await self.feed.start()
         try:
-            await self.server.snapshots.get("production")
+            await self.server.snapshots.get(PRODUCTION)
         except Exception:
             log.exception("could not build the production catalog snapshot; it will be retried on demand")
         if self.freeze_gc:

@@ -18,7 +18,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from registry.catalog.rendering import PromptRenderer, ResourceRenderer
-from registry.catalog.service import CatalogService
+from registry.catalog.service import PRODUCTION, CatalogService
 from registry.catalog.specs import PromptSpec, ResourceSpec, ToolSpec
 from registry.webhooks import WebhookTarget
 
@@ -176,7 +176,7 @@ class SnapshotCache:
         self._build_locks: dict[str, asyncio.Lock] = {}
         self._warming: set[asyncio.Task[CatalogSnapshot]] = set()
         #: Labels a snapshot was ever built for: the ones worth rebuilding after a change.
-        self._served: set[str] = {"production"}
+        self._served: set[str] = {PRODUCTION}
 
     def _generation(self, label: str) -> tuple[int, int]:
         return self._all_generation, self._generations.get(label, 0)
@@ -229,14 +229,3 @@ class SnapshotCache:
                         self._served.add(label)
                         return built
                 # A change landed while building: build again so it is not missed.
-
-    def get_sync(self, label: str) -> CatalogSnapshot:
-        snapshot = self._snapshots.get(label)
-        if snapshot is None:
-            with self._state_lock:
-                generation = self._generation(label)
-            snapshot = CatalogSnapshot.build(self.catalog, label)
-            with self._state_lock:
-                if self._generation(label) == generation:
-                    self._snapshots[label] = snapshot
-        return snapshot

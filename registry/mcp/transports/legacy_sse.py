@@ -24,14 +24,21 @@ from registry.mcp.http_common import (
     send_bytes,
     send_http_error,
     send_json,
+    served_label,
 )
-from registry.mcp.protocol import INVALID_REQUEST, PARSE_ERROR, JsonRpcError, error_message, loads, parse_message
+from registry.mcp.protocol import (
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    JsonRpcError,
+    error_message,
+    invalid_message_answer,
+    loads,
+    parse_message,
+)
 from registry.mcp.server import McpServer, RequestContext
 from registry.mcp.sessions import Session, SessionStore, new_session_id
 from registry.mcp.streams import StreamHub
 from registry.tokens import TokenService
-
-PRODUCTION = "production"
 
 
 class LegacySseTransport:
@@ -55,7 +62,7 @@ class LegacySseTransport:
         except HttpError as exc:
             await send_http_error(send, exc)
             return
-        label = principal.label or query_param(scope, "label") or PRODUCTION
+        label = served_label(principal, scope)
         session = Session(label=label, principal=principal.name, token_id=principal.token_id, id=new_session_id())
         self._sessions[session.id] = session
         endpoint = f"{scope.get('root_path', '')}/messages?session_id={session.id}"
@@ -102,8 +109,7 @@ class LegacySseTransport:
         try:
             message = parse_message(item)
         except JsonRpcError as exc:
-            data = exc.data if isinstance(exc.data, dict) else {}
-            self.hub.publish(session.id, error_message(data.get("id"), JsonRpcError(exc.code, exc.message)))
+            self.hub.publish(session.id, invalid_message_answer(exc))
             return
         if message.is_notification:
             await self.server.handle_notification(message, session)

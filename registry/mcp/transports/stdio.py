@@ -10,7 +10,15 @@ import asyncio
 import sys
 from typing import Any, BinaryIO
 
-from registry.mcp.protocol import PARSE_ERROR, JsonRpcError, dumps, error_message, loads, parse_message
+from registry.mcp.protocol import (
+    PARSE_ERROR,
+    JsonRpcError,
+    dumps,
+    error_message,
+    invalid_message_answer,
+    loads,
+    parse_message,
+)
 from registry.mcp.server import McpServer, RequestContext
 from registry.mcp.sessions import ClientState
 
@@ -62,8 +70,7 @@ class StdioTransport:
         try:
             message = parse_message(item)
         except JsonRpcError as exc:
-            data = exc.data if isinstance(exc.data, dict) else {}
-            await self.write(error_message(data.get("id"), JsonRpcError(exc.code, exc.message)))
+            await self.write(invalid_message_answer(exc))
             return
         if message.is_notification:
             await self.server.handle_notification(message, self.client)

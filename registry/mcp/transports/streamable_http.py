@@ -25,16 +25,15 @@ from registry.mcp.http_common import (
     authenticate,
     check_origin_and_host,
     header_map,
-    query_param,
     read_body,
     send_bytes,
     send_http_error,
     send_json,
+    served_label,
 )
 from registry.mcp.notifier import ChangeFeed, Notifier
 from registry.mcp.protocol import (
     BATCH_VERSIONS,
-    DEFAULT_HEADER_VERSION,
     INTERNAL_ERROR,
     INVALID_REQUEST,
     PARSE_ERROR,
@@ -42,6 +41,7 @@ from registry.mcp.protocol import (
     JsonRpcError,
     Message,
     error_message,
+    invalid_message_answer,
     loads,
     parse_message,
 )
@@ -54,7 +54,6 @@ log = logging.getLogger("registry.mcp")
 
 SESSION_HEADER = "mcp-session-id"
 VERSION_HEADER = "mcp-protocol-version"
-PRODUCTION = "production"
 #: Methods that may wait on the network, so notifications/cancelled must be able to stop them.
 CANCELLABLE = frozenset({"tools/call", "resources/read"})
 
@@ -97,6 +96,7 @@ class StreamableHttpTransport:
         try:
             check_origin_and_host(headers, self.settings)
             principal = await authenticate(headers, self.tokens, self.settings)
+            # Absent, the version is taken to be 2025-03-26 (spec); nothing here depends on it.
             version = headers.get(VERSION_HEADER)
             if version is not None and version not in SUPPORTED_VERSIONS:
                 raise HttpError(
@@ -158,8 +158,7 @@ class StreamableHttpTransport:
             try:
                 messages.append(parse_message(item))
             except JsonRpcError as exc:
-                data = exc.data if isinstance(exc.data, dict) else {}
-                answers.append(error_message(data.get("id"), JsonRpcError(exc.code, exc.message)))
+                answers.append(invalid_message_answer(exc))
 
         if any(m.method == "initialize" for m in messages):
             if batch:
@@ -243,7 +242,7 @@ class StreamableHttpTransport:
     async def _initialize(self, scope: Scope, send: SendFn, message: Message, principal: Principal) -> None:
         if not message.is_request:
             raise HttpError(400, INVALID_REQUEST, "Bad Request: initialize must be a request with an id")
-        label = principal.label or query_param(scope, "label") or PRODUCTION
+        label = served_label(principal, scope)
         session = Session(label=label, principal=principal.name, token_id=principal.token_id)
         ctx = RequestContext(client=session)
         answer = await self.server.handle_request(message, ctx)
@@ -276,8 +275,14 @@ class StreamableHttpTransport:
 
         priming = str(position) if (session.protocol_version or "") >= "2025-11-25" else None
         await self.hub.serve_stream(
-            session.id, session, receive, send, priming_id=priming, replay=replay,
-            on_keepalive=lambda: self.sessions.touch(session), persistent=True,
+            session.id,
+            session,
+            receive,
+            send,
+            priming_id=priming,
+            replay=replay,
+            on_keepalive=lambda: self.sessions.touch(session),
+            persistent=True,
         )
 
     # ---------------------------------------------------------------- DELETE
@@ -288,4 +293,4 @@ class StreamableHttpTransport:
         await send_bytes(send, 204, b"", None)
 
 
-__all__ = ["DEFAULT_HEADER_VERSION", "StreamableHttpTransport"]
+__all__ = ["StreamableHttpTransport"]
