@@ -9,6 +9,8 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from registry.limits import Limits
+
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
@@ -36,9 +38,12 @@ class Settings:
     allowed_origins: tuple[str, ...] = ()
     #: None means "on when bound to loopback"; see ``anonymous_agents_enabled``.
     anonymous_agents: bool | None = None
-    max_body_bytes: int = 4 * 1024 * 1024
     webhook_allowed_networks: str = ""
     session_idle_timeout_s: float = 3600.0
+    #: Labels that agents whose token names no label (and anonymous agents) may pick with ``?label=``.
+    agent_selectable_labels: tuple[str, ...] = ("production", "staging")
+    #: Size, structure, time and count limits on everything callers send (see registry/limits.py).
+    limits: Limits = field(default_factory=Limits)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -52,13 +57,18 @@ class Settings:
             port=int(os.environ.get("REGISTRY_PORT", "8080")),
             allowed_origins=_env_list("REGISTRY_ALLOWED_ORIGINS"),
             anonymous_agents=_env_bool("REGISTRY_ANONYMOUS_AGENTS", None),
-            max_body_bytes=int(os.environ.get("REGISTRY_MAX_BODY_BYTES", str(4 * 1024 * 1024))),
             webhook_allowed_networks=os.environ.get("REGISTRY_WEBHOOK_ALLOWED_NETWORKS", ""),
             session_idle_timeout_s=float(os.environ.get("REGISTRY_SESSION_IDLE_TIMEOUT_S", "3600")),
+            agent_selectable_labels=_env_list("REGISTRY_AGENT_LABELS") or ("production", "staging"),
+            limits=Limits.from_env(),
         )
 
     def with_overrides(self, **changes: object) -> Settings:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})  # type: ignore[arg-type]
+
+    @property
+    def max_body_bytes(self) -> int:
+        return self.limits.body_bytes
 
     @property
     def effective_database_url(self) -> str:

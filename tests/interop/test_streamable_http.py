@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from registry.config import Settings
+from registry.limits import Limits
 from registry.runtime import Registry
 from tests.conftest import LiveServer
 from tests.interop.mcp_wire import ACCEPT_BOTH, StreamableHttpClient, article_initialize, iter_sse
@@ -286,7 +287,7 @@ def test_pagination_walks_every_prompt_once(demo: Registry, server: LiveServer, 
 
 
 def test_body_over_the_limit_is_413(make_server: Callable[..., LiveServer]) -> None:
-    small = make_server(max_body_bytes=2048)
+    small = make_server(limits=Limits(body_bytes=2048))
     with small.client(token=None) as http:
         client = StreamableHttpClient(http)
         client.initialize("2025-11-25")

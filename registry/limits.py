@@ -1,0 +1,121 @@
+"""Every bound the registry puts on what callers send, in one place.
+
+One settings-backed policy, applied the same way by every surface (admin API, MCP over Streamable
+HTTP, legacy SSE and stdio, bundles, the web UI): body sizes, JSON structure, field lengths, batch
+sizes, per-session state, render time and output, outbound fetches. Each limit is named in the
+refusal it causes and has an environment variable (``REGISTRY_LIMIT_<NAME>``) listed in the README;
+``tests/security/test_limits_documented.py`` keeps the two in step.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from typing import Any
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    #: Largest request body on any HTTP surface (admin API, /mcp, /messages), checked while reading,
+    #: before parsing; also the largest stdio line.
+    body_bytes: int = 4 * MiB
+    #: Deepest nesting of arrays/objects in any JSON a caller sends.
+    json_depth: int = 64
+    #: Most array items plus object members in one JSON document.
+    json_elements: int = 100_000
+    #: Most messages in one JSON-RPC batch (2024-11-05 and 2025-03-26 only).
+    batch_messages: int = 32
+    #: Longest JSON-RPC method name (longer ones are refused without being echoed).
+    method_chars: int = 128
+
+    # -- catalog entries -----------------------------------------------------------------
+    #: Longest entry or argument title.
+    title_chars: int = 256
+    #: Longest description (entries, arguments).
+    description_chars: int = 8_192
+    #: Most tags on one entry.
+    tags: int = 32
+    #: Longest change note.
+    change_note_chars: int = 2_000
+    #: Longest template or static text (prompt message text, resource text).
+    template_chars: int = 256 * 1024
+    #: Largest inline binary content (resource blob, image/audio data), base64 characters.
+    blob_chars: int = 4 * MiB
+    #: Largest JSON Schema (inputSchema, outputSchema), serialised bytes.
+    schema_bytes: int = 64 * 1024
+    #: Most arguments a prompt declares; most messages it has.
+    prompt_arguments: int = 64
+    prompt_messages: int = 64
+    #: Most webhook headers a tool sends.
+    webhook_headers: int = 32
+
+    # -- what agents send ----------------------------------------------------------------
+    #: clientInfo plus capabilities of one session, serialised bytes.
+    session_metadata_bytes: int = 16 * 1024
+    #: Most resource subscriptions one session holds.
+    subscriptions: int = 256
+    #: Longest URI an agent may read, subscribe to or complete against.
+    uri_chars: int = 2_048
+    #: Longest prompt argument value.
+    argument_chars: int = 64 * 1024
+    #: Completion history kept per caller: values per argument, and bytes in all.
+    completion_values: int = 20
+    completion_bytes: int = 64 * 1024
+
+    # -- work done for a request ---------------------------------------------------------
+    #: Wall-clock deadline of one template render (prompts/get, resources/read, previews).
+    render_seconds: float = 2.0
+    #: Most characters one render may produce.
+    render_output_chars: int = 1_000_000
+    #: Renders running at once (the rest wait their turn; simple templates skip the queue).
+    render_concurrency: int = 2
+    #: Most loop iterations one render may run, all loops together.
+    render_loop_iterations: int = 200_000
+    #: Deadline of one regular-expression match (JSON Schema ``pattern``).
+    regex_seconds: float = 0.1
+    #: ``http`` resources: largest body (after decompression) and total time of one fetch.
+    http_resource_bytes: int = 4 * MiB
+    http_resource_seconds: float = 15.0
+    #: Largest uploaded bundle (zip) and most files in it.
+    bundle_bytes: int = 32 * MiB
+    bundle_files: int = 10_000
+    #: Webhook progress/log notifications relayed to a client per second (the rest are coalesced).
+    progress_per_second: float = 20.0
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> Limits:
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for item in fields(cls):
+            raw = env.get(env_name(item.name))
+            if raw is None and item.name == "body_bytes":
+                raw = env.get("REGISTRY_MAX_BODY_BYTES")  # the name before limits had one home
+            if raw is None or not raw.strip():
+                continue
+            caster = float if item.type in ("float", float) else int
+            try:
+                value = caster(raw.strip())
+            except ValueError:
+                raise ValueError(f"{env_name(item.name)} must be a number, got {raw!r}") from None
+            if value <= 0:
+                raise ValueError(f"{env_name(item.name)} must be positive, got {raw!r}")
+            values[item.name] = value
+        return cls(**values)
+
+
+def env_name(field_name: str) -> str:
+    """The environment variable that sets a limit: ``REGISTRY_LIMIT_BODY_BYTES`` for ``body_bytes``."""
+    return "REGISTRY_LIMIT_" + field_name.upper()
+
+
+class LimitExceeded(ValueError):
+    """Input over one of the limits. ``limit`` names it (the field, so the README entry is findable)."""
+
+    def __init__(self, limit: str, message: str) -> None:
+        super().__init__(f"{message} (limit {env_name(limit)})")
+        self.limit = limit
+
+
+DEFAULT_LIMITS = Limits()

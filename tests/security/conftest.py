@@ -1,0 +1,107 @@
+"""Fixtures for the attack tests: a real server process, and a probe that proves it stayed responsive.
+
+Every test here attacks a real ``mcp-registry serve`` process (tests/serve_process.py), so it can
+assert three things: the attack was refused or bounded, the server kept answering other callers
+while it ran (``ResponsivenessProbe``), and the server's RSS stayed within a stated bound.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.interop.mcp_wire import StreamableHttpClient
+from tests.serve_process import ServerProcess
+
+MiB = 1024 * 1024
+
+
+class ResponsivenessProbe:
+    """Asks the server something cheap every ``interval`` seconds from a background thread and
+    records how long each answer took. Use as a context manager around the attack.
+
+    ``assert_responsive`` demands that probes kept being answered while the attack ran: the median
+    within ``median_s`` (100 ms: the issue's bar) and none slower than ``worst_s`` (a blocked event
+    loop shows up as answers of seconds).
+    """
+
+    def __init__(self, ask: Callable[[httpx.Client], None], base_url: str, interval: float = 0.05) -> None:
+        self.ask = ask
+        self.base_url = base_url
+        self.interval = interval
+        self.latencies: list[float] = []
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with httpx.Client(base_url=self.base_url, timeout=30) as http:
+            while not self._stop.is_set():
+                started = time.perf_counter()
+                try:
+                    self.ask(http)
+                    self.latencies.append(time.perf_counter() - started)
+                except Exception as exc:  # recorded, asserted on below
+                    self.failures.append(f"{type(exc).__name__}: {exc}")
+                self._stop.wait(self.interval)
+
+    def __enter__(self) -> ResponsivenessProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+
+    def assert_responsive(self, *, median_s: float = 0.1, worst_s: float = 1.0, min_probes: int = 3) -> None:
+        assert not self.failures, f"probes failed while the attack ran: {self.failures[:3]}"
+        assert len(self.latencies) >= min_probes, f"only {len(self.latencies)} probes answered during the attack"
+        median = statistics.median(self.latencies)
+        worst = max(self.latencies)
+        assert median <= median_s, f"median probe latency {median * 1000:.0f} ms during the attack"
+        assert worst <= worst_s, f"slowest probe took {worst * 1000:.0f} ms during the attack (event loop blocked?)"
+
+
+def ask_healthz(http: httpx.Client) -> None:
+    response = http.get("/healthz")
+    assert response.status_code == 200, response.text
+
+
+def prompts_get_asker() -> Callable[[httpx.Client], None]:
+    """An MCP ``prompts/get`` of the demo's summarize over its own session (opened on first use)."""
+    state: dict[str, StreamableHttpClient] = {}
+
+    def ask(http: httpx.Client) -> None:
+        client = state.get("client")
+        if client is None:
+            client = StreamableHttpClient(http)
+            client.initialize("2025-11-25")
+            state["client"] = client
+        answer = client.request("prompts/get", {"name": "summarize", "arguments": {"text": "probe"}})
+        assert "result" in answer, answer
+
+    return ask
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One SQLite-backed server with the demo catalog per test module (starting one is the slow part)."""
+    data_dir: Path = tmp_path_factory.mktemp("security-server")
+    with ServerProcess(data_dir, name="security") as process:
+        yield process
+
+
+@pytest.fixture
+def healthz_probe(server: ServerProcess) -> ResponsivenessProbe:
+    return ResponsivenessProbe(ask_healthz, server.url)
+
+
+@pytest.fixture
+def prompts_get_probe(server: ServerProcess) -> ResponsivenessProbe:
+    return ResponsivenessProbe(prompts_get_asker(), server.url)
