@@ -17,7 +17,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 
 from registry import __version__
-from registry.api import admin, problems
+from registry.api import admin, docs, problems
 from registry.api.auth import ViewerPrincipal
 from registry.api.entries import entry_router
 from registry.catalog.specs import KIND_BY_COLLECTION
@@ -89,13 +89,16 @@ def create_app(registry: Registry, *, freeze_gc: bool = False) -> RegistryApp:
         title="mcp-registry",
         version=__version__,
         summary="Versioned prompts, resources and tools, served to every agent over MCP.",
-        docs_url="/docs",
+        # /docs and /redoc come from registry.api.docs: vendored assets, no CDN.
+        docs_url=None,
+        redoc_url=None,
         openapi_url="/openapi.json",
         lifespan=lifespan,
     )
     app.state.registry = registry
     app.state.mcp = mcp
     problems.install(app)
+    docs.install(app)
 
     for collection, kind in KIND_BY_COLLECTION.items():
         app.include_router(entry_router(collection, kind), prefix="/api/v1")

@@ -9,6 +9,7 @@ re-importing an export, changes nothing.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,6 +124,20 @@ def _export_form(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
+def _write_new_text(path: Path, text: str) -> None:
+    """Write ``path`` without following a symbolic link there: an export folder someone else could
+    write to must not be able to redirect the export (which holds the catalog) onto another file."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        if path.is_symlink():
+            raise Invalid(f"refusing to export to {path}: it is a symbolic link") from None
+        raise Invalid(f"cannot write {path}: {exc.strerror}") from None
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
 def export_bundle(service: CatalogService, directory: Path) -> list[Path]:
     """Write every live entry's latest version; returns the files written."""
     written: list[Path] = []
@@ -133,9 +148,11 @@ def export_bundle(service: CatalogService, directory: Path) -> list[Path]:
             for item in page.items:
                 view = service.get(kind, item["name"])
                 folder = directory / collection
+                if folder.is_symlink():
+                    raise Invalid(f"refusing to export into {folder}: it is a symbolic link")
                 folder.mkdir(parents=True, exist_ok=True)
                 path = folder / f"{view.name}.yaml"
-                path.write_text(to_yaml(_export_form(kind, view.spec)), encoding="utf-8")
+                _write_new_text(path, to_yaml(_export_form(kind, view.spec)))
                 written.append(path)
             offset += page.limit
             if offset >= page.total:

@@ -8,8 +8,9 @@ PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite, which serialises writers instead of f
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,15 @@ def normalize_database_url(url: str) -> str:
     if parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed.render_as_string(hide_password=False)
+
+
+def _create_private_file(path: Path) -> None:
+    """Create the SQLite file readable by its owner only (0600) before SQLite does: it holds token
+    hashes and encrypted secrets, and SQLite would create it with the umask's looser mode. Its -wal
+    and -shm files take the database file's mode."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 def _configure_sqlite(engine: Engine) -> None:
@@ -55,7 +65,7 @@ class Database:
         kwargs: dict[str, Any] = {"echo": echo, "future": True}
         if self.dialect == "sqlite":
             if parsed.database and parsed.database != ":memory:":
-                Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+                _create_private_file(Path(parsed.database))
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
         else:
             kwargs.update(pool_pre_ping=True, pool_size=10, max_overflow=20)
