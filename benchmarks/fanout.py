@@ -52,7 +52,6 @@ import resource
 import secrets
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -64,6 +63,9 @@ from typing import Any
 from urllib.parse import quote
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from tests.serve_process import ManagedProcess, ServerProcess, free_port  # noqa: E402
+
 DEFAULT_PEER_SCRIPT = Path("/work/shared/bench/sdk_peer_server.py")
 DEFAULT_PEER_VENV = Path("/tmp/peer")
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
@@ -78,6 +80,8 @@ REF_PEER_MS = "150-370"
 REF_PEER_KIB = 38.0
 
 ROUND_TIMEOUT_S = 10.0
+READY_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 20.0
 HTTP_TIMEOUT_S = 30.0
 
 
@@ -102,119 +106,51 @@ def host_jiffies() -> tuple[int, int]:
     return sum(values) - not_busy, sum(values)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def kind(server: ManagedProcess) -> str:
+    return "registry" if isinstance(server, ServerProcess) else "peer"
 
 
-@dataclass
-class Server:
-    name: str
-    kind: str  # "registry" | "peer"
-    port: int
-    cmd: list[str]
-    env: dict[str, str]
-    log_path: Path
-    ready_path: str
-    proc: subprocess.Popen[bytes] | None = None
+def rss_kib(server: ManagedProcess) -> int:
+    return server.rss() // 1024
 
-    def start(self) -> None:
-        self.log_file = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            self.cmd,
-            cwd=REPO,
-            env=self.env,
-            stdout=self.log_file,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=raise_nofile,
-        )
 
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def wait_ready(self, timeout: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not self.alive():
-                raise RuntimeError(f"{self.name} exited during start:\n{self.log_tail()}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
-                    s.sendall(
-                        f"GET {self.ready_path} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n"
-                        "Connection: close\r\n\r\n".encode()
-                    )
-                    head = s.recv(64)
-                    if head.startswith(b"HTTP/1.1 200"):
-                        return
-            except OSError:
-                pass
-            time.sleep(0.25)
-        raise RuntimeError(f"{self.name} not ready after {timeout:.0f} s:\n{self.log_tail()}")
-
-    def log_tail(self, n: int = 25) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
-
-    def rss_kib(self) -> int:
-        with open(f"/proc/{self.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-        raise RuntimeError("no VmRSS")
-
-    def cpu_s(self) -> float:
-        """On-CPU time of all the server's threads (schedstat: nanoseconds, not 10 ms ticks)."""
-        total = 0
-        for task in os.listdir(f"/proc/{self.pid}/task"):
-            with contextlib.suppress(OSError), open(f"/proc/{self.pid}/task/{task}/schedstat") as f:
-                total += int(f.read().split()[0])
-        return total / 1e9
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        with contextlib.suppress(Exception):
-            self.log_file.close()
+def cpu_s(server: ManagedProcess) -> float:
+    """On-CPU time of all the server's threads (schedstat: nanoseconds, not 10 ms ticks)."""
+    total = 0
+    for task in os.listdir(f"/proc/{server.pid}/task"):
+        with contextlib.suppress(OSError), open(f"/proc/{server.pid}/task/{task}/schedstat") as f:
+            total += int(f.read().split()[0])
+    return total / 1e9
 
 
 def registry_server(
-    name: str, workdir: Path, env: dict[str, str], database_url: str | None = None, seed: str | None = None
-) -> Server:
-    port = free_port()
+    name: str,
+    workdir: Path,
+    admin_token: str,
+    secret_key: str,
+    database_url: str | None = None,
+    seed: str | None = None,
+) -> ServerProcess:
     data_dir = workdir / name
     data_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [
-        str(REPO / ".venv/bin/mcp-registry"),
-        "serve",
-        "--port",
-        str(port),
-        "--data-dir",
-        str(data_dir),
-        "--log-level",
-        "warning",
-    ]
+    args = ["--data-dir", str(data_dir)]
     if database_url:
-        cmd += ["--database-url", database_url]
+        args += ["--database-url", database_url]
     if seed:
-        cmd += ["--seed", seed]
-    return Server(name, "registry", port, cmd, env, workdir / f"{name}.log", "/readyz")
+        args += ["--seed", seed]
+    return ServerProcess(
+        data_dir,
+        admin_token=admin_token,
+        env={"REGISTRY_SECRET_KEY": secret_key},
+        args=args,
+        program=[str(REPO / ".venv/bin/mcp-registry")],
+        log_path=workdir / f"{name}.log",
+        bare=True,
+        name=name,
+    )
 
 
-def peer_server(name: str, workdir: Path, args: argparse.Namespace, max_sessions: int) -> Server:
+def peer_server(name: str, workdir: Path, args: argparse.Namespace, max_sessions: int) -> ManagedProcess:
     port = free_port()
     cmd = [
         str(args.peer_venv / "bin/python"),
@@ -225,7 +161,7 @@ def peer_server(name: str, workdir: Path, args: argparse.Namespace, max_sessions
         "--max-sessions",
         str(max_sessions),
     ]
-    return Server(name, "peer", port, cmd, dict(os.environ), workdir / f"{name}.log", "/admin/count")
+    return ManagedProcess(cmd, port=port, name=name, log_path=workdir / f"{name}.log", ready_path="/admin/count")
 
 
 def ensure_peer_venv(venv: Path) -> None:
@@ -547,13 +483,13 @@ class Trigger:
 
 
 async def run_round(
-    group: Group, trigger: Trigger, cpu_servers: list[Server], by_port: dict[int, str] | None = None
+    group: Group, trigger: Trigger, cpu_servers: list[ManagedProcess], by_port: dict[int, str] | None = None
 ) -> dict[str, Any]:
     http = Http(trigger.port)
     await http.connect()  # connected before t0: the TCP handshake is not timed
     method, path, headers, body = trigger.request()
     raw = http.encode(method, path, headers, body)
-    cpu0 = [s.cpu_s() for s in cpu_servers]
+    cpu0 = [cpu_s(s) for s in cpu_servers]
     gc.collect()
     client_cpu0 = time.process_time()
     host0 = host_jiffies()
@@ -574,7 +510,7 @@ async def run_round(
         group.armed = False
         gc.enable()
         await http.close()
-    cpu1 = [s.cpu_s() for s in cpu_servers]
+    cpu1 = [cpu_s(s) for s in cpu_servers]
     lat = [(w.arrival - t0) if w.arrival is not None else math.inf for w in group.watchers]
     out = {
         "trigger_status": response.status,
@@ -621,7 +557,7 @@ async def measured_round(
     args: argparse.Namespace,
     group: Group,
     trigger: Trigger,
-    cpu_servers: list[Server],
+    cpu_servers: list[ManagedProcess],
     by_port: dict[int, str] | None = None,
 ) -> dict[str, Any]:
     """A round taken while the neighbours are quiet: the machine is shared, and a round during which other
@@ -686,31 +622,31 @@ def registry_env(admin_token: str, secret_key: str) -> dict[str, str]:
 
 async def phase_single_and_peer(args: argparse.Namespace, workdir: Path, results: dict[str, Any]) -> None:
     admin_token, secret_key = secrets.token_urlsafe(24), secrets.token_urlsafe(32)
-    servers: list[Server] = []
-    targets: list[tuple[str, Server, Group, Trigger]] = []
+    servers: list[ManagedProcess] = []
+    targets: list[tuple[str, ManagedProcess, Group, Trigger]] = []
     try:
         if "single" in args.phases:
-            reg = registry_server("registry-sqlite", workdir, registry_env(admin_token, secret_key))
+            reg = registry_server("registry-sqlite", workdir, admin_token, secret_key)
             servers.append(reg)
         if "peer" in args.phases:
             ensure_peer_venv(args.peer_venv)
             peer = peer_server("sdk-peer", workdir, args, max_sessions=max(10_000, 2 * args.sessions))
             servers.append(peer)
         for s in servers:
-            s.start()
+            s.start(wait=False)
         for s in servers:
-            await asyncio.to_thread(s.wait_ready)
-            log(f"{s.name} ready on :{s.port} (pid {s.pid}, VmRSS {s.rss_kib() / 1024:.1f} MiB)")
+            await asyncio.to_thread(s.wait_ready, timeout=READY_TIMEOUT_S)
+            log(f"{s.name} ready on :{s.port} (pid {s.pid}, VmRSS {rss_kib(s) / 1024:.1f} MiB)")
         for s in servers:
-            key = "single" if s.kind == "registry" else "peer"
-            rss0 = s.rss_kib()
+            key = "single" if kind(s) == "registry" else "peer"
+            rss0 = rss_kib(s)
             t = time.perf_counter()
             sessions = await create_sessions([s.port], args.sessions, conns=args.conns)
             t_sessions = time.perf_counter() - t
-            rss1 = s.rss_kib()
+            rss1 = rss_kib(s)
             group = Group(key)
-            t_streams = await open_streams(group, sessions, need_priming=(s.kind == "registry"))
-            rss2 = s.rss_kib()
+            t_streams = await open_streams(group, sessions, need_priming=(kind(s) == "registry"))
+            rss2 = rss_kib(s)
             log(
                 f"{s.name}: {len(sessions)} sessions in {t_sessions:.1f} s, {len(group.watchers)} streams ready in "
                 f"{t_streams:.1f} s; VmRSS {rss0 / 1024:.1f} -> {rss1 / 1024:.1f} -> {rss2 / 1024:.1f} MiB"
@@ -729,7 +665,7 @@ async def phase_single_and_peer(args: argparse.Namespace, workdir: Path, results
                 },
                 "rounds": [],
             }
-            targets.append((key, s, group, Trigger(s.kind, s.port, admin_token)))
+            targets.append((key, s, group, Trigger(kind(s), s.port, admin_token)))
 
         gc.collect()
         gc.freeze()  # the client's own objects: keep its collector out of the measured windows
@@ -763,11 +699,11 @@ async def phase_single_and_peer(args: argparse.Namespace, workdir: Path, results
     finally:
         await asyncio.sleep(0.2)
         for s in servers:
-            await asyncio.to_thread(s.stop)
+            await asyncio.to_thread(s.stop, timeout=STOP_TIMEOUT_S)
 
 
 async def profile_rounds(
-    args: argparse.Namespace, workdir: Path, server: Server, group: Group, trigger: Trigger
+    args: argparse.Namespace, workdir: Path, server: ManagedProcess, group: Group, trigger: Trigger
 ) -> dict[str, Any]:
     """``py-spy record --gil --nonblocking --threads`` of the registry over --rounds more rounds: who holds the
     GIL while the notification fans out. Keeps the folded stacks and summarizes them."""
@@ -882,7 +818,7 @@ async def phase_pg(args: argparse.Namespace, workdir: Path, results: dict[str, A
     base = args.pg_url
     url = base + ("&" if "?" in base else "?") + "options=" + quote(f"-csearch_path={schema}", safe="")
     env = registry_env(admin_token, secret_key)
-    servers: list[Server] = []
+    servers: list[ManagedProcess] = []
     psql(base, f'CREATE SCHEMA "{schema}"')
     try:
         up = subprocess.run(
@@ -895,13 +831,11 @@ async def phase_pg(args: argparse.Namespace, workdir: Path, results: dict[str, A
         )
         if up.returncode != 0:
             raise RuntimeError(f"db upgrade failed: {up.stdout}\n{up.stderr}")
-        a = registry_server("registry-pg-A", workdir, env, database_url=url, seed="demo")
-        b = registry_server("registry-pg-B", workdir, env, database_url=url)
+        a = registry_server("registry-pg-A", workdir, admin_token, secret_key, database_url=url, seed="demo")
+        b = registry_server("registry-pg-B", workdir, admin_token, secret_key, database_url=url)
         servers = [a, b]
-        a.start()
-        await asyncio.to_thread(a.wait_ready)
-        b.start()
-        await asyncio.to_thread(b.wait_ready)
+        await asyncio.to_thread(a.start, timeout=READY_TIMEOUT_S)
+        await asyncio.to_thread(b.start, timeout=READY_TIMEOUT_S)
         log(f"replicas ready: A :{a.port} (pid {a.pid}), B :{b.port} (pid {b.pid}); schema {schema}")
         n = args.sessions
         t = time.perf_counter()
@@ -956,25 +890,24 @@ async def phase_pg(args: argparse.Namespace, workdir: Path, results: dict[str, A
     finally:
         await asyncio.sleep(0.2)
         for s in servers:
-            await asyncio.to_thread(s.stop)
+            await asyncio.to_thread(s.stop, timeout=STOP_TIMEOUT_S)
         if not args.keep_schema:
             with contextlib.suppress(Exception):
                 psql(base, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
-async def measure_memory(server: Server, n: int, conns: int) -> dict[str, Any]:
-    server.start()
+async def measure_memory(server: ManagedProcess, n: int, conns: int) -> dict[str, Any]:
     try:
-        await asyncio.to_thread(server.wait_ready)
+        await asyncio.to_thread(server.start, timeout=READY_TIMEOUT_S)
         await create_sessions([server.port], 20, conns=4)  # load the MCP code path: not per-session memory
         await asyncio.sleep(2.0)
-        idle = server.rss_kib()
+        idle = rss_kib(server)
         t = time.perf_counter()
         made = await create_sessions([server.port], n, conns=conns)
         t_create = time.perf_counter() - t
-        after_create = server.rss_kib()
+        after_create = rss_kib(server)
         await asyncio.sleep(3.0)
-        settled = server.rss_kib()
+        settled = rss_kib(server)
         delta_kib = settled - idle
         out = {
             "sessions": len(made),
@@ -986,7 +919,7 @@ async def measure_memory(server: Server, n: int, conns: int) -> dict[str, Any]:
             "delta_mib": round(delta_kib / 1024, 1),
             "kib_per_session": round(delta_kib / max(1, len(made)), 2),
         }
-        if server.kind == "peer":
+        if kind(server) == "peer":
             http = Http(server.port)
             with contextlib.suppress(Exception):
                 r = await http.request("GET", "/admin/count")
@@ -994,14 +927,14 @@ async def measure_memory(server: Server, n: int, conns: int) -> dict[str, Any]:
             await http.close()
         return out
     finally:
-        await asyncio.to_thread(server.stop)
+        await asyncio.to_thread(server.stop, timeout=STOP_TIMEOUT_S)
 
 
 async def phase_memory(args: argparse.Namespace, workdir: Path, results: dict[str, Any]) -> None:
     admin_token, secret_key = secrets.token_urlsafe(24), secrets.token_urlsafe(32)
     mem: dict[str, Any] = {}
     results["phases"]["memory"] = mem
-    reg = registry_server("registry-mem", workdir, registry_env(admin_token, secret_key))
+    reg = registry_server("registry-mem", workdir, admin_token, secret_key)
     mem["registry"] = await measure_memory(reg, args.mem_sessions, args.mem_conns)
     log(f"memory registry: {mem['registry']}")
     if not args.no_peer_memory:

@@ -27,15 +27,12 @@ import asyncio
 import collections
 import contextlib
 import datetime as dt
-import http.client
 import json
 import os
 import platform
 import secrets
 import shlex
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -48,6 +45,9 @@ from typing import Any
 from urllib.parse import quote
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from tests.serve_process import ManagedProcess, ServerProcess, free_port  # noqa: E402
+
 METHODS = ("prompts/get", "resources/read", "tools/list", "tools/call")
 TARGET_METHODS = ("prompts/get", "resources/read")
 TARGET_RPS_RATIO = 2.0
@@ -56,6 +56,8 @@ N_PROMPTS = 1000
 N_RESOURCES = 1000
 N_TOOLS = 50  # echo + tool01..tool49
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
+READY_TIMEOUT_S = 90.0
+STOP_TIMEOUT_S = 10.0
 
 
 def log(msg: str) -> None:
@@ -132,12 +134,6 @@ def run_echo_server(port: int) -> None:
 
 
 # --------------------------------------------------------------------------- helpers
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def read_filler(peer_file: Path) -> str:
     """FILLER from the peer's source (importing it would need the SDK in this venv)."""
     tree = ast.parse(peer_file.read_text())
@@ -149,58 +145,22 @@ def read_filler(peer_file: Path) -> str:
     raise SystemExit(f"cannot find FILLER in {peer_file}")
 
 
-def http_status(port: int, path: str, timeout: float = 2.0) -> int | None:
-    try:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-        conn.request("GET", path, headers={"Accept": "application/json, text/event-stream"})
-        status = conn.getresponse().status
-        conn.close()
-        return status
-    except OSError:
-        return None
-
-
 @dataclass
 class Server:
+    """A server under test: its process, its label in the tables and what it is."""
+
     name: str  # label in tables: "sqlite", "postgresql", "peer-json", "peer-sse"
     kind: str  # "registry" | "peer"
-    port: int
-    proc: subprocess.Popen[bytes]
-    log_path: Path
+    process: ManagedProcess
     info: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def port(self) -> int:
+        return self.process.port
+
+    @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
-
-    def log_tail(self, n: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
-
-
-def wait_ready(server: Server, path: str, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.proc.poll() is not None:
-            raise SystemExit(f"{server.name} exited with {server.proc.returncode}:\n{server.log_tail()}")
-        status = http_status(server.port, path)
-        if status is not None and (path != "/healthz" or status == 200):
-            return
-        time.sleep(0.2)
-    raise SystemExit(f"{server.name} not ready after {timeout:.0f} s:\n{server.log_tail()}")
-
-
-def stop_process(proc: subprocess.Popen[bytes] | None) -> None:
-    if proc is None or proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=5)
+        return f"{self.process.url}/mcp"
 
 
 # --------------------------------------------------------------------------- prerequisites
@@ -379,7 +339,7 @@ def mcp_load(args: argparse.Namespace, server: Server, method: str, concurrency:
         "-c",
         str(concurrency),
         "--server-pid",
-        str(server.proc.pid),
+        str(server.process.pid),
         "--label",
         server.name,
     ]
@@ -525,7 +485,7 @@ def profile_prompts_get(args: argparse.Namespace, server: Server, out_dir: Path,
         pyspy,
         "record",
         "-p",
-        str(server.proc.pid),
+        str(server.process.pid),
         "-d",
         str(duration + 2),
         "-r",
@@ -658,28 +618,31 @@ def main(argv: list[str] | None = None) -> int:
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     args.results_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="mcp-throughput-"))
-    procs: list[subprocess.Popen[bytes]] = []
+    processes: list[ManagedProcess] = []
     pg: PgSchema | None = None
     servers: list[Server] = []
 
-    def start(name: str, kind: str, cmd: list[str], env: dict[str, str] | None, port: int) -> Server:
-        log_path = work / f"{name}.log"
-        with open(log_path, "wb") as fh:
-            proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=work)
-        procs.append(proc)
-        return Server(name, kind, port, proc, log_path)
+    def start(process: ManagedProcess) -> ManagedProcess:
+        """Start it without waiting (the servers start side by side); it is stopped at the end."""
+        processes.append(process)
+        return process.start(wait=False)
 
     try:
-        # The echo webhook, a process of its own.
+        # The echo webhook, a process of its own; any HTTP answer means it is up.
         echo_port = free_port()
-        echo = start(
-            "echo-webhook", "echo", [sys.executable, __file__, "--echo-server", str(echo_port)], None, echo_port
+        echo = ManagedProcess(
+            [sys.executable, __file__, "--echo-server", str(echo_port)],
+            port=echo_port,
+            name="echo-webhook",
+            cwd=work,
+            log_path=work / "echo-webhook.log",
+            ready_path="/",
+            ready_status=None,
         )
-        wait_ready(echo, "/")
+        start(echo).wait_ready(timeout=READY_TIMEOUT_S)
         entries = catalog_entries(filler, f"http://127.0.0.1:{echo_port}/echo")
 
-        base_env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
-        base_env.update(REGISTRY_WEBHOOK_ALLOWED_NETWORKS="127.0.0.0/8", REGISTRY_ADMIN_TOKEN=secrets.token_hex(16))
+        admin_token = secrets.token_hex(16)
         for db in dbs:
             data_dir = work / f"data-{db}"
             url: str | None = None
@@ -691,45 +654,40 @@ def main(argv: list[str] | None = None) -> int:
                     raise SystemExit(f"error: cannot create a schema on {args.pg_url}: {exc}") from None
             seconds = load_catalog(data_dir, url, entries)
             log(f"{db}: loaded {len(entries)} entries in {seconds:.1f} s")
-            port = free_port()
-            cmd = [
-                sys.executable,
-                "-m",
-                "registry",
-                "serve",
-                "--port",
-                str(port),
-                "--data-dir",
-                str(data_dir),
-                "--log-level",
-                "warning",
-            ]
-            if url:
-                cmd += ["--database-url", url]
-            server = start(db, "registry", cmd, base_env, port)
-            server.info = {
+            registry = ServerProcess(
+                data_dir,
+                admin_token=admin_token,
+                env={"REGISTRY_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8"},
+                args=["--data-dir", str(data_dir), *(["--database-url", url] if url else [])],
+                cwd=work,
+                log_path=work / f"{db}.log",
+                bare=True,
+                name=db,
+            )
+            info = {
                 "load_seconds": round(seconds, 2),
                 "database": db,
                 "schema": pg.schema if db == "postgresql" and pg else None,
             }
-            servers.append(server)
+            servers.append(Server(db, "registry", start(registry), info))
 
         if not args.profile_only:
             peer_modes = [("peer-json", ["--json-response"])] + ([("peer-sse", [])] if args.peer_sse else [])
             for name, extra in peer_modes:
                 port = free_port()
-                servers.append(
-                    start(
-                        name,
-                        "peer",
-                        [str(peer_python), str(peer_script), "--port", str(port), *extra, *shlex.split(args.peer_args)],
-                        None,
-                        port,
-                    )
+                peer = ManagedProcess(
+                    [str(peer_python), str(peer_script), "--port", str(port), *extra, *shlex.split(args.peer_args)],
+                    port=port,
+                    name=name,
+                    cwd=work,
+                    log_path=work / f"{name}.log",
+                    ready_path="/mcp",  # GET /mcp is refused, but an answer means it is up
+                    ready_status=None,
                 )
+                servers.append(Server(name, "peer", start(peer)))
         for server in servers:
-            wait_ready(server, "/healthz" if server.kind == "registry" else "/mcp")
-        log("servers: " + ", ".join(f"{s.name} :{s.port} pid {s.proc.pid}" for s in servers))
+            server.process.wait_ready(timeout=READY_TIMEOUT_S)
+        log("servers: " + ", ".join(f"{s.name} :{s.port} pid {s.process.pid}" for s in servers))
 
         results: dict[str, Any] = {
             "started_at": stamp,
@@ -759,8 +717,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nwrote {out}")
         return 0
     finally:
-        for proc in reversed(procs):
-            stop_process(proc)
+        for process in reversed(processes):
+            process.stop(timeout=STOP_TIMEOUT_S)
         if pg is not None and not args.keep:
             try:
                 pg.drop()

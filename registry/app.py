@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -20,6 +21,7 @@ from registry import __version__
 from registry.api import admin, docs, problems
 from registry.api.auth import ViewerPrincipal
 from registry.api.entries import entry_router
+from registry.api.guard import RequestGuard
 from registry.catalog.specs import KIND_BY_COLLECTION
 from registry.mcp.http_common import Receive, Scope, SendFn
 from registry.mcp.runtime import McpRuntime
@@ -62,6 +64,9 @@ async def _start_mcp_once_ready(registry: Registry, mcp: McpRuntime, poll_s: flo
 def create_app(registry: Registry, *, freeze_gc: bool = False) -> RegistryApp:
     """``freeze_gc``: a dedicated server process freezes its long-lived heap after start-up."""
     mcp = McpRuntime(registry, freeze_gc=freeze_gc)
+    # /readyz checks on threads of its own: a default pool busy with other work must not make the
+    # probe answer "unavailable", and probes stuck on a frozen database must not take others' threads.
+    ready_threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="readyz")
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -84,6 +89,7 @@ def create_app(registry: Registry, *, freeze_gc: bool = False) -> RegistryApp:
                     await waiting
             else:
                 await mcp.stop()
+            ready_threads.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(
         title="mcp-registry",
@@ -98,6 +104,8 @@ def create_app(registry: Registry, *, freeze_gc: bool = False) -> RegistryApp:
     app.state.registry = registry
     app.state.mcp = mcp
     problems.install(app)
+    # Token checked, then body size and JSON structure bounded, before FastAPI reads the body.
+    app.add_middleware(RequestGuard, tokens=registry.tokens, limits=registry.settings.limits)
     docs.install(app)
 
     for collection, kind in KIND_BY_COLLECTION.items():
@@ -109,8 +117,15 @@ def create_app(registry: Registry, *, freeze_gc: bool = False) -> RegistryApp:
         return {"status": "ok", "version": __version__}
 
     @app.get("/readyz", tags=["health"], summary="The database is reachable and migrated")
-    def readyz() -> JSONResponse:
-        ok, detail = registry.ready()
+    async def readyz() -> JSONResponse:
+        # Answered within about db_ping_timeout_s whatever the database does: a connect to a frozen
+        # server takes the whole connect timeout, so the answer does not wait for the worker thread.
+        bound = registry.settings.db_ping_timeout_s
+        running = asyncio.get_running_loop().run_in_executor(ready_threads, registry.ready)
+        try:
+            ok, detail = await asyncio.wait_for(running, timeout=bound + 0.1)
+        except TimeoutError:
+            ok, detail = False, f"database unreachable: no answer within {bound:.1f}s"
         return JSONResponse({"status": "ok" if ok else "unavailable", "detail": detail}, status_code=200 if ok else 503)
 
     @app.get("/metrics", tags=["health"], summary="Prometheus metrics (any admin-API token)")

@@ -90,11 +90,13 @@ def cmd_stdio(args: argparse.Namespace) -> int:
     settings = _settings(args)
     registry = Registry(settings)
     registry.prepare(seed=args.seed, demo_if_empty=settings.database_url is None)
-    server = McpServer(registry.catalog, webhook_allowed_networks=settings.webhook_allowed_networks)
+    server = McpServer(
+        registry.catalog, webhook_allowed_networks=settings.webhook_allowed_networks, limits=settings.limits
+    )
     client = ClientState(label=args.label or PRODUCTION, principal="stdio")
 
     async def run() -> None:
-        transport = StdioTransport(server, client)
+        transport = StdioTransport(server, client, limits=settings.limits)
         # Admin edits (made through a registry server on the same database) reach this client on stdout.
         notifier = Notifier(StreamHub(), registry.db, server.snapshots.invalidate)
         notifier.direct.append((client, transport.write))
@@ -143,12 +145,30 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_days(raw: str) -> float:
+    try:
+        days = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of days: {raw!r}") from None
+    if not 0 < days <= 36_500:
+        raise argparse.ArgumentTypeError("must be more than 0 and at most 36500 days")
+    return days
+
+
 def cmd_token_create(args: argparse.Namespace) -> int:
     registry = _registry(args)
     registry.migrate()
-    token, info = registry.tokens.create(args.name, args.scope, label=args.label, created_by="cli")
+    expires_at = None
+    if args.expires_in_days is not None:
+        from datetime import UTC, datetime, timedelta
+
+        expires_at = datetime.now(UTC) + timedelta(days=args.expires_in_days)
+    token, info = registry.tokens.create(
+        args.name, args.scope, label=args.label, created_by="cli", expires_at=expires_at
+    )
     print(token)
-    print(f"(token {info['id']}, scopes {', '.join(info['scopes'])}; shown only now)", file=sys.stderr)
+    expiry = f", expires {info['expires_at']}" if info.get("expires_at") else ""
+    print(f"(token {info['id']}, scopes {', '.join(info['scopes'])}{expiry}; shown only now)", file=sys.stderr)
     return 0
 
 
@@ -202,6 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--name", required=True)
     create.add_argument("--scope", action="append", required=True, choices=["admin", "editor", "viewer", "agent"])
     create.add_argument("--label", help="agent tokens: the label this agent is served")
+    create.add_argument(
+        "--expires-in-days", type=_positive_days, metavar="N", help="the token stops working N days from now"
+    )
     create.set_defaults(func=cmd_token_create)
     return parser
 

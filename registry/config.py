@@ -44,6 +44,16 @@ class Settings:
     agent_selectable_labels: tuple[str, ...] = ("production", "staging")
     #: Size, structure, time and count limits on everything callers send (see registry/limits.py).
     limits: Limits = field(default_factory=Limits)
+    #: PostgreSQL connect timeout in seconds (libpq counts whole seconds, at least 2).
+    db_connect_timeout_s: float = 2.0
+    #: PostgreSQL ``statement_timeout`` in seconds (0: none). A round trip that gets no answer for
+    #: this long plus 2 s (a frozen server answers nothing, not even an error) is abandoned too.
+    db_statement_timeout_s: float = 15.0
+    #: How long the liveness ping of a pooled PostgreSQL connection, and /readyz, wait for the
+    #: database before it counts as unavailable (503 / "temporarily unavailable").
+    db_ping_timeout_s: float = 0.8
+    #: SQLite: how long a write waits for a lock held by another connection or process.
+    db_busy_timeout_s: float = 30.0
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -61,6 +71,10 @@ class Settings:
             session_idle_timeout_s=float(os.environ.get("REGISTRY_SESSION_IDLE_TIMEOUT_S", "3600")),
             agent_selectable_labels=_env_list("REGISTRY_AGENT_LABELS") or ("production", "staging"),
             limits=Limits.from_env(),
+            db_connect_timeout_s=float(os.environ.get("REGISTRY_DB_CONNECT_TIMEOUT_S", "2")),
+            db_statement_timeout_s=float(os.environ.get("REGISTRY_DB_STATEMENT_TIMEOUT_S", "15")),
+            db_ping_timeout_s=float(os.environ.get("REGISTRY_DB_PING_TIMEOUT_S", "0.8")),
+            db_busy_timeout_s=float(os.environ.get("REGISTRY_DB_BUSY_TIMEOUT_S", "30")),
         )
 
     def with_overrides(self, **changes: object) -> Settings:

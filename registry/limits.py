@@ -56,33 +56,45 @@ class Limits:
     session_metadata_bytes: int = 16 * 1024
     #: Most resource subscriptions one session holds.
     subscriptions: int = 256
-    #: Longest URI an agent may read, subscribe to or complete against.
+    #: Longest URI an agent may read, subscribe to or complete against; also the longest URI, URI
+    #: template or URL a catalog entry may declare.
     uri_chars: int = 2_048
-    #: Longest prompt argument value.
+    #: Longest prompt argument value; also the longest string (tool argument, property name) matched
+    #: against a JSON Schema ``pattern``/``patternProperties``.
     argument_chars: int = 64 * 1024
     #: Completion history kept per caller: values per argument, and bytes in all.
     completion_values: int = 20
     completion_bytes: int = 64 * 1024
+    #: Callers (token or anonymous session, per label) whose completion history is kept; the least
+    #: recently active beyond this forget theirs. Bounds history memory: this times completion_bytes.
+    completion_callers: int = 256
 
     # -- work done for a request ---------------------------------------------------------
     #: Wall-clock deadline of one template render (prompts/get, resources/read, previews).
     render_seconds: float = 2.0
-    #: Most characters one render may produce.
+    #: Most characters one render may produce; also the largest value it may build (and its
+    #: intermediate values may total 8 times this).
     render_output_chars: int = 1_000_000
-    #: Renders running at once (the rest wait their turn; simple templates skip the queue).
+    #: Long renders (past a 20 ms CPU slice) running at once; the rest wait their turn within their
+    #: deadline. Short renders and plain ``{{ name }}`` templates skip the queue.
     render_concurrency: int = 2
-    #: Most loop iterations one render may run, all loops together.
+    #: Most loop iterations one render may run, all loops together (items walked by filters such
+    #: as ``join`` or ``sort`` included); also the longest list it may build.
     render_loop_iterations: int = 200_000
-    #: Deadline of one regular-expression match (JSON Schema ``pattern``).
-    regex_seconds: float = 0.1
     #: ``http`` resources: largest body (after decompression) and total time of one fetch.
     http_resource_bytes: int = 4 * MiB
     http_resource_seconds: float = 15.0
+    #: ``http`` resources: most fetched contents kept for their TTL, and their total size.
+    http_resource_cache_entries: int = 256
+    http_resource_cache_bytes: int = 32 * MiB
     #: Largest uploaded bundle (zip) and most files in it.
     bundle_bytes: int = 32 * MiB
     bundle_files: int = 10_000
     #: Webhook progress/log notifications relayed to a client per second (the rest are coalesced).
     progress_per_second: float = 20.0
+    #: Seconds a server-to-client stream may wait for its client to take a write; then the client
+    #: is taken as not reading and its stream is dropped (it resumes with Last-Event-ID).
+    stream_stall_seconds: float = 30.0
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Limits:

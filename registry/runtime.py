@@ -9,11 +9,12 @@ from pathlib import Path
 from sqlalchemy import text
 
 from registry.catalog.bundles import apply_import
+from registry.catalog.errors import Conflict
 from registry.catalog.secrets import SecretBox, load_or_create_key
 from registry.catalog.service import CatalogService
 from registry.config import Settings
 from registry.db import migrate
-from registry.db.engine import Database
+from registry.db.engine import Database, deadline
 from registry.paths import seed_data_dir
 from registry.tokens import TokenService
 from registry.webhooks import WebhookURLError, parse_networks, validate_webhook_url_sync
@@ -38,9 +39,15 @@ class Registry:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.db = Database(settings.effective_database_url)
+        self.db = Database(
+            settings.effective_database_url,
+            connect_timeout_s=settings.db_connect_timeout_s,
+            statement_timeout_s=settings.db_statement_timeout_s,
+            ping_timeout_s=settings.db_ping_timeout_s,
+            busy_timeout_s=settings.db_busy_timeout_s,
+        )
         self.secrets = SecretBox(load_or_create_key(settings.secret_key, settings.data_dir))
-        self.catalog = CatalogService(self.db, self.secrets, url_guard=self._url_guard())
+        self.catalog = CatalogService(self.db, self.secrets, url_guard=self._url_guard(), limits=settings.limits)
         self.tokens = TokenService(self.db)
 
     def _url_guard(self) -> Callable[[str], None]:
@@ -55,7 +62,8 @@ class Registry:
         return guard
 
     def migrate(self) -> None:
-        migrate.upgrade(self.db)
+        with migrate.exclusive(self.db):
+            migrate.upgrade(self.db)
 
     def is_empty(self) -> bool:
         with self.db.session() as session:
@@ -63,26 +71,41 @@ class Registry:
 
     def seed(self, bundle: str, *, only_missing: bool = True) -> None:
         path = resolve_bundle(bundle)
-        done = apply_import(self.catalog, path, actor="seed", only_missing=only_missing)
+        attempts = 3 if only_missing else 1
+        for attempt in range(attempts):
+            try:
+                done = apply_import(self.catalog, path, actor="seed", only_missing=only_missing)
+                break
+            except Conflict:
+                # Someone not holding the preparation lock (an import, an admin) created one of these
+                # entries between our look and our write: it is present now, which is all seeding wants.
+                if attempt == attempts - 1:
+                    raise
         created = sum(1 for item in done if item.action == "create")
         log.info("seed %s: %d created, %d already present", path.name, created, len(done) - created)
 
     def prepare(self, *, seed: str | None = None, demo_if_empty: bool = False) -> None:
-        """Migrate, ensure the environment's admin token, load seed data."""
-        self.migrate()
-        if self.settings.admin_token:
-            self.tokens.ensure("admin (REGISTRY_ADMIN_TOKEN)", self.settings.admin_token, ["admin"])
-        if demo_if_empty and self.is_empty():
-            self.seed("demo")
-        if seed:
-            self.seed(seed)
+        """Migrate, ensure the environment's admin token, load seed data: under the database's
+        preparation lock, so processes starting together take turns (the later ones find it done)."""
+        with migrate.exclusive(self.db):
+            migrate.upgrade(self.db)
+            if self.settings.admin_token:
+                self.tokens.ensure("admin (REGISTRY_ADMIN_TOKEN)", self.settings.admin_token, ["admin"])
+            if demo_if_empty and self.is_empty():
+                self.seed("demo")
+            if seed:
+                self.seed(seed)
 
     def ready(self) -> tuple[bool, str]:
+        """Whether the database answers and is migrated. Each round trip is bounded by
+        ``db_ping_timeout_s``, so a frozen database makes this answer "no" quickly."""
         try:
-            if not migrate.is_current(self.db):
-                return False, "database schema is not at the current migration; run `mcp-registry db upgrade`"
+            with deadline(self.settings.db_ping_timeout_s):
+                current = migrate.is_current(self.db)
         except Exception as exc:
             return False, f"database unreachable: {type(exc).__name__}"
+        if not current:
+            return False, "database schema is not at the current migration; run `mcp-registry db upgrade`"
         return True, "ok"
 
     def close(self) -> None:

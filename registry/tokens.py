@@ -1,21 +1,27 @@
-"""API tokens: issued once, stored as SHA-256 hashes, scoped, revocable.
+"""API tokens: issued once, stored as SHA-256 hashes, scoped, revocable, optionally expiring.
 
 Scopes: ``admin`` > ``editor`` > ``viewer`` for the admin API; ``agent`` for MCP only.
 Admin-API scopes also open MCP (an editor can try the endpoint with their own token).
+
+Verified tokens are cached for a few seconds per process; a revocation clears that cache on the
+replica that made it at once, and on the others through ``TOKEN_REVOKED_CHANNEL`` (PostgreSQL
+NOTIFY), whose listeners also close the revoked token's open MCP streams.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import secrets
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from registry.catalog.errors import Invalid, NotFound
 from registry.catalog.specs import LABEL_PATTERN
@@ -31,6 +37,11 @@ _IMPLIES = {
     "agent": set(),
 }
 TOKEN_PREFIX = "mcpr_"
+#: PostgreSQL channel on which a replica announces a token it revoked (payload: the token id), so
+#: every replica forgets it at once and closes the streams opened with it.
+TOKEN_REVOKED_CHANNEL = "registry_token_revoked"
+
+log = logging.getLogger("registry.tokens")
 
 
 def hash_token(token: str) -> str:
@@ -45,6 +56,8 @@ class Principal:
     name: str
     scopes: frozenset[str]
     label: str | None = None
+    #: When the token stops being accepted (UTC); None: never.
+    expires_at: datetime | None = None
 
     def has(self, scope: str) -> bool:
         return any(scope in _IMPLIES[s] for s in self.scopes)
@@ -52,6 +65,26 @@ class Principal:
     @property
     def may_use_mcp(self) -> bool:
         return bool(self.scopes)
+
+    @property
+    def may_read_any_label(self) -> bool:
+        """Admin-API tokens can read every version anyway, so over MCP they may pick any label."""
+        return self.has("viewer")
+
+    def expired(self, now: datetime | None = None) -> bool:
+        return self.expires_at is not None and self.expires_at <= (now or datetime.now(UTC))
+
+
+class TokenRejected(Exception):
+    """A token that is not accepted; ``reason`` is safe to show the caller."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+INVALID_TOKEN = "invalid or revoked token"
+EXPIRED_TOKEN = "token expired"
 
 
 ANONYMOUS_AGENT = Principal(token_id=None, name="anonymous", scopes=frozenset({"agent"}))
@@ -67,7 +100,14 @@ def token_as_dict(token: ApiToken) -> dict[str, Any]:
         "created_at": token.created_at.isoformat(),
         "last_used_at": token.last_used_at.isoformat() if token.last_used_at else None,
         "revoked": token.revoked_at is not None,
+        "expires_at": _aware(token.expires_at).isoformat() if token.expires_at else None,
+        "expired": token.expires_at is not None and _aware(token.expires_at) <= datetime.now(UTC),
     }
+
+
+def _aware(value: datetime) -> datetime:
+    """A UTC-aware datetime (a naive one is taken to be UTC)."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 class TokenService:
@@ -78,6 +118,8 @@ class TokenService:
         self.db = db
         self._cache: dict[str, tuple[float, Principal]] = {}
         self._lock = threading.Lock()
+        #: Called with a token id after this process revoked it (from the revoking thread).
+        self._revoke_listeners: list[Callable[[int], None]] = []
 
     def create(
         self,
@@ -87,18 +129,30 @@ class TokenService:
         label: str | None = None,
         created_by: str | None = None,
         value: str | None = None,
+        expires_at: datetime | None = None,
     ) -> tuple[str, dict[str, Any]]:
-
+        """A new token (its value is returned only here). ``expires_at``: when it stops working."""
         scopes = sorted(set(scopes))
         if not name or len(name) > 128:
             raise Invalid("token name must be 1-128 characters")
         if not scopes or any(s not in SCOPES for s in scopes):
             raise Invalid(f"scopes must be a non-empty subset of {', '.join(SCOPES)}")
-        if label is not None and not re.match(LABEL_PATTERN, label):
+        if label is not None and not re.fullmatch(LABEL_PATTERN, label):
             raise Invalid(f"invalid label {label!r}")
+        if expires_at is not None:
+            expires_at = _aware(expires_at)
+            if expires_at <= datetime.now(UTC):
+                raise Invalid("expires_at must be in the future")
         token = value or TOKEN_PREFIX + secrets.token_urlsafe(32)
         with self.db.session() as session:
-            row = ApiToken(name=name, token_hash=hash_token(token), scopes=scopes, label=label, created_by=created_by)
+            row = ApiToken(
+                name=name,
+                token_hash=hash_token(token),
+                scopes=scopes,
+                label=label,
+                created_by=created_by,
+                expires_at=expires_at,
+            )
             session.add(row)
             session.flush()
             info = token_as_dict(row)
@@ -111,6 +165,7 @@ class TokenService:
             row = session.scalar(select(ApiToken).where(ApiToken.token_hash == digest))
             if row is not None:
                 row.revoked_at = None
+                row.expires_at = None
                 row.scopes = sorted(set(row.scopes) | set(scopes))
                 return
         self.create(name, scopes, value=value, created_by="environment")
@@ -118,6 +173,10 @@ class TokenService:
     def list_tokens(self) -> list[dict[str, Any]]:
         with self.db.session() as session:
             return [token_as_dict(t) for t in session.scalars(select(ApiToken).order_by(ApiToken.id))]
+
+    def on_revoke(self, listener: Callable[[int], None]) -> None:
+        """Call ``listener(token_id)`` after this process revokes a token (in the revoking thread)."""
+        self._revoke_listeners.append(listener)
 
     def revoke(self, token_id: int) -> dict[str, Any]:
         with self.db.session() as session:
@@ -127,30 +186,58 @@ class TokenService:
             if row.revoked_at is None:
                 row.revoked_at = utcnow()
             info = token_as_dict(row)
-        with self._lock:
-            self._cache.clear()
+            if self.db.is_postgres:
+                # Delivered at commit, to every replica (this one included) listening on the channel.
+                session.execute(
+                    text("SELECT pg_notify(:channel, :id)"), {"channel": TOKEN_REVOKED_CHANNEL, "id": str(token_id)}
+                )
+        self.forget_cached()
+        for listener in self._revoke_listeners:
+            try:
+                listener(token_id)
+            except Exception:
+                log.exception("token revocation listener failed")
         return info
 
+    def forget_cached(self) -> None:
+        """Drop every cached verification (a token was revoked here or on another replica)."""
+        with self._lock:
+            self._cache.clear()
+
     def peek(self, token: str) -> Principal | None:
-        """A recently verified token's principal, without touching the database (None: ask ``authenticate``)."""
+        """A recently verified, unexpired token's principal, without touching the database
+        (None: ask ``verify``, which also says why a token is refused)."""
         cached = self._cache.get(hash_token(token))
-        if cached is not None and cached[0] > time.monotonic():
+        if cached is not None and cached[0] > time.monotonic() and not cached[1].expired():
             return cached[1]
         return None
 
     def authenticate(self, token: str) -> Principal | None:
+        """The token's principal, or None when it is unknown, revoked or expired."""
+        try:
+            return self.verify(token)
+        except TokenRejected:
+            return None
+
+    def verify(self, token: str) -> Principal:
+        """The token's principal; raises ``TokenRejected`` saying why it is refused."""
         digest = hash_token(token)
         now = time.monotonic()
         with self._lock:
             cached = self._cache.get(digest)
         if cached is not None and cached[0] > now:
+            if cached[1].expired():
+                raise TokenRejected(EXPIRED_TOKEN)
             return cached[1]
         with self.db.session() as session:
             row = session.scalar(select(ApiToken).where(ApiToken.token_hash == digest))
             if row is None or row.revoked_at is not None:
-                return None
+                raise TokenRejected(INVALID_TOKEN)
+            expires_at = _aware(row.expires_at) if row.expires_at is not None else None
+            principal = Principal(row.id, row.name, frozenset(row.scopes), row.label, expires_at)
+            if principal.expired():
+                raise TokenRejected(EXPIRED_TOKEN)
             row.last_used_at = utcnow()
-            principal = Principal(row.id, row.name, frozenset(row.scopes), row.label)
         with self._lock:
             if len(self._cache) > 10_000:
                 self._cache.clear()

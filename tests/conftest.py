@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -25,6 +26,7 @@ from registry.app import create_app
 from registry.config import Settings
 from registry.db.engine import normalize_database_url
 from registry.runtime import Registry
+from tests.serve_process import ServerProcess, free_port
 
 ADMIN_TOKEN = "test-admin-token-" + secrets.token_hex(8)
 
@@ -72,6 +74,41 @@ def _drop_postgres_schema(server_url: str, schema: str) -> None:
     engine.dispose()
 
 
+def require_postgres(server_url: str | None) -> str:
+    """The PostgreSQL server URL, or skip (fail under CI=true, where .ci/run provides one)."""
+    if server_url is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("PostgreSQL is required under CI (REGISTRY_TEST_DATABASE_URL)")
+        pytest.skip("PostgreSQL not available: set REGISTRY_TEST_DATABASE_URL or run a Docker engine (testcontainers)")
+    return server_url
+
+
+@contextmanager
+def replica_pair(
+    server_url: str,
+    folder: Path,
+    *,
+    admin_token: str | None = None,
+    b_env: dict[str, str] | None = None,
+    make: Callable[..., ServerProcess] = ServerProcess,
+) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    """Two registry processes on one fresh PostgreSQL schema, as behind a load balancer: the same
+    database, secret key and admin token. A starts (migrates, seeds the demo) before B."""
+    url, schema = _fresh_postgres_schema(server_url)
+    token = admin_token or "replica-admin-" + secrets.token_hex(6)
+    common: dict[str, Any] = {"database_url": url, "admin_token": token, "args": ["--seed", "demo"]}
+    a = make(folder / "a", name="replica-a", **common)
+    b = make(folder / "b", name="replica-b", env=b_env, **common)
+    try:
+        a.start()
+        b.start()
+        yield a, b
+    finally:
+        a.stop()
+        b.stop()
+        _drop_postgres_schema(server_url, schema)
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path, postgres_server_url: str | None) -> Iterator[str]:
     """An empty database: SQLite in a temp folder, then a fresh schema on PostgreSQL."""
@@ -105,12 +142,6 @@ def registry(settings: Settings) -> Iterator[Registry]:
     reg.prepare()
     yield reg
     reg.close()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class LiveServer:

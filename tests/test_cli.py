@@ -6,12 +6,8 @@ import os
 import re
 import signal
 import stat
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
@@ -20,7 +16,7 @@ from registry.config import Settings
 from registry.db.engine import normalize_database_url
 from registry.paths import seed_data_dir
 from registry.runtime import Registry
-from tests.conftest import free_port
+from tests.serve_process import ServerProcess, mcp_registry_command
 
 DEMO = seed_data_dir() / "demo"
 DEMO_FILES = sorted(f"{p.parent.name}/{p.name}" for p in DEMO.glob("*/*.yaml"))
@@ -169,56 +165,35 @@ def test_errors_are_reported_with_exit_code_2(cli: Cli, tmp_path: Path) -> None:
 
 def test_serve_on_an_empty_folder(tmp_path: Path) -> None:
     """`mcp-registry serve` with no configuration: SQLite in ./data, demo bundle loaded, a bootstrap admin token."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
-    executable = Path(sys.executable).parent / "mcp-registry"
-    command = [str(executable)] if executable.exists() else [sys.executable, "-m", "registry"]
     stdout_path, stderr_path = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
-    with stdout_path.open("w") as stdout, stderr_path.open("w") as stderr:
-        process = subprocess.Popen(
-            [*command, "serve", "--port", str(port), "--log-level", "warning"],
-            cwd=tmp_path,
-            env=env,
-            stdout=stdout,
-            stderr=stderr,
-        )
+    server = ServerProcess(
+        tmp_path / "data",
+        program=mcp_registry_command(),
+        cwd=tmp_path,
+        bare=True,
+        log_path=stdout_path,
+        stderr_path=stderr_path,
+    )
     try:
-        token = None
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            assert process.poll() is None, stderr_path.read_text()
-            found = re.search(r"admin token\s+(mcpr_\S+)", stdout_path.read_text())
-            if found:
-                token = found.group(1)
-                try:
-                    if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-            time.sleep(0.1)
-        else:
-            pytest.fail(f"server did not come up:\n{stdout_path.read_text()}\n{stderr_path.read_text()}")
-        assert token is not None
+        server.start(wait="/healthz")
+        output = stdout_path.read_text()  # the banner is written before the server listens
+        found = re.search(r"admin token\s+(mcpr_\S+)", output)
+        assert found, output
+        server.admin_token = found.group(1)
 
-        output = stdout_path.read_text()
-        assert f"MCP endpoint http://127.0.0.1:{port}/mcp" in output
+        assert f"MCP endpoint {server.url}/mcp" in output
         assert "data/registry.db" in output
         assert (tmp_path / "data" / "registry.db").is_file()
         assert (tmp_path / "data" / "secret.key").is_file()
 
-        headers = {"Authorization": f"Bearer {token}"}
-        prompts = httpx.get(f"http://127.0.0.1:{port}/api/v1/prompts", headers=headers, timeout=10)
-        assert prompts.status_code == 200, prompts.text
-        assert "summarize" in [item["name"] for item in prompts.json()["items"]]
-        assert httpx.get(f"http://127.0.0.1:{port}/api/v1/prompts", timeout=10).status_code == 401
-        assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=10).status_code == 200
+        with server.admin(timeout=10) as admin, server.client(timeout=10) as anonymous:
+            prompts = admin.get("/api/v1/prompts")
+            assert prompts.status_code == 200, prompts.text
+            assert "summarize" in [item["name"] for item in prompts.json()["items"]]
+            assert anonymous.get("/api/v1/prompts").status_code == 401
+            assert anonymous.get("/readyz").status_code == 200
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        code = server.stop(timeout=20)
     # A graceful shutdown on SIGTERM (uvicorn re-raises the signal once it is done, hence -SIGTERM).
-    assert process.returncode in (0, -signal.SIGTERM), stderr_path.read_text()
+    assert code in (0, -signal.SIGTERM), stderr_path.read_text()
     assert "Traceback" not in stderr_path.read_text()

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
-import httpx
 import pytest
 
-from tests.conftest import ADMIN_TOKEN, free_port
+from tests.conftest import ADMIN_TOKEN
+from tests.serve_process import ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,42 +48,27 @@ def test_an_installed_copy_serves_from_an_empty_folder(wheel: Path, tmp_path: Pa
     )
     empty = tmp_path / "empty"
     empty.mkdir()
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
     # The installed copy comes first; the test venv supplies the dependencies.
-    env.update(PYTHONPATH=str(target), REGISTRY_ADMIN_TOKEN=ADMIN_TOKEN)
+    server = ServerProcess(
+        empty / "data",
+        admin_token=ADMIN_TOKEN,
+        env={"PYTHONPATH": str(target)},
+        cwd=empty,
+        log_level="info",  # the default
+        bare=True,
+        name="installed-registry",
+    )
     where = subprocess.run(
         [sys.executable, "-c", "import registry, registry.paths as p; print(registry.__file__, p.seed_data_dir())"],
         cwd=empty,
-        env=env,
+        env=server.environment(),
         capture_output=True,
         text=True,
         check=True,
     ).stdout
     assert str(target) in where and str(ROOT) not in where, where
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "registry", "serve", "--port", str(port)],
-        cwd=empty,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
-            try:
-                if httpx.get(url + "/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "server did not become ready"
-            time.sleep(0.2)
+    with server, server.admin() as admin, server.client() as anonymous:
         assert (empty / "data" / "registry.db").exists()
-        prompts = httpx.get(url + "/api/v1/prompts", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}).json()
+        prompts = admin.get("/api/v1/prompts").json()
         assert "summarize" in [p["name"] for p in prompts["items"]]  # the demo bundle was found and loaded
-        assert "mcp-registry" in httpx.get(url + "/ui/").text  # and the UI assets
-    finally:
-        proc.terminate()
-        proc.wait(timeout=15)
+        assert "mcp-registry" in anonymous.get("/ui/").text  # and the UI assets

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 import time
 from typing import Any
@@ -9,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from registry.catalog.render_runner import RenderRunner
 from registry.catalog.templates import (
     CompiledTemplate,
     TemplateError,
@@ -16,6 +19,7 @@ from registry.catalog.templates import (
     render_template,
     template_variables,
 )
+from registry.limits import Limits
 from registry.runtime import Registry
 
 PROBLEM = "application/problem+json"
@@ -80,8 +84,10 @@ def test_huge_powers_are_refused_quickly() -> None:
     started = time.monotonic()
     with pytest.raises(TemplateError, match="too large"):
         CompiledTemplate("{{ (b | int) ** (e | int) > 1 }}").render({"b": "7", "e": "300000000"})
-    # A constant power is not folded (computed) when the template is checked or compiled.
-    check_template("{{ 7 ** 300000000 }}", [])
+    # A constant power is not folded (computed) when the template is checked or compiled: it is
+    # refused at save time from the source alone.
+    with pytest.raises(TemplateError, match="too large"):
+        check_template("{{ 7 ** 300000000 }}", [])
     with pytest.raises(TemplateError, match="too large"):
         CompiledTemplate("{{ 7 ** 300000000 }}").render({})
     assert time.monotonic() - started < 1
@@ -93,10 +99,32 @@ def test_runaway_loops_are_stopped_by_the_clock() -> None:
         "{% for i in range(100000) %}{% for j in range(100000) %}{% if j == -1 %}x{% endif %}{% endfor %}{% endfor %}"
     )
     started = time.monotonic()
-    with pytest.raises(TemplateError, match="took too long"):
-        nested.render({}, max_seconds=0.3)
+    with pytest.raises(TemplateError, match=r"took longer than .* REGISTRY_LIMIT_RENDER_SECONDS"):
+        # A loop budget this large leaves the clock to stop the loops.
+        nested.render({}, max_seconds=0.3, limits=Limits(render_loop_iterations=10**12))
     elapsed = time.monotonic() - started
     assert 0.3 <= elapsed < 2, elapsed
+
+
+def test_all_loops_of_a_render_share_one_iteration_budget() -> None:
+    """Nested loops, loops over strings and loops in macros all draw from one budget."""
+    limits = Limits(render_loop_iterations=1000)
+    for source in (
+        "{% for i in range(40) %}{% for j in range(40) %}{% endfor %}{% endfor %}",
+        "{% for i in 'x' * 40 %}{% for j in 'y' * 40 %}{% endfor %}{% endfor %}",
+        "{% macro m() %}{% for j in range(600) %}{% endfor %}{% endmacro %}{{ m() }}{{ m() }}",
+        "{{ range(600) | list | length }}{{ range(600) | join }}",
+    ):
+        started = time.monotonic()
+        with pytest.raises(TemplateError, match=r"more than 1000 iterations.*REGISTRY_LIMIT_RENDER_LOOP_ITERATIONS"):
+            CompiledTemplate(source).render({}, limits=limits)
+        assert time.monotonic() - started < 0.5
+    assert (
+        CompiledTemplate("{% for i in range(30) %}{% for j in range(30) %}{% endfor %}{% endfor %}ok").render(
+            {}, limits=limits
+        )
+        == "ok"
+    )
 
 
 def test_range_is_capped() -> None:
@@ -254,3 +282,117 @@ def test_simple_templates_still_refuse_missing_variables() -> None:
 
     with pytest.raises(TemplateError, match="undefined"):
         CompiledTemplate("Hi {{ who }}").render({})
+
+
+# --------------------------------------------------------------------------- bounds that hold during a render
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+        "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = '%s%s' % (ns.s, ns.s) %}{% endfor %}",
+        "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = [ns.s, ns.s] | join %}{% endfor %}",
+        "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set t %}{{ ns.s }}{{ ns.s }}{% endset %}"
+        "{% set ns.s = t %}{% endfor %}",
+        "{% set big = 'x' * 900000 %}{{ [big] * 1000 }}",
+        "{% set big = 'x' * 900000 %}{{ ([big] * 1000) | tojson }}",
+        "{% set big = 'x' * 900000 %}{{ big | replace('x', big) }}",
+        "{% set w = 300000000 %}{{ 'x'.ljust(w) }}{{ '{:>{}}'.format(1, w) }}",
+    ],
+)
+def test_values_are_sized_before_they_are_built(source: str) -> None:
+    started = time.monotonic()
+    with pytest.raises(TemplateError, match=r"exceeds 1000000 .*REGISTRY_LIMIT_RENDER_OUTPUT_CHARS"):
+        CompiledTemplate(source).render({})
+    assert time.monotonic() - started < 1
+
+
+def test_many_large_intermediate_values_add_up_to_a_bound() -> None:
+    """Each value is under the output cap, but keeping many of them is refused too."""
+    sets = "".join(f"{{% set a{i} = big[{i}:] %}}" for i in range(64))
+    with pytest.raises(TemplateError, match="intermediate values"):
+        CompiledTemplate("{% set big = 'x' * 500000 %}" + sets).render({})
+
+
+def test_the_sandbox_is_immutable_and_has_no_placeholder_text() -> None:
+    with pytest.raises(TemplateError, match="sandbox forbids"):
+        render_template("{% set l = [] %}{{ l.append(1) }}", {})
+    with pytest.raises(TemplateError, match="lipsum"):
+        check_template("{{ lipsum(1000) }}", [])
+
+
+@pytest.mark.parametrize(
+    ("source", "fragment"),
+    [
+        ('{{ "%50000000s" % 1 }}', "REGISTRY_LIMIT_RENDER_OUTPUT_CHARS"),
+        ("{{ '%.99999999f' % 1.0 }}", "REGISTRY_LIMIT_RENDER_OUTPUT_CHARS"),
+        ("{{ 'x' | center(300000000) }}", "REGISTRY_LIMIT_RENDER_OUTPUT_CHARS"),
+        ("{{ 'x' * 10 ** 9 }}", "REGISTRY_LIMIT_RENDER_OUTPUT_CHARS"),
+        ("{% for i in range(10 ** 9) %}{% endfor %}", "REGISTRY_LIMIT_RENDER_LOOP_ITERATIONS"),
+        ("{{ ''.__class__ }}", "sandbox forbids attribute '__class__'"),
+        ("{% include 'x' %}", "templates stand alone"),
+    ],
+)
+def test_save_time_check_refuses_what_is_visible_in_the_source_without_running_it(source: str, fragment: str) -> None:
+    started = time.monotonic()
+    with pytest.raises(TemplateError, match="line 1") as excinfo:
+        check_template(source, [])
+    assert fragment in str(excinfo.value)
+    assert time.monotonic() - started < 0.2
+
+
+def test_save_time_check_follows_the_configured_limits() -> None:
+    check_template("{{ 'x' | center(2000000) }}", [], limits=Limits(render_output_chars=4_000_000))
+    with pytest.raises(TemplateError, match="center"):
+        check_template("{{ 'x' | center(2000000) }}", [])
+
+
+async def test_render_runner_lanes() -> None:
+    """Simple renders run inline, light ones in the quick lane, heavy ones in the bounded lane."""
+    limits = Limits(render_seconds=1.0, render_concurrency=1)
+    runner = RenderRunner(limits)
+    light = CompiledTemplate("{% for i in range(10) %}{{ i }}{% endfor %}")
+    slow = CompiledTemplate(
+        "{% set a = 'x' * 1000000 %}{% set b = 'x' * 1000000 %}"
+        "{% for i in range(400) %}{% for j in range(400) %}{% if a == b %}{% endif %}{% endfor %}{% endfor %}"
+    )
+    caller = threading.get_ident()
+    threads: list[int] = []
+    heavy_now = [0, 0]  # running in the heavy lane now, most ever
+
+    def render(template: CompiledTemplate) -> str:
+        threads.append(threading.get_ident())
+        heavy = threading.current_thread().name.startswith("render-heavy")
+        if heavy:
+            heavy_now[0] += 1
+            heavy_now[1] = max(heavy_now)
+        try:
+            return template.render({})
+        finally:
+            if heavy:
+                heavy_now[0] -= 1
+
+    with contextlib.suppress(TemplateError):  # 'who' is missing: what matters is where it ran
+        await runner.run(lambda: render(CompiledTemplate("Hi {{ who }}")), inline=True)
+    assert threads[-1] == caller
+    assert await runner.run(lambda: render(light)) == "0123456789"
+    assert threads[-1] != caller
+
+    started = time.monotonic()
+    outcomes = await asyncio.gather(*(runner.run(lambda: render(slow)) for _ in range(3)), return_exceptions=True)
+    elapsed = time.monotonic() - started
+    messages = [str(outcome) for outcome in outcomes]
+    assert all(isinstance(outcome, TemplateError) for outcome in outcomes), messages
+    assert all("REGISTRY_LIMIT_RENDER_SECONDS" in m or "REGISTRY_LIMIT_RENDER_CONCURRENCY" in m for m in messages)
+    assert heavy_now[1] == 1, "more heavy renders ran at once than render_concurrency"
+    assert elapsed < 2.5, elapsed  # one deadline (1 s), with room for a loaded machine
+    # Light renders are not held up by the heavy lane.
+    heavy = asyncio.ensure_future(runner.run(lambda: render(slow)))
+    await asyncio.sleep(0.1)
+    started = time.monotonic()
+    assert await runner.run(lambda: render(light)) == "0123456789"
+    assert time.monotonic() - started < 0.5
+    with pytest.raises(TemplateError):
+        await heavy
+    runner.close()

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
 
-from registry.tokens import Principal, TokenService
+from registry.tokens import Principal, TokenRejected, TokenService
 
 
 def bearer_token(request: Request) -> str | None:
@@ -22,17 +22,20 @@ def authenticate(tokens: TokenService, request: Request) -> Principal:
     token = bearer_token(request)
     if token is None:
         raise HTTPException(401, "missing bearer token (Authorization: Bearer <token>)", {"WWW-Authenticate": "Bearer"})
-    principal = tokens.authenticate(token)
-    if principal is None:
-        raise HTTPException(401, "invalid or revoked token", {"WWW-Authenticate": 'Bearer error="invalid_token"'})
-    return principal
+    try:
+        return tokens.verify(token)
+    except TokenRejected as exc:  # unknown, revoked, or "token expired"
+        raise HTTPException(401, exc.reason, {"WWW-Authenticate": 'Bearer error="invalid_token"'}) from None
 
 
 def require(scope: str) -> Callable[[Request], Principal]:
     """A dependency that admits tokens carrying ``scope`` (or a scope that includes it)."""
 
     def dependency(request: Request) -> Principal:
-        principal = authenticate(request.app.state.registry.tokens, request)
+        # Under /api/ the request guard (registry/api/guard.py) has already looked the token up.
+        principal = getattr(request.state, "principal", None)
+        if principal is None:
+            principal = authenticate(request.app.state.registry.tokens, request)
         if not principal.has(scope):
             raise HTTPException(
                 403, f"this token lacks the {scope!r} scope (it has: {', '.join(sorted(principal.scopes))})"

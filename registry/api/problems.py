@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import logging
+import sqlite3
 from typing import Any
 
+import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from registry.catalog.errors import CatalogError
+from registry.db.engine import DatabaseUnavailable, is_unavailable, warn_unavailable
 
 PROBLEM_JSON = "application/problem+json"
+#: What a client is told while the database cannot be reached, and when to try again (seconds).
+UNAVAILABLE_DETAIL = "the catalog is temporarily unavailable: its database cannot be reached right now; retry shortly"
+RETRY_AFTER_S = 2
+
+log = logging.getLogger("registry.api")
 
 
 def problem(
@@ -42,3 +52,19 @@ def install(app: FastAPI) -> None:
             exc.status_code, "Error"
         )
         return problem(exc.status_code, title, str(exc.detail), headers=dict(exc.headers or {}))
+
+    async def _database_error(request: Request, exc: Exception) -> JSONResponse:
+        return database_problem(request, exc)
+
+    for error_type in (DatabaseUnavailable, SQLAlchemyError, psycopg.Error, sqlite3.Error):
+        app.add_exception_handler(error_type, _database_error)
+
+
+def database_problem(request: Request, exc: Exception) -> JSONResponse:
+    """503 (with Retry-After) while the database cannot be reached; any other database error is a
+    fault here: 500, still problem+json, with the traceback in the log."""
+    if is_unavailable(exc):
+        warn_unavailable(log, "admin API answers 503", exc)
+        return problem(503, "Service unavailable", UNAVAILABLE_DETAIL, headers={"Retry-After": str(RETRY_AFTER_S)})
+    log.error("database error handling %s %s", request.method, request.url.path, exc_info=exc)
+    return problem(500, "Internal error", "the server could not complete the request (see its log)")

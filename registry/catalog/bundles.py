@@ -20,6 +20,7 @@ from registry.catalog.errors import CatalogError, Invalid
 from registry.catalog.secrets import MASK
 from registry.catalog.service import CatalogService, ImportPlanItem, to_yaml
 from registry.catalog.specs import KIND_BY_COLLECTION, dump_spec
+from registry.limits import DEFAULT_LIMITS, LimitExceeded, Limits
 
 COLLECTION_BY_KIND = {kind: collection for collection, kind in KIND_BY_COLLECTION.items()}
 
@@ -31,22 +32,60 @@ class BundleFile:
     raw: dict[str, Any]
 
 
-def read_bundle(directory: Path) -> list[BundleFile]:
+class _BundleLoader(yaml.SafeLoader):
+    """Safe YAML without anchors and aliases: entries never need them, and aliases are how a small
+    file expands into an enormous document (the "billion laughs")."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None, None, "YAML aliases (*name) are not accepted in bundles", event.start_mark
+            )
+        return super().compose_node(parent, index)
+
+
+def _load_yaml(path: Path, limits: Limits) -> Any:
+    size = path.stat().st_size
+    if size > limits.body_bytes:
+        raise LimitExceeded("body_bytes", f"{path}: {size} bytes is larger than {limits.body_bytes}")
+    try:
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=_BundleLoader)  # a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise Invalid(f"{path}: not valid YAML: {exc}") from None
+    except RecursionError:
+        raise Invalid(f"{path}: nested too deeply") from None
+    except UnicodeDecodeError:
+        raise Invalid(f"{path}: not UTF-8 text") from None
+
+
+def read_bundle(directory: Path, limits: Limits = DEFAULT_LIMITS) -> list[BundleFile]:
+    """The entry files of a bundle folder, each parsed; bounded in file count, file size and total size."""
     if not directory.is_dir():
         raise Invalid(f"bundle folder {directory} does not exist")
-    files: list[BundleFile] = []
+    paths: list[tuple[str, Path]] = []
     for collection, kind in KIND_BY_COLLECTION.items():
         folder = directory / collection
         if not folder.is_dir():
             continue
-        for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
-            try:
-                raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-            except yaml.YAMLError as exc:
-                raise Invalid(f"{path}: not valid YAML: {exc}") from None
-            if not isinstance(raw, dict):
-                raise Invalid(f"{path}: expected a mapping at the top level")
-            files.append(BundleFile(kind, path, raw))
+        paths += [(kind, path) for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")])]
+        if len(paths) > limits.bundle_files:
+            too_many = LimitExceeded("bundle_files", f"{directory} holds more than {limits.bundle_files} files")
+            raise Invalid(str(too_many))
+    total = 0
+    files: list[BundleFile] = []
+    for kind, path in paths:
+        total += path.stat().st_size
+        if total > limits.bundle_bytes:
+            too_big = LimitExceeded("bundle_bytes", f"{directory} holds more than {limits.bundle_bytes} bytes")
+            raise Invalid(str(too_big))
+        try:
+            raw = _load_yaml(path, limits)
+        except LimitExceeded as exc:
+            raise Invalid(str(exc)) from None
+        if not isinstance(raw, dict):
+            raise Invalid(f"{path}: expected a mapping at the top level")
+        files.append(BundleFile(kind, path, raw))
     if not files:
         raise Invalid(f"{directory} holds no prompts/, resources/ or tools/ YAML files")
     return files
@@ -55,11 +94,11 @@ def read_bundle(directory: Path) -> list[BundleFile]:
 def _comparable(service: CatalogService, kind: str, stored: dict[str, Any], incoming: dict[str, Any]) -> dict[str, Any]:
     """The stored spec in the incoming file's terms: secrets decrypted, or masked where the file masks them."""
     revealed = service.reveal(kind, stored)
-    if kind == "tool":
-        hook_in = incoming.get("webhook", {})
-        hook = revealed.get("webhook", {})
-        for header, value in hook_in.get("headers", {}).items():
-            if value == MASK and header in hook.get("headers", {}):
+    if kind in ("tool", "resource"):  # a tool's webhook, an http resource's own headers
+        hook_in = incoming.get("webhook", {}) if kind == "tool" else incoming
+        hook = revealed.get("webhook", {}) if kind == "tool" else revealed
+        for header, value in (hook_in.get("headers") or {}).items():
+            if value == MASK and header in (hook.get("headers") or {}):
                 hook["headers"][header] = MASK
         if hook_in.get("secret") == MASK and hook.get("secret"):
             hook["secret"] = MASK
@@ -69,7 +108,7 @@ def _comparable(service: CatalogService, kind: str, stored: dict[str, Any], inco
 def plan_import(service: CatalogService, directory: Path) -> list[tuple[ImportPlanItem, BundleFile]]:
     plan: list[tuple[ImportPlanItem, BundleFile]] = []
     seen: set[tuple[str, str]] = set()
-    for bundle_file in read_bundle(directory):
+    for bundle_file in read_bundle(directory, service.limits):
         try:
             spec = service.parse_spec(bundle_file.kind, bundle_file.raw)
         except CatalogError as exc:

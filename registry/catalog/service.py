@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import difflib
 import json
-import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import httpx
 import yaml
 from pydantic import ValidationError
 from sqlalchemy import func, or_, select, update
@@ -34,22 +34,22 @@ from registry.catalog.rendering import (
 from registry.catalog.secrets import MASK, SecretBox
 from registry.catalog.specs import (
     KINDS,
-    LABEL_PATTERN,
     SPEC_MODELS,
     PromptSpec,
     ResourceSpec,
     Spec,
     ToolSpec,
     dump_spec,
+    is_label,
 )
 from registry.catalog.templates import TemplateError
 from registry.db.changelog import append_change, changes_after
 from registry.db.engine import Database
 from registry.db.models import Change, Entry, EntryVersion, Label, utcnow
+from registry.limits import DEFAULT_LIMITS, LimitExceeded, Limits, env_name
 
 LATEST = "latest"
 PRODUCTION = "production"
-_LABEL_RE = re.compile(LABEL_PATTERN)
 
 #: Checks an outbound URL (webhook or http resource) at save time; raises ValueError to refuse it.
 UrlGuard = Callable[[str], None]
@@ -145,17 +145,30 @@ def _unique_violations_as_conflict(kind: str, spec: Spec, *, updating: bool = Fa
 
 
 def _validation_errors(exc: ValidationError) -> list[dict[str, Any]]:
-    return [
-        {"loc": ".".join(str(p) for p in err["loc"]), "msg": err["msg"].removeprefix("Value error, ")}
-        for err in exc.errors()
-    ]
+    errors = []
+    for err in exc.errors():
+        item = {"loc": ".".join(str(p) for p in err["loc"]), "msg": err["msg"].removeprefix("Value error, ")}
+        cause = err.get("ctx", {}).get("error")
+        if isinstance(cause, LimitExceeded):
+            item["limit"] = env_name(cause.limit)
+        errors.append(item)
+    return errors
 
 
 class CatalogService:
-    def __init__(self, db: Database, secrets: SecretBox, *, url_guard: UrlGuard | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        secrets: SecretBox,
+        *,
+        url_guard: UrlGuard | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+    ) -> None:
         self.db = db
         self.secrets = secrets
         self.url_guard = url_guard
+        #: Field sizes and counts every write is checked against (and the MCP layer's pattern caps).
+        self.limits = limits
         self._listeners: list[Callable[[int], None]] = []
 
     # ----------------------------------------------------------------- change signal
@@ -175,20 +188,28 @@ class CatalogService:
         if kind not in KINDS:
             raise NotFound(f"unknown kind {kind!r}")
         try:
-            spec = SPEC_MODELS[kind].model_validate(dict(raw))
+            spec = SPEC_MODELS[kind].model_validate(dict(raw), context={"limits": self.limits})
         except ValidationError as exc:
             errors = _validation_errors(exc)
             summary = "; ".join(f"{e['loc'] or kind}: {e['msg']}" for e in errors[:5])
             raise Invalid(f"invalid {kind}: {summary}", errors=errors) from None
         try:
             if isinstance(spec, PromptSpec):
-                check_prompt_templates(spec)
+                check_prompt_templates(spec, limits=self.limits)
             elif isinstance(spec, ResourceSpec):
-                check_resource_templates(spec)
+                check_resource_templates(spec, limits=self.limits)
         except TemplateError as exc:
             raise Invalid(f"invalid {kind} template: {exc}") from None
         self._check_urls(spec)
         return spec
+
+    def _check_note(self, note: str | None) -> None:
+        cap = self.limits.change_note_chars
+        if note is not None and len(note) > cap:
+            refusal = LimitExceeded("change_note_chars", f"change_note has {len(note)} characters; at most {cap}")
+            raise Invalid(
+                str(refusal), errors=[{"loc": "change_note", "msg": str(refusal), "limit": env_name(refusal.limit)}]
+            )
 
     def _check_urls(self, spec: Spec) -> None:
         if self.url_guard is None:
@@ -205,48 +226,94 @@ class CatalogService:
                 raise Invalid(f"refused outbound URL: {exc}") from None
 
     def _seal(self, spec: Spec, previous: Mapping[str, Any] | None) -> dict[str, Any]:
-        """The stored form: write-only values encrypted, masked values carried over from ``previous``."""
+        """The stored form: write-only values encrypted, masked values carried over from ``previous``.
+
+        A masked value (``********``) means "keep what is stored", and is only accepted while the
+        URL those values are sent to keeps its origin (scheme, host and port): otherwise anyone
+        allowed to edit could point the stored credentials at a host of their own and read them
+        off the next call (then publish the version to a fresh label nobody watches).
+        """
         stored = dump_spec(spec)
-        if not isinstance(spec, ToolSpec):
-            return stored
-        hook = stored["webhook"]
-        old_hook: Mapping[str, Any] = (previous or {}).get("webhook", {})
-        old_headers: Mapping[str, str] = old_hook.get("headers", {})
+        kind = "tool" if isinstance(spec, ToolSpec) else "resource" if isinstance(spec, ResourceSpec) else ""
+        holder = self._secret_holder(kind, stored)
+        if holder is not None:
+            old = self._secret_holder(kind, previous or {}) or {}
+            self._seal_holder(holder, old, "webhook" if kind == "tool" else "resource")
+        return stored
+
+    def _seal_holder(self, holder: dict[str, Any], old: Mapping[str, Any], what: str) -> None:
+        """Encrypt ``holder``'s ``headers`` (and ``secret``) in place, masked ones taken from ``old``."""
+        headers: Mapping[str, str] = holder.get("headers") or {}
+        masked = [f"header {name!r}" for name, value in headers.items() if value == MASK]
+        if holder.get("secret") == MASK:
+            masked.append("the secret")
+        if masked and old.get("url") and self._origin(holder.get("url")) != self._origin(old.get("url")):
+            raise Invalid(
+                f"the {what} URL moves to another origin (scheme, host or port) than the stored one, so its "
+                f"write-only values must be sent again: {', '.join(masked)} (masked values are only kept "
+                "for the same origin)"
+            )
+        old_headers: Mapping[str, str] = old.get("headers") or {}
         sealed: dict[str, str] = {}
-        for header, value in hook.get("headers", {}).items():
+        for header, value in headers.items():
             if value == MASK:
                 if header not in old_headers:
-                    raise Invalid(f"webhook header {header!r} is masked but has no stored value to keep")
+                    raise Invalid(f"{what} header {header!r} is masked but has no stored value to keep")
                 sealed[header] = old_headers[header]
             else:
                 sealed[header] = self.secrets.encrypt(value)
-        hook["headers"] = sealed
-        if hook.get("secret") == MASK:
-            if not old_hook.get("secret"):
-                raise Invalid("webhook secret is masked but there is no stored secret to keep")
-            hook["secret"] = old_hook["secret"]
-        elif hook.get("secret"):
-            hook["secret"] = self.secrets.encrypt(hook["secret"])
-        return stored
+        if "headers" in holder:
+            holder["headers"] = sealed
+        if holder.get("secret") == MASK:
+            if not old.get("secret"):
+                raise Invalid(f"{what} secret is masked but there is no stored secret to keep")
+            holder["secret"] = old["secret"]
+        elif holder.get("secret"):
+            holder["secret"] = self.secrets.encrypt(holder["secret"])
+
+    @staticmethod
+    def _secret_holder(kind: str, spec: Mapping[str, Any]) -> Any:
+        """The part of a spec holding write-only values (``headers``, ``secret``) next to the ``url``
+        they are sent to: a tool's webhook, an http resource itself; None for everything else."""
+        if kind == "tool":
+            return spec.get("webhook")
+        if kind == "resource" and spec.get("headers"):
+            return spec
+        return None
+
+    @staticmethod
+    def _origin(url: Any) -> tuple[str, str, int | None] | None:
+        """(scheme, host, port) of a URL, normalised (case, IDNA, default ports) and parsed the way
+        the outbound client parses it, so no URL trick can look same-origin here and go elsewhere."""
+        if not isinstance(url, str):
+            return None
+        try:
+            parsed = httpx.URL(url)
+        except (httpx.InvalidURL, TypeError, ValueError):
+            return None
+        scheme = parsed.scheme.lower()
+        port = parsed.port or {"http": 80, "https": 443}.get(scheme)
+        return scheme, parsed.raw_host.decode("ascii", "replace").lower(), port
 
     @staticmethod
     def mask(kind: str, stored: Mapping[str, Any]) -> dict[str, Any]:
         spec = json.loads(json.dumps(stored))
-        if kind == "tool" and "webhook" in spec:
-            hook = spec["webhook"]
-            hook["headers"] = {k: MASK for k in hook.get("headers", {})}
-            if hook.get("secret"):
-                hook["secret"] = MASK
+        holder = CatalogService._secret_holder(kind, spec)
+        if holder is not None:
+            holder["headers"] = {k: MASK for k in holder.get("headers") or {}}
+            if holder.get("secret"):
+                holder["secret"] = MASK
         return spec
 
     def reveal(self, kind: str, stored: Mapping[str, Any]) -> dict[str, Any]:
-        """The stored definition with write-only values decrypted (for calling webhooks, never for display)."""
+        """The stored definition with write-only values decrypted (for calling webhooks and
+        fetching http resources, never for display)."""
         spec = json.loads(json.dumps(stored))
-        if kind == "tool" and "webhook" in spec:
-            hook = spec["webhook"]
-            hook["headers"] = {k: self.secrets.decrypt(v) for k, v in hook.get("headers", {}).items()}
-            if hook.get("secret"):
-                hook["secret"] = self.secrets.decrypt(hook["secret"])
+        holder = self._secret_holder(kind, spec)
+        if holder is not None:
+            holder["headers"] = {k: self.secrets.decrypt(v) for k, v in (holder.get("headers") or {}).items()}
+            if holder.get("secret"):
+                holder["secret"] = self.secrets.decrypt(holder["secret"])
         return spec
 
     # ----------------------------------------------------------------- helpers
@@ -294,7 +361,7 @@ class CatalogService:
     def _check_labels(labels: Iterable[str]) -> list[str]:
         result = []
         for label in labels:
-            if not _LABEL_RE.match(label):
+            if not is_label(label):
                 raise Invalid(f"invalid label {label!r}: use 1-64 of [a-z0-9_.-], starting with a letter or digit")
             if label == LATEST:
                 raise Invalid("the 'latest' label moves by itself and cannot be set")
@@ -349,6 +416,7 @@ class CatalogService:
         note: str | None = None,
         labels: list[str] | None = None,
     ) -> WriteResult:
+        self._check_note(note)
         spec = self.parse_spec(kind, raw)
         target_labels = self._check_labels(labels if labels else [PRODUCTION])
         with _unique_violations_as_conflict(kind, spec), self.db.session() as session:
@@ -393,6 +461,7 @@ class CatalogService:
         note: str | None = None,
         labels: list[str] | None = None,
     ) -> WriteResult:
+        self._check_note(note)
         raw = dict(raw)
         if raw.setdefault("name", name) != name:
             raise Invalid(f"the body names {raw['name']!r} but the URL names {name!r}; entries cannot be renamed")
@@ -629,7 +698,9 @@ class CatalogService:
         spec = PromptSpec.model_validate(view.spec)
         resolve_label = label or PRODUCTION
         try:
-            return PromptRenderer(spec).render(arguments, lambda uri: self.read_resource(uri, label=resolve_label))
+            return PromptRenderer(spec).render(
+                arguments, lambda uri: self.read_resource(uri, label=resolve_label), limits=self.limits
+            )
         except (ArgumentError, TemplateError) as exc:
             raise Invalid(str(exc)) from None
 
@@ -646,7 +717,7 @@ class CatalogService:
         for spec in sorted(specs, key=lambda s: s.kind == "template"):  # exact URIs win over templates
             if spec.kind == "http":
                 continue
-            contents = ResourceRenderer(spec).read(uri)
+            contents = ResourceRenderer(spec).read(uri, limits=self.limits)
             if contents is not None:
                 return contents
         return None

@@ -3,20 +3,121 @@
 A version stores ``Spec.model_dump(mode="json", exclude_none=True)``; reading a version back
 through the same model gives the same document, which is what makes import idempotent and the
 export round trip exact.
+
+Writes validate with the registry's limits as pydantic validation context
+(``Model.model_validate(data, context={"limits": limits})``, see ``CatalogService.parse_spec``):
+field sizes and counts, display-safe titles, header values without CR/LF, regular expressions
+the linear-time engine can run. A stored version read back is validated without context, so
+what was accepted once keeps being served even after a limit is lowered.
 """
 
 from __future__ import annotations
 
+import json
+import re
+import unicodedata
+from collections.abc import Mapping, Sized
 from typing import Annotated, Any, Literal
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from registry.catalog.schemas import UnsafePattern, check_patterns
+from registry.limits import LimitExceeded, Limits
+
+# Anchored with ^...$ for pydantic (whose Rust engine lets $ match only at the very end) and for the
+# OpenAPI schema; Python code must use fullmatch (``is_label``), since Python's $ also matches
+# before a trailing newline ("prod\n").
 NAME_PATTERN = r"^[A-Za-z0-9_.\-]{1,128}$"
 LABEL_PATTERN = r"^[a-z0-9][a-z0-9_.\-]{0,63}$"
 TAG_PATTERN = r"^[A-Za-z0-9_.:\-]{1,64}$"
 ARGUMENT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
+_LABEL_RE = re.compile(LABEL_PATTERN)
+#: RFC 9110 token: what an HTTP header name may be.
+_HEADER_NAME_RE = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
+def is_label(value: str) -> bool:
+    """Whether ``value`` is a valid label name (the whole string: no trailing newline)."""
+    return _LABEL_RE.fullmatch(value) is not None
+
+
+# ------------------------------------------------------------------ save-time checks
+
+
+def write_limits(info: ValidationInfo) -> Limits | None:
+    """The limits a write is validated against, or None when a stored version is read back."""
+    context = info.context
+    if isinstance(context, Mapping):
+        limits = context.get("limits")
+        if isinstance(limits, Limits):
+            return limits
+    return None
+
+
+def _cap_chars(value: str | None, cap: int, limit: str, what: str) -> None:
+    if value is not None and len(value) > cap:
+        raise LimitExceeded(limit, f"{what} has {len(value)} characters; at most {cap} are allowed")
+
+
+def _cap_count(value: Any, cap: int, limit: str, what: str) -> None:
+    """Counts are checked before the items are validated (``mode="before"``): refusing 100,000
+    arguments should not first validate each of them."""
+    if isinstance(value, Sized) and not isinstance(value, str) and len(value) > cap:
+        raise LimitExceeded(limit, f"{len(value)} {what}; at most {cap} are allowed")
+
+
+#: Format characters that scripts need (Persian, Indic, emoji sequences) and that cannot reorder text.
+_JOINERS = frozenset("\u200c\u200d")
+
+
+def _check_display_text(value: str | None, what: str) -> None:
+    """Names and titles are shown to people and models: no control characters, line breaks, or
+    invisible format characters such as the bidi overrides (U+202E) and isolates (U+2066-2069)
+    that make text display differently from what it says."""
+    if value is None:
+        return
+    for char in value:
+        category = unicodedata.category(char)
+        if category in ("Cc", "Cs", "Zl", "Zp") or (category == "Cf" and char not in _JOINERS):
+            name = unicodedata.name(char, "control character")
+            raise ValueError(
+                f"{what} contains U+{ord(char):04X} ({name}); control, line-break and bidi/format "
+                "characters are not allowed"
+            )
+
+
+def _check_headers(headers: Mapping[Any, Any], what: str) -> None:
+    """A CR or LF in a header would let the saved value add headers (or a body) of its own to
+    every outbound call; refused when saved, not discovered when called."""
+    for name, value in headers.items():
+        if not isinstance(name, str) or _HEADER_NAME_RE.fullmatch(name) is None:
+            raise ValueError(f"{what} header name {name!r} is not an HTTP token (letters, digits, !#$%&'*+-.^_`|~)")
+        bad = (
+            next((c for c in value if (c < " " and c != "\t") or c == "\x7f"), None) if isinstance(value, str) else None
+        )
+        if bad is not None:
+            raise ValueError(
+                f"{what} header {name!r}: its value contains the control character U+{ord(bad):04X} "
+                "(CR, LF and other control characters are not allowed in header values)"
+            )
+
+
+def _check_title(value: str | None, info: ValidationInfo, what: str = "title") -> str | None:
+    limits = write_limits(info)
+    if limits is not None:
+        _cap_chars(value, limits.title_chars, "title_chars", what)
+        _check_display_text(value, what)
+    return value
+
+
+def _check_description(value: str | None, info: ValidationInfo) -> str | None:
+    limits = write_limits(info)
+    if limits is not None:
+        _cap_chars(value, limits.description_chars, "description_chars", "description")
+    return value
+
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN, description="1-128 characters of [A-Za-z0-9_.-]")]
 Tag = Annotated[str, Field(pattern=TAG_PATTERN)]
@@ -40,6 +141,25 @@ class PromptArgument(_Model):
     #: Used when the caller leaves the argument out.
     default: str | None = None
 
+    @field_validator("title")
+    @classmethod
+    def _title(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return _check_title(value, info, "argument title")
+
+    @field_validator("description")
+    @classmethod
+    def _description(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return _check_description(value, info)
+
+    @field_validator("enum", "default")
+    @classmethod
+    def _values(cls, value: list[str] | str | None, info: ValidationInfo) -> list[str] | str | None:
+        limits = write_limits(info)
+        if limits is not None and value is not None:
+            for item in [value] if isinstance(value, str) else value:
+                _cap_chars(item, limits.argument_chars, "argument_chars", f"argument {info.field_name} value")
+        return value
+
     @model_validator(mode="after")
     def _default_in_enum(self) -> PromptArgument:
         if self.enum is not None and self.default is not None and self.default not in self.enum:
@@ -52,11 +172,28 @@ class TextContent(_Model):
     #: A Jinja2 template (sandboxed) over the prompt's arguments.
     text: str
 
+    @field_validator("text")
+    @classmethod
+    def _size(cls, text: str, info: ValidationInfo) -> str:
+        limits = write_limits(info)
+        if limits is not None:
+            _cap_chars(text, limits.template_chars, "template_chars", "template text")
+        return text
+
+
+def _check_data(data: str, info: ValidationInfo) -> str:
+    limits = write_limits(info)
+    if limits is not None:
+        _cap_chars(data, limits.blob_chars, "blob_chars", "data")
+    return data
+
 
 class ImageContent(_Model):
     type: Literal["image"]
     data: str = Field(description="base64")
     mimeType: str
+
+    _data = field_validator("data")(_check_data)
 
 
 class AudioContent(_Model):
@@ -64,12 +201,22 @@ class AudioContent(_Model):
     data: str = Field(description="base64")
     mimeType: str
 
+    _data = field_validator("data")(_check_data)
+
 
 class ResourceRefContent(_Model):
     """An embedded resource, resolved by URI from the same label's catalog when rendered."""
 
     type: Literal["resource"]
     uri: str
+
+    @field_validator("uri")
+    @classmethod
+    def _uri(cls, uri: str, info: ValidationInfo) -> str:
+        limits = write_limits(info)
+        if limits is not None:
+            _cap_chars(uri, limits.uri_chars, "uri_chars", "uri")
+        return uri
 
 
 Content = Annotated[TextContent | ImageContent | AudioContent | ResourceRefContent, Field(discriminator="type")]
@@ -82,9 +229,27 @@ class PromptMessage(_Model):
 
 class _EntrySpec(_Model):
     name: Name
-    title: str | None = Field(default=None, max_length=256)
+    title: str | None = None
     description: str | None = None
     tags: list[Tag] = Field(default_factory=list)
+
+    @field_validator("title")
+    @classmethod
+    def _title(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return _check_title(value, info)
+
+    @field_validator("description")
+    @classmethod
+    def _description(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return _check_description(value, info)
+
+    @field_validator("tags", mode="before")
+    @classmethod
+    def _tag_count(cls, tags: Any, info: ValidationInfo) -> Any:
+        limits = write_limits(info)
+        if limits is not None:
+            _cap_count(tags, limits.tags, "tags", "tags")
+        return tags
 
     @field_validator("tags")
     @classmethod
@@ -107,6 +272,22 @@ class PromptSpec(_EntrySpec):
             data["messages"] = [{"role": "user", "content": {"type": "text", "text": data.pop("template")}}]
         return data
 
+    @field_validator("arguments", mode="before")
+    @classmethod
+    def _argument_count(cls, arguments: Any, info: ValidationInfo) -> Any:
+        limits = write_limits(info)
+        if limits is not None:
+            _cap_count(arguments, limits.prompt_arguments, "prompt_arguments", "arguments")
+        return arguments
+
+    @field_validator("messages", mode="before")
+    @classmethod
+    def _message_count(cls, messages: Any, info: ValidationInfo) -> Any:
+        limits = write_limits(info)
+        if limits is not None:
+            _cap_count(messages, limits.prompt_messages, "prompt_messages", "messages")
+        return messages
+
     @model_validator(mode="after")
     def _unique_arguments(self) -> PromptSpec:
         names = [a.name for a in self.arguments]
@@ -119,9 +300,9 @@ class PromptSpec(_EntrySpec):
 class ResourceSpec(_EntrySpec):
     kind: Literal["static", "template", "http"] = "static"
     #: static and http resources: the URI agents read.
-    uri: str | None = Field(default=None, max_length=2048)
+    uri: str | None = None
     #: template resources: an RFC 6570 URI template whose variables feed ``text``.
-    uriTemplate: str | None = Field(default=None, max_length=2048)
+    uriTemplate: str | None = None
     mimeType: str | None = None
     #: static: the content; template: a Jinja2 template over the URI template's variables.
     text: str | None = None
@@ -130,7 +311,43 @@ class ResourceSpec(_EntrySpec):
     #: http: where the content is fetched from, and for how long it is cached.
     url: str | None = None
     cache_ttl_s: float | None = Field(default=None, ge=0)
+    #: http: headers sent with each fetch; write-only like a webhook's (stored encrypted, shown masked).
+    headers: dict[str, str] | None = None
     annotations: dict[str, Any] | None = None
+
+    @field_validator("headers", mode="before")
+    @classmethod
+    def _headers(cls, headers: Any, info: ValidationInfo) -> Any:
+        limits = write_limits(info)
+        if limits is None or not isinstance(headers, Mapping):
+            return headers
+        _cap_count(headers, limits.webhook_headers, "webhook_headers", "resource headers")
+        _check_headers(headers, "resource")
+        return headers
+
+    @field_validator("uri", "uriTemplate", "url")
+    @classmethod
+    def _uri_size(cls, value: str | None, info: ValidationInfo) -> str | None:
+        limits = write_limits(info)
+        if limits is not None:
+            _cap_chars(value, limits.uri_chars, "uri_chars", str(info.field_name))
+        return value
+
+    @field_validator("text")
+    @classmethod
+    def _text_size(cls, text: str | None, info: ValidationInfo) -> str | None:
+        limits = write_limits(info)
+        if limits is not None:
+            _cap_chars(text, limits.template_chars, "template_chars", "text")
+        return text
+
+    @field_validator("blob")
+    @classmethod
+    def _blob_size(cls, blob: str | None, info: ValidationInfo) -> str | None:
+        limits = write_limits(info)
+        if limits is not None:
+            _cap_chars(blob, limits.blob_chars, "blob_chars", "blob")
+        return blob
 
     @model_validator(mode="after")
     def _kind_fields(self) -> ResourceSpec:
@@ -158,6 +375,8 @@ class ResourceSpec(_EntrySpec):
                 raise ValueError("an http resource needs an http(s) 'url'")
             if self.text is not None or self.blob is not None:
                 raise ValueError("an http resource's content comes from its 'url', not 'text' or 'blob'")
+        elif self.headers:
+            raise ValueError(f"a {self.kind} resource takes no 'headers' (only http resources send any)")
         return self
 
     @property
@@ -173,6 +392,11 @@ class ToolAnnotations(_Model):
     idempotentHint: bool | None = None
     openWorldHint: bool | None = None
 
+    @field_validator("title")
+    @classmethod
+    def _title(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return _check_title(value, info, "annotations title")
+
 
 class WebhookSpec(_Model):
     url: str
@@ -185,18 +409,52 @@ class WebhookSpec(_Model):
 
     @field_validator("url")
     @classmethod
-    def _scheme(cls, url: str) -> str:
+    def _scheme(cls, url: str, info: ValidationInfo) -> str:
+        limits = write_limits(info)
+        if limits is not None:
+            _cap_chars(url, limits.uri_chars, "uri_chars", "webhook url")
         if not url.startswith(("http://", "https://", "builtin://")):
             raise ValueError("webhook url must be http(s):// (or builtin:// for the registry's own hooks)")
         return url
 
+    @field_validator("headers", mode="before")
+    @classmethod
+    def _header_count(cls, headers: Any, info: ValidationInfo) -> Any:
+        limits = write_limits(info)
+        if limits is not None:
+            _cap_count(headers, limits.webhook_headers, "webhook_headers", "webhook headers")
+        return headers
 
-def _check_json_schema(schema: dict[str, Any], what: str) -> dict[str, Any]:
+    @field_validator("headers")
+    @classmethod
+    def _header_syntax(cls, headers: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        """A CR or LF in a header would let the saved value add headers (or a body) of its own to
+        every webhook call; refused when saved, not discovered when called."""
+        if write_limits(info) is not None:
+            _check_headers(headers, "webhook")
+        return headers
+
+
+def _check_json_schema(schema: dict[str, Any], what: str, info: ValidationInfo) -> dict[str, Any]:
+    limits = write_limits(info)
+    if limits is not None:
+        size = len(json.dumps(schema, ensure_ascii=False, separators=(",", ":")).encode())
+        if size > limits.schema_bytes:
+            raise LimitExceeded(
+                "schema_bytes", f"{what} is {size} bytes as JSON; at most {limits.schema_bytes} are allowed"
+            )
     try:
         Draft202012Validator.check_schema(schema)
+        if limits is not None:
+            check_patterns(schema, what)
     except SchemaError as exc:
         path = "/".join(str(p) for p in exc.absolute_path) or "(root)"
         raise ValueError(f"{what} is not a valid JSON Schema 2020-12 at {path}: {exc.message}") from None
+    except UnsafePattern as exc:
+        raise ValueError(str(exc)) from None
+    except RecursionError:
+        # check_schema compiles each pattern with Python's re, which recurses per group: "(((...)))"
+        raise ValueError(f"{what} is nested too deeply (subschemas or groups in a pattern)") from None
     if schema.get("type") != "object":
         raise ValueError(f'{what} must describe an object ("type": "object")')
     return schema
@@ -210,13 +468,13 @@ class ToolSpec(_EntrySpec):
 
     @field_validator("inputSchema")
     @classmethod
-    def _input_schema(cls, schema: dict[str, Any]) -> dict[str, Any]:
-        return _check_json_schema(schema, "inputSchema")
+    def _input_schema(cls, schema: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        return _check_json_schema(schema, "inputSchema", info)
 
     @field_validator("outputSchema")
     @classmethod
-    def _output_schema(cls, schema: dict[str, Any] | None) -> dict[str, Any] | None:
-        return None if schema is None else _check_json_schema(schema, "outputSchema")
+    def _output_schema(cls, schema: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
+        return None if schema is None else _check_json_schema(schema, "outputSchema", info)
 
 
 Spec = PromptSpec | ResourceSpec | ToolSpec

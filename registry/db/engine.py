@@ -4,19 +4,186 @@ SQLite is the embedded default; PostgreSQL (psycopg 3) is the production databas
 same transactional behaviour the service layer relies on: a write transaction sees the row it is
 about to change and nobody else can change it underneath (``SELECT ... FOR UPDATE`` on
 PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite, which serialises writers instead of failing them).
+
+An unreachable database must be answered quickly, never waited on: every PostgreSQL connection
+has a connect timeout and a server-side statement timeout, and every round trip on it a
+client-side bound too, because a *frozen* server (SIGSTOP, a stalled disk or VM) accepts TCP
+connections and acknowledges data but never answers, so neither of the first two ever fires
+(nor do TCP keepalives: the kernel answers them). A pooled connection is pinged with a short
+bound before it is handed out; when that ping (or a connect) times out, the database is taken
+to be unavailable for a moment and callers get ``DatabaseUnavailable`` at once instead of each
+waiting out a timeout of their own. ``is_unavailable`` tells callers which errors mean "the
+database cannot be reached right now" (answer 503 / "temporarily unavailable", retry later).
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import os
-from collections.abc import Iterator
+import sqlite3
+import time
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager, suppress
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
+
+
+def _create_private_file(path: Path) -> None:
+    """Create the SQLite file readable by its owner only (0600) before SQLite does: it holds token
+    hashes and encrypted secrets, and SQLite would create it with the umask's looser mode. Its -wal
+    and -shm files take the database file's mode."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+
+
+class DatabaseUnavailable(Exception):
+    """The database cannot be reached right now (down, frozen, refusing connections)."""
+
+
+class DatabaseTimeout(psycopg.OperationalError):
+    """The server did not answer a round trip in time; the connection was closed (it is mid-protocol)."""
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` means the database cannot be reached or cannot serve right now (retry
+    later), as opposed to a fault in the request or in the code."""
+    if isinstance(exc, DatabaseUnavailable | sa_exc.TimeoutError):  # the latter: no pooled connection free
+        return True
+    if isinstance(exc, sa_exc.DBAPIError):
+        if exc.connection_invalidated:
+            return True
+        return is_unavailable(exc.orig) if isinstance(exc.orig, BaseException) else False
+    if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+        # Connection failures and timeouts, statement_timeout, admin shutdown, "cannot connect now".
+        return True
+    if isinstance(exc, sqlite3.OperationalError):
+        message = str(exc).lower()
+        return any(part in message for part in ("locked", "busy", "unable to open", "disk i/o"))
+    return False
+
+
+def describe(exc: BaseException) -> str:
+    """One line about a database error, for logs and answers (no SQL, no parameters)."""
+    if isinstance(exc, sa_exc.DBAPIError) and isinstance(exc.orig, BaseException):
+        exc = exc.orig
+    first_line = (str(exc).strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first_line}"[:200]
+
+
+#: Warnings about an unreachable database: at most one per this many seconds per place.
+_WARN_EVERY_S = 10.0
+_last_warned: dict[str, float] = {}
+
+
+def warn_unavailable(logger: logging.Logger, where: str, exc: BaseException) -> None:
+    """Log that ``where`` met an unreachable database, at most once per ``_WARN_EVERY_S`` for each
+    ``where``: during an outage every request fails alike, and one line says it."""
+    now = time.monotonic()
+    if now - _last_warned.get(where, -math.inf) >= _WARN_EVERY_S:
+        _last_warned[where] = now
+        logger.warning("database unavailable (%s): %s", where, describe(exc))
+
+
+#: Absolute ``time.monotonic()`` by which every PostgreSQL round trip in this context must end;
+#: ``math.inf``: no client-side bound at all (a lock wait); None: the connection's own bound.
+#: A ContextVar, so ``asyncio.to_thread`` (which copies the context) carries it to the worker.
+_deadline: ContextVar[float | None] = ContextVar("registry_db_deadline", default=None)
+
+
+@contextmanager
+def deadline(seconds: float | None) -> Iterator[None]:
+    """Bound every PostgreSQL round trip made inside (and in threads started from it with
+    ``asyncio.to_thread``) to end within ``seconds`` from now; None lifts every client-side bound
+    (for waits that are meant to be long, like a migration lock)."""
+    if seconds is None:
+        limit = math.inf
+    else:
+        limit = time.monotonic() + seconds
+        outer = _deadline.get()
+        if outer is not None and outer != math.inf:
+            limit = min(limit, outer)  # an inner bound never extends the caller's
+    token = _deadline.set(limit)
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
+
+def _round_trip_timeout(default: float | None) -> float | None:
+    limit = _deadline.get()
+    if limit is None:
+        return default
+    if limit == math.inf:
+        return None
+    remaining = max(0.0, limit - time.monotonic())
+    return remaining if default is None else min(default, remaining)
+
+
+def _bounded(gen: Generator[Any, Any, Any], limit: float, seconds: float) -> Generator[Any, Any, Any]:
+    """Pass psycopg's wait protocol through, giving up once ``limit`` (monotonic) has passed.
+
+    psycopg's wait functions wake up every interval even when nothing arrives and then send the
+    generator a "nothing ready" value: that is where a silent server is noticed."""
+    try:
+        state = next(gen)
+        while True:
+            ready = yield state
+            if time.monotonic() >= limit:
+                raise DatabaseTimeout(f"the database did not answer within {seconds:.1f}s")
+            state = gen.send(ready)
+    except StopIteration as done:
+        return done.value
+    finally:
+        gen.close()
+
+
+class BoundedConnection(psycopg.Connection[Any]):
+    """A psycopg connection whose every wait on the server is bounded (see the module docstring).
+
+    psycopg funnels every round trip (execute, fetch, commit, rollback) through ``wait``; a wait
+    that times out leaves the protocol mid-message, so the connection is closed, which is also
+    what tells SQLAlchemy to discard it (and the rest of the pool)."""
+
+    #: Longest a round trip may take when no ``deadline`` applies (None: unbounded).
+    round_trip_timeout_s: float | None = None
+
+    def wait(self, gen: Any, *args: Any, **kwargs: Any) -> Any:
+        seconds = _round_trip_timeout(self.round_trip_timeout_s)
+        if seconds is None:
+            return super().wait(gen, *args, **kwargs)
+        try:
+            return super().wait(_bounded(gen, time.monotonic() + seconds, seconds), *args, **kwargs)
+        except DatabaseTimeout:
+            self.close()
+            raise
+
+
+class _Availability:
+    """Remembers, for a moment, that the database just failed a liveness check (a ping or a
+    connect that timed out), so the callers right after are told at once."""
+
+    HOLD_S = 1.0
+
+    def __init__(self) -> None:
+        self._until = 0.0
+        self._reason = ""
+
+    def failed(self, reason: str) -> None:
+        self._reason = reason
+        self._until = time.monotonic() + self.HOLD_S
+
+    def check(self) -> None:
+        if time.monotonic() < self._until:
+            raise DatabaseUnavailable(f"the database is not answering ({self._reason}); retrying shortly")
 
 
 def normalize_database_url(url: str) -> str:
@@ -29,16 +196,7 @@ def normalize_database_url(url: str) -> str:
     return parsed.render_as_string(hide_password=False)
 
 
-def _create_private_file(path: Path) -> None:
-    """Create the SQLite file readable by its owner only (0600) before SQLite does: it holds token
-    hashes and encrypted secrets, and SQLite would create it with the umask's looser mode. Its -wal
-    and -shm files take the database file's mode."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with suppress(FileExistsError):
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-
-
-def _configure_sqlite(engine: Engine) -> None:
+def _configure_sqlite(engine: Engine, busy_timeout_s: float) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         # Let SQLAlchemy, not pysqlite, decide when transactions begin.
@@ -46,7 +204,7 @@ def _configure_sqlite(engine: Engine) -> None:
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute("PRAGMA foreign_keys=ON")
-        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.close()
 
@@ -56,31 +214,116 @@ def _configure_sqlite(engine: Engine) -> None:
 
 
 class Database:
-    """Owns the engine and the session factory for one database URL."""
+    """Owns the engine and the session factory for one database URL.
 
-    def __init__(self, url: str, *, echo: bool = False) -> None:
+    ``connect_timeout_s``: PostgreSQL connect timeout (libpq counts whole seconds, at least 2).
+    ``statement_timeout_s``: PostgreSQL ``statement_timeout``; a round trip that gets no answer
+    for this long plus ``ROUND_TRIP_GRACE_S`` means the server is frozen, and is abandoned.
+    ``ping_timeout_s``: how long a pooled connection's liveness check waits for an answer.
+    ``busy_timeout_s``: SQLite's wait for a lock held by another connection or process.
+    """
+
+    ROUND_TRIP_GRACE_S = 2.0
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        echo: bool = False,
+        connect_timeout_s: float = 2.0,
+        statement_timeout_s: float = 15.0,
+        ping_timeout_s: float = 0.8,
+        busy_timeout_s: float = 30.0,
+    ) -> None:
         self.url = normalize_database_url(url)
         parsed = make_url(self.url)
         self.dialect = parsed.get_backend_name()
+        self.connect_timeout_s = connect_timeout_s
+        self.statement_timeout_s = statement_timeout_s
+        self.ping_timeout_s = ping_timeout_s
+        self.availability = _Availability()
         kwargs: dict[str, Any] = {"echo": echo, "future": True}
         if self.dialect == "sqlite":
             if parsed.database and parsed.database != ":memory:":
                 _create_private_file(Path(parsed.database))
-            kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+            kwargs["connect_args"] = {"check_same_thread": False, "timeout": busy_timeout_s}
         else:
-            kwargs.update(pool_pre_ping=True, pool_size=10, max_overflow=20)
+            # No pool_pre_ping: _configure_postgres pings with a short bound of its own.
+            kwargs.update(pool_size=10, max_overflow=20, pool_timeout=max(connect_timeout_s, 1.0))
         self.engine: Engine = create_engine(self.url, **kwargs)
         if self.dialect == "sqlite":
-            _configure_sqlite(self.engine)
+            _configure_sqlite(self.engine, busy_timeout_s)
+        elif self.is_postgres:
+            self._configure_postgres()
         self.session_factory = sessionmaker(self.engine, expire_on_commit=False)
 
     @property
     def is_postgres(self) -> bool:
         return self.dialect == "postgresql"
 
+    @property
+    def sqlite_path(self) -> Path | None:
+        """The SQLite database file (None for PostgreSQL or an in-memory database)."""
+        database = make_url(self.url).database
+        if self.dialect != "sqlite" or not database or database == ":memory:":
+            return None
+        return Path(database)
+
+    def libpq_options(self) -> dict[str, Any]:
+        """Connection parameters every PostgreSQL connection of this process gets (LISTEN too)."""
+        return {
+            "connect_timeout": max(2, math.ceil(self.connect_timeout_s)),
+            # A dead peer (host gone, cable pulled) is noticed within ~30 s even on an idle connection.
+            "keepalives": 1,
+            "keepalives_idle": 10,
+            "keepalives_interval": 5,
+            "keepalives_count": 3,
+        }
+
+    def _configure_postgres(self) -> None:
+        availability = self.availability
+        options = self.libpq_options()
+        statement_ms = int(self.statement_timeout_s * 1000)
+        round_trip_s = self.statement_timeout_s + self.ROUND_TRIP_GRACE_S if statement_ms > 0 else None
+        ping_s = self.ping_timeout_s
+
+        @event.listens_for(self.engine, "do_connect")
+        def _connect(_dialect: Any, record: Any, cargs: Any, cparams: dict[str, Any]) -> BoundedConnection:
+            availability.check()
+            params = {**options, **cparams}  # what the URL says wins
+            if statement_ms > 0:
+                params["options"] = f"{cparams.get('options', '')} -c statement_timeout={statement_ms}".strip()
+            try:
+                conn = BoundedConnection.connect(*cargs, **params)
+            except psycopg.errors.ConnectionTimeout as exc:
+                availability.failed(describe(exc))
+                raise
+            conn.round_trip_timeout_s = round_trip_s
+            record.info["fresh"] = True
+            return conn
+
+        @event.listens_for(self.engine, "checkout")
+        def _ping(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+            """Pessimistic disconnect handling, with a short bound (SQLAlchemy's own pre-ping would
+            wait out the full round-trip bound on a frozen server, then reconnect)."""
+            availability.check()
+            if record.info.pop("fresh", False):
+                return  # just connected: it answered a moment ago
+            try:
+                with deadline(ping_s):
+                    dbapi_conn.execute(";")
+            except DatabaseTimeout as exc:
+                availability.failed(describe(exc))
+                raise DatabaseUnavailable(f"the database did not answer a ping within {ping_s:.1f}s") from exc
+            except psycopg.Error as exc:
+                if dbapi_conn.closed:  # e.g. the server restarted: reconnect (SQLAlchemy retries)
+                    raise sa_exc.InvalidatePoolError(describe(exc)) from exc
+                raise
+
     @contextmanager
     def session(self) -> Iterator[Session]:
         """A unit of work: committed when the block ends normally, rolled back otherwise."""
+        self.availability.check()
         with self.session_factory() as session, session.begin():
             yield session
 

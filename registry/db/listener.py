@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import psycopg
 from sqlalchemy.engine import make_url
@@ -27,17 +29,28 @@ async def listen_forever(
     channels: dict[str, Callable[[str], None]],
     on_connected: Callable[[], None],
     *,
-    retry_s: float = 1.0,
+    retry_s: float = 0.5,
+    max_retry_s: float = 2.0,
+    options: Mapping[str, Any] | None = None,
 ) -> None:
-    """LISTEN on ``channels`` (name -> callback with the payload) for as long as the task runs."""
+    """LISTEN on ``channels`` (name -> callback with the payload) for as long as the task runs.
+
+    A lost connection is retried with a back-off capped at ``max_retry_s``: the polls that cover
+    for it are slow, so LISTEN must be back within seconds of the database, however long the
+    outage was. ``options``: extra libpq parameters (connect timeout, keepalives).
+    """
     conninfo = libpq_conninfo(sqlalchemy_url)
     delay = retry_s
+    lost_at: float | None = None
     while True:
         try:
-            async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+            async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True, **dict(options or {})) as conn:
                 for channel in channels:
                     await conn.execute(f'LISTEN "{channel}"')
                 delay = retry_s
+                if lost_at is not None:
+                    log.warning("LISTEN connection restored after %.1fs", time.monotonic() - lost_at)
+                    lost_at = None
                 on_connected()
                 async for notify in conn.notifies():
                     callback = channels.get(notify.channel)
@@ -46,6 +59,8 @@ async def listen_forever(
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.warning("LISTEN connection lost (%s); retrying in %.1fs", exc, delay)
+            if lost_at is None:  # once per outage, not once per attempt
+                lost_at = time.monotonic()
+                log.warning("LISTEN connection lost (%s); reconnecting every %.1fs at most", exc, max_retry_s)
         await asyncio.sleep(delay)
-        delay = min(delay * 2, 30.0)
+        delay = min(delay * 2, max_retry_s)

@@ -176,6 +176,8 @@ class ApiToken(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_used_at: Mapped[datetime | None] = mapped_column()
     revoked_at: Mapped[datetime | None] = mapped_column()
+    #: After this instant the token is refused ("token expired"); None: it never expires.
+    expires_at: Mapped[datetime | None] = mapped_column()
 
 
 class McpSession(Base):

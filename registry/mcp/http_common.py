@@ -3,19 +3,36 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
-from collections.abc import Awaitable, Callable, MutableMapping
+import logging
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from registry.catalog.service import PRODUCTION
 from registry.config import LOOPBACK_HOSTS, Settings
-from registry.mcp.protocol import JsonRpcError, dumps, error_message
-from registry.tokens import ANONYMOUS_AGENT, Principal, TokenService
+from registry.db.engine import is_unavailable, warn_unavailable
+from registry.limits import LimitExceeded, Limits
+from registry.mcp.protocol import (
+    CATALOG_UNAVAILABLE,
+    CATALOG_UNAVAILABLE_MESSAGE,
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    JsonRpcError,
+    check_batch,
+    dumps,
+    error_message,
+    loads,
+)
+from registry.tokens import ANONYMOUS_AGENT, Principal, TokenRejected, TokenService
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 SendFn = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+#: Bodies larger than this are parsed on a worker thread, so the event loop keeps serving others.
+_SCAN_IN_THREAD_BYTES = 256 * 1024
 
 
 class HttpError(Exception):
@@ -25,6 +42,27 @@ class HttpError(Exception):
         self.code = code
         self.message = message
         self.headers = headers or {}
+
+
+#: Seconds a client is told to wait (Retry-After) while the database cannot be reached.
+RETRY_AFTER_S = 2
+
+
+def catalog_unavailable() -> HttpError:
+    return HttpError(503, CATALOG_UNAVAILABLE, CATALOG_UNAVAILABLE_MESSAGE, {"Retry-After": str(RETRY_AFTER_S)})
+
+
+@contextlib.contextmanager
+def database_errors_as_503(logger: logging.Logger, where: str) -> Iterator[None]:
+    """Around a token or session lookup: "the database cannot be reached" becomes a 503 answer
+    with a JSON-RPC error saying so (not a plain-text 500); any other error propagates."""
+    try:
+        yield
+    except Exception as exc:
+        if not is_unavailable(exc):
+            raise
+        warn_unavailable(logger, where, exc)
+        raise catalog_unavailable() from exc
 
 
 def header_map(scope: Scope) -> dict[str, str]:
@@ -74,21 +112,43 @@ async def authenticate(headers: dict[str, str], tokens: TokenService, settings: 
     scheme, _, token = header.partition(" ")
     token = token.strip()
     principal = None
+    reason = "invalid or revoked token"
     if scheme.lower() == "bearer" and token:
-        principal = tokens.peek(token) or await asyncio.to_thread(tokens.authenticate, token)
+        try:
+            principal = tokens.peek(token) or await asyncio.to_thread(tokens.verify, token)
+        except TokenRejected as exc:
+            reason = exc.reason  # "token expired" tells the operator what to do
     if principal is None or not principal.may_use_mcp:
         raise HttpError(
             401,
             -32001,
-            "Unauthorized: invalid or revoked token",
-            {"WWW-Authenticate": 'Bearer realm="mcp-registry", error="invalid_token"'},
+            f"Unauthorized: {reason}",
+            {"WWW-Authenticate": f'Bearer realm="mcp-registry", error="invalid_token", error_description="{reason}"'},
         )
     return principal
 
 
-def served_label(principal: Principal, scope: Scope) -> str:
-    """The label a new connection is served: its agent token's, else ``?label=``, else production."""
-    return principal.label or query_param(scope, "label") or PRODUCTION
+def served_label(principal: Principal, scope: Scope, settings: Settings) -> str:
+    """The label a new connection is served: its agent token's, else ``?label=``, else production.
+
+    ``?label=`` lets a caller read unreleased versions, so agents whose token names no label (and
+    anonymous agents) may only pick the labels in ``settings.agent_selectable_labels``; admin-API
+    tokens may pick any (they can read every version through the admin API anyway).
+    """
+    if principal.label:
+        return principal.label
+    requested = query_param(scope, "label")
+    if not requested:
+        return PRODUCTION
+    if requested not in settings.agent_selectable_labels and not principal.may_read_any_label:
+        allowed = ", ".join(settings.agent_selectable_labels) or "none"
+        raise HttpError(
+            403,
+            -32001,
+            f"Forbidden: agents may not select label {requested[:64]!r}; selectable labels: {allowed} "
+            "(setting REGISTRY_AGENT_LABELS)",
+        )
+    return requested
 
 
 def _raw_headers(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
@@ -114,23 +174,53 @@ async def send_http_error(send: SendFn, error: HttpError) -> None:
     await send_json(send, error.status, error_message(None, JsonRpcError(error.code, error.message)), error.headers)
 
 
+def _body_too_large(limit: int) -> HttpError:
+    return HttpError(413, INVALID_REQUEST, str(LimitExceeded("body_bytes", f"Request body larger than {limit} bytes")))
+
+
 async def read_body(receive: Receive, headers: dict[str, str], limit: int) -> bytes:
+    """The request body, refused (413 naming REGISTRY_LIMIT_BODY_BYTES) as soon as it is known to
+    exceed ``limit`` (``settings.limits.body_bytes``): by its Content-Length before anything is
+    read, else by the bytes counted so far; never more than ``limit`` bytes are held."""
     declared = headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise HttpError(413, -32600, f"Request body larger than {limit} bytes")
+        raise _body_too_large(limit)
     chunks: list[bytes] = []
     size = 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            raise HttpError(400, -32600, "client disconnected")
+            raise HttpError(400, INVALID_REQUEST, "client disconnected")
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            raise HttpError(413, -32600, f"Request body larger than {limit} bytes")
+            raise _body_too_large(limit)
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
+
+
+async def read_messages(receive: Receive, headers: dict[str, str], limits: Limits) -> tuple[bool, list[Any]]:
+    """Read and parse a POSTed JSON-RPC body under ``limits``: (was it a batch, its messages).
+
+    Every bound is checked before the next step costs anything: the body size while reading, the
+    JSON structure before parsing, the batch length before any message is looked at. A refusal is
+    an ``HttpError`` (413 for the size, 400 otherwise) whose message names the limit.
+    """
+    body = await read_body(receive, headers, limits.body_bytes)
+    try:
+        if len(body) > _SCAN_IN_THREAD_BYTES:
+            payload = await asyncio.to_thread(loads, body, limits)
+        else:
+            payload = loads(body, limits)
+    except JsonRpcError as exc:  # over json_depth or json_elements
+        raise HttpError(400, exc.code, exc.message) from None
+    except ValueError:  # UnicodeDecodeError included
+        raise HttpError(400, PARSE_ERROR, "Parse error: invalid JSON") from None
+    try:
+        return isinstance(payload, list), check_batch(payload, limits)
+    except JsonRpcError as exc:
+        raise HttpError(400, exc.code, exc.message) from None
 
 
 class SseStream:

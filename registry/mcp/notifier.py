@@ -17,7 +17,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -26,7 +27,7 @@ from sqlalchemy import select
 
 from registry.catalog.uritemplates import UriTemplate
 from registry.db.changelog import NOTIFY_CHANNEL, changes_after, last_change_id
-from registry.db.engine import Database
+from registry.db.engine import Database, describe, is_unavailable
 from registry.db.listener import listen_forever
 from registry.db.models import Change, McpSession
 from registry.mcp.protocol import dumps, notification
@@ -39,6 +40,7 @@ LIST_CHANGED = {
     "resource": "notifications/resources/list_changed",
     "tool": "notifications/tools/list_changed",
 }
+RESOURCE_UPDATED = "notifications/resources/updated"
 #: The same bytes go to every stream: encoded once.
 _ENCODED_LIST_CHANGED = {kind: dumps(notification(method)) for kind, method in LIST_CHANGED.items()}
 
@@ -66,19 +68,32 @@ def _subscribed(uri_or_template: str, subscriptions: Iterable[str]) -> list[str]
     return [uri for uri in subscriptions if template.match(uri) is not None]
 
 
-def messages_for(change: ChangeEvent, client: ClientState) -> list[dict[str, Any]]:
-    """The notifications ``change`` produces for ``client`` (none when its view did not change)."""
+def updated_uris(change: ChangeEvent, client: ClientState) -> list[str]:
+    """The subscribed URIs a resource change touches, sorted: SSE ids number them (``<change>:<n>``),
+    and a replay, perhaps in another process, must number them the same way."""
+    if change.kind != "resource" or not client.subscriptions:
+        return []
+    found: set[str] = set()
+    for changed in change.uris:
+        found.update(_subscribed(changed, client.subscriptions))
+    return sorted(found)
+
+
+def keyed_messages_for(change: ChangeEvent, client: ClientState) -> list[tuple[Hashable, dict[str, Any]]]:
+    """The notifications ``change`` produces for ``client``, each with its coalescing key: a later
+    message of the same key (the list_changed of a kind, the resources/updated of a URI) makes
+    an earlier one redundant, since the client re-lists or re-reads what it names."""
     if client.label not in change.labels:
         return []
-    messages = [notification(LIST_CHANGED[change.kind])]
-    if change.kind == "resource" and client.subscriptions:
-        seen: set[str] = set()
-        for changed in change.uris:
-            for uri in _subscribed(changed, client.subscriptions):
-                if uri not in seen:
-                    seen.add(uri)
-                    messages.append(notification("notifications/resources/updated", {"uri": uri}))
+    messages: list[tuple[Hashable, dict[str, Any]]] = [(change.kind, notification(LIST_CHANGED[change.kind]))]
+    for uri in updated_uris(change, client):
+        messages.append((("updated", uri), notification(RESOURCE_UPDATED, {"uri": uri})))
     return messages
+
+
+def messages_for(change: ChangeEvent, client: ClientState) -> list[dict[str, Any]]:
+    """The notifications ``change`` produces for ``client`` (none when its view did not change)."""
+    return [message for _key, message in keyed_messages_for(change, client)]
 
 
 def parse_event_id(value: str | None) -> tuple[int, int] | None:
@@ -124,7 +139,8 @@ class ChangeFeed:
         self._tasks.append(asyncio.create_task(self._follow()))
         if self.db.is_postgres:
             channels = {NOTIFY_CHANNEL: self._on_notify, **self.extra_channels}
-            self._tasks.append(asyncio.create_task(listen_forever(self.db.url, channels, self._on_listening)))
+            listener = listen_forever(self.db.url, channels, self._on_listening, options=self.db.libpq_options())
+            self._tasks.append(asyncio.create_task(listener))
 
     def _on_notify(self, payload: str) -> None:
         self._wake.set()
@@ -162,6 +178,9 @@ class ChangeFeed:
         return events
 
     async def _follow(self) -> None:
+        # While the database is down every poll fails: say so once when it starts and once when it
+        # ends, not with a traceback per poll.
+        failing_since: float | None = None
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self.POLL_S)
@@ -175,13 +194,29 @@ class ChangeFeed:
                     self._advance(events[-1].id)
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("reading the change log failed; retrying")
+            except Exception as exc:
+                if failing_since is None:
+                    failing_since = time.monotonic()
+                    if is_unavailable(exc):
+                        log.warning(
+                            "cannot read the change log, the database is unavailable (%s); retrying", describe(exc)
+                        )
+                    else:
+                        log.exception("reading the change log failed; retrying")
                 await asyncio.sleep(1.0)
+            else:
+                if failing_since is not None:
+                    log.warning("reading the change log again, after %.1fs", time.monotonic() - failing_since)
+                    failing_since = None
 
 
 class Notifier:
     """Delivers change notifications to the streams of this process."""
+
+    #: Stream offers made between two turns of the event loop while dispatching.
+    DISPATCH_WORK = 20_000
+    #: Change ids read per query when replaying.
+    REPLAY_PAGE = 1000
 
     def __init__(
         self,
@@ -214,7 +249,13 @@ class Notifier:
         return await asyncio.to_thread(load)
 
     async def dispatch(self, events: list[ChangeEvent], advance: Callable[[int], None]) -> None:
-        """Offer each client the notifications the events produce for it, then ``advance`` the feed."""
+        """Offer each client the notifications the events produce for it, advancing the feed as it goes.
+
+        Offers are keyed, so a stream coalesces what it has not written yet (see streams.py): a
+        replica catching up on a thousand changes leaves each stream a few pending events, and no
+        reading client is dropped for it. The work is done in slices of about ``DISPATCH_WORK``
+        offers with a turn of the event loop between them, so writers and requests keep running.
+        """
         labels: set[str] = set()
         for event in events:
             labels |= event.labels
@@ -226,27 +267,17 @@ class Notifier:
             for stream in persisted:
                 if stream.session_id in fresh:
                     stream.client.subscriptions = fresh[stream.session_id]
+        start = 0
+        while start < len(events):
+            if start:
+                await asyncio.sleep(0)
+            # From here to advance() there is no await: a stream registering now either was already
+            # registered (and gets this slice live) or will note the advanced position (and not replay it).
             streams = list(self.hub.streams())
-        # From here to advance() there is no await: a stream registering now either was already
-        # registered (and gets these live) or will note the advanced position (and not replay them).
-        now = time.time()
-        for event in events:
-            first_id = f"{event.id}:0"
-            list_changed = _ENCODED_LIST_CHANGED[event.kind]
-            sent_for_event = 0
-            for stream in streams:
-                client = stream.client
-                if client.label not in event.labels:
-                    continue
-                sent_for_event += stream.offer((first_id, list_changed))
-                if event.kind == "resource" and client.subscriptions:
-                    for index, message in enumerate(messages_for(event, client)[1:], start=1):
-                        sent_for_event += stream.offer((f"{event.id}:{index}", dumps(message)))
-            if sent_for_event and self.lag_observer is not None:
-                # Once per change: every stream of it was served in this same loop.
-                self.lag_observer(max(0.0, now - event.created_at.timestamp()), sent_for_event)
-        if events:
-            advance(events[-1].id)
+            end = start + max(1, self.DISPATCH_WORK // max(1, len(streams)))
+            self._offer(events[start:end], streams)
+            advance(events[min(end, len(events)) - 1].id)
+            start = end
         if self.warm is not None:
             # Rebuild the served snapshots once the streams have had their turn on the CPU.
             asyncio.get_running_loop().call_later(0.25, self.warm, labels)
@@ -255,18 +286,48 @@ class Notifier:
                 for message in messages_for(event, client):
                     await write(message)
 
+    def _offer(self, events: list[ChangeEvent], streams: list[Any]) -> None:
+        now = time.time()
+        for event in events:
+            first_id = f"{event.id}:0"
+            kind = event.kind
+            list_changed = _ENCODED_LIST_CHANGED[kind]
+            sent_for_event = 0
+            for stream in streams:
+                client = stream.client
+                if client.label not in event.labels:
+                    continue
+                sent_for_event += stream.offer((first_id, list_changed), kind)
+                if kind == "resource" and client.subscriptions:
+                    for index, uri in enumerate(updated_uris(event, client), start=1):
+                        message = dumps(notification(RESOURCE_UPDATED, {"uri": uri}))
+                        sent_for_event += stream.offer((f"{event.id}:{index}", message), ("updated", uri))
+            if sent_for_event and self.lag_observer is not None:
+                # Once per change: every stream of it was served in this same loop.
+                self.lag_observer(max(0.0, now - event.created_at.timestamp()), sent_for_event)
+
     async def replay(
         self, feed: ChangeFeed, client: ClientState, last_event_id: str | None, upto: int
     ) -> list[tuple[str, bytes]]:
-        """The events a stream resuming after ``last_event_id`` missed, up to change ``upto``."""
+        """The events a stream resuming after ``last_event_id`` missed, up to change ``upto``.
+
+        Coalesced like live events (the newest per kind and per URI, in id order), so a client
+        that was away for a million changes is sent a handful of events, each with an id at least
+        that of every change it stands for. The change log is read a page at a time.
+        """
         parsed = parse_event_id(last_event_id)
         if parsed is None:
             return []
         after_change, after_index = parsed
-        missed: list[tuple[str, bytes]] = []
-        for event in await feed.read_range(after_change - 1, upto):
-            for index, message in enumerate(messages_for(event, client)):
-                if event.id == after_change and index <= after_index:
-                    continue
-                missed.append((f"{event.id}:{index}", dumps(message)))
-        return missed
+        latest: OrderedDict[Hashable, tuple[str, bytes]] = OrderedDict()
+        low = max(0, after_change - 1)
+        while low < upto:
+            high = min(upto, low + self.REPLAY_PAGE)
+            for event in await feed.read_range(low, high):
+                for index, (key, message) in enumerate(keyed_messages_for(event, client)):
+                    if event.id == after_change and index <= after_index:
+                        continue
+                    latest.pop(key, None)
+                    latest[key] = (f"{event.id}:{index}", dumps(message))
+            low = high
+        return list(latest.values())

@@ -8,6 +8,9 @@ from typing import Any
 
 import orjson
 
+from registry import boundedjson
+from registry.limits import DEFAULT_LIMITS, LimitExceeded, Limits
+
 # Protocol versions, oldest first. The newest is answered when a client asks for one we lack.
 SUPPORTED_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 LATEST_VERSION = SUPPORTED_VERSIONS[-1]
@@ -21,6 +24,9 @@ INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 RESOURCE_NOT_FOUND = -32002
 REQUEST_CANCELLED = -32800
+#: The catalog's database cannot be reached right now; the client may retry (server-defined code).
+CATALOG_UNAVAILABLE = -32003
+CATALOG_UNAVAILABLE_MESSAGE = "the catalog is temporarily unavailable (its database cannot be reached); retry shortly"
 
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 LOG_SEVERITY = {level: index for index, level in enumerate(LOG_LEVELS)}
@@ -66,8 +72,12 @@ class Message:
         return self.method is None
 
 
-def parse_message(item: Any) -> Message:
-    """Validate one JSON-RPC message; raise ``JsonRpcError(INVALID_REQUEST)`` with the id when known."""
+def parse_message(item: Any, limits: Limits = DEFAULT_LIMITS) -> Message:
+    """Validate one JSON-RPC message; raise ``JsonRpcError(INVALID_REQUEST)`` with the id when known.
+
+    A method name over ``limits.method_chars`` is refused here, by its length only: no answer or
+    log line ever carries it (it would echo whatever the caller sent, however large).
+    """
     if not isinstance(item, dict):
         raise JsonRpcError(INVALID_REQUEST, "a JSON-RPC message must be an object")
     raw_id = item.get("id")
@@ -83,6 +93,9 @@ def parse_message(item: Any) -> Message:
         raise JsonRpcError(INVALID_REQUEST, 'a message needs "method" (request/notification) or "result"/"error"')
     if not isinstance(method, str) or not method:
         raise JsonRpcError(INVALID_REQUEST, '"method" must be a non-empty string', {"id": valid_id})
+    if len(method) > limits.method_chars:
+        too_long = LimitExceeded("method_chars", f'"method" longer than {limits.method_chars} characters')
+        raise JsonRpcError(INVALID_REQUEST, str(too_long), {"id": valid_id})
     if "id" in item and valid_id is None:
         raise JsonRpcError(INVALID_REQUEST, '"id" must be a string or an integer (not null)')
     params = item.get("params")
@@ -121,12 +134,32 @@ def dumps(message: Any) -> bytes:
         return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def loads(data: bytes) -> Any:
-    """Parse a JSON body; raises ValueError on invalid JSON (orjson first: it is several times faster)."""
+def loads(data: bytes, limits: Limits = DEFAULT_LIMITS) -> Any:
+    """Parse a JSON body within ``limits.json_depth``/``json_elements`` (see registry/boundedjson.py).
+
+    Raises ``JsonRpcError(PARSE_ERROR)`` naming the limit for a document over one, before parsing
+    it, and ``ValueError`` for invalid JSON. Never ``RecursionError``, however deep the nesting.
+    """
     try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return json.loads(data)  # integers beyond 64 bits, and the authoritative error message
+        return boundedjson.loads(data, limits)
+    except boundedjson.JsonStructureError as exc:
+        raise JsonRpcError(PARSE_ERROR, f"Parse error: {exc}") from None
+
+
+def check_batch(payload: Any, limits: Limits = DEFAULT_LIMITS) -> list[Any]:
+    """The messages of a parsed body: a batch's items, or the one message. A batch over
+    ``limits.batch_messages`` raises ``JsonRpcError(INVALID_REQUEST)`` naming the limit; so does an
+    empty one (JSON-RPC 2.0)."""
+    if not isinstance(payload, list):
+        return [payload]
+    if not payload:
+        raise JsonRpcError(INVALID_REQUEST, "empty batch")
+    if len(payload) > limits.batch_messages:
+        too_long = LimitExceeded(
+            "batch_messages", f"batch of {len(payload)} messages; at most {limits.batch_messages} are accepted"
+        )
+        raise JsonRpcError(INVALID_REQUEST, str(too_long))
+    return payload
 
 
 def negotiate_version(requested: Any) -> str:

@@ -9,12 +9,14 @@ import logging
 from collections.abc import Callable
 
 from registry.catalog.service import PRODUCTION
+from registry.db.engine import is_unavailable, warn_unavailable
 from registry.mcp.notifier import ChangeEvent, ChangeFeed, Notifier
 from registry.mcp.server import McpServer
 from registry.mcp.sessions import SESSION_END_CHANNEL, ClientState, Session, SessionStore
 from registry.mcp.streams import StreamHub
 from registry.metrics import RegistryMetrics
 from registry.runtime import Registry
+from registry.tokens import TOKEN_REVOKED_CHANNEL
 
 log = logging.getLogger("registry.mcp")
 
@@ -27,14 +29,21 @@ class McpRuntime:
         self.freeze_gc = freeze_gc
         self.registry = registry
         self.metrics = RegistryMetrics()
-        self.server = McpServer(registry.catalog, webhook_allowed_networks=settings.webhook_allowed_networks)
+        self.server = McpServer(
+            registry.catalog, webhook_allowed_networks=settings.webhook_allowed_networks, limits=settings.limits
+        )
         self.server.observe = self.metrics.observe_request
         self.sessions = SessionStore(registry.db, idle_timeout_s=settings.session_idle_timeout_s)
-        self.hub = StreamHub(keepalive_s=min(StreamHub.KEEPALIVE_S, settings.session_idle_timeout_s / 4))
+        self.hub = StreamHub(
+            keepalive_s=min(StreamHub.KEEPALIVE_S, settings.session_idle_timeout_s / 4),
+            stall_s=settings.limits.stream_stall_seconds,
+        )
         self.notifier = Notifier(self.hub, registry.db, self.server.snapshots.invalidate, self.server.snapshots.warm)
         self.notifier.lag_observer = self._observe_lag
         self.feed = ChangeFeed(registry.db, self._dispatch)
         self.feed.extra_channels[SESSION_END_CHANNEL] = self._session_ended_elsewhere
+        self.feed.extra_channels[TOKEN_REVOKED_CHANNEL] = self._token_revoked_elsewhere
+        registry.tokens.on_revoke(self._token_revoked_here)
         registry.catalog.on_change(lambda _change_id: self.feed.poke())
         self.server.on_state_change = self._save_state
         self.metrics.bind_gauges(lambda: len(self.sessions.cached()), lambda: self.hub.open_streams)
@@ -53,6 +62,24 @@ class McpRuntime:
         self.sessions.evict(session_id)
         self.hub.close_session(session_id)
 
+    def _token_revoked_here(self, token_id: int) -> None:
+        """A revocation made by this process (any thread): close the token's streams here now
+        (other replicas hear of it on TOKEN_REVOKED_CHANNEL)."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.hub.close_token, token_id)
+
+    def _token_revoked_elsewhere(self, payload: str) -> None:
+        """A revocation announced on PostgreSQL (by any replica): forget cached verifications, so
+        the token is refused at once, and close the streams it holds here."""
+        self.registry.tokens.forget_cached()
+        try:
+            token_id = int(payload)
+        except ValueError:
+            log.warning("ignoring malformed token revocation payload %r", payload[:32])
+            return
+        self.hub.close_token(token_id)
+
     def _observe_lag(self, seconds: float, count: int) -> None:
         self.metrics.notifications_sent.inc(count)
         self.metrics.notification_lag.observe(seconds)
@@ -70,8 +97,11 @@ class McpRuntime:
             await asyncio.sleep(interval)
             try:
                 await self.sweep()
-            except Exception:
-                log.exception("session sweep failed")
+            except Exception as exc:
+                if is_unavailable(exc):  # an outage: one warning, not a traceback a minute
+                    warn_unavailable(log, "session sweep", exc)
+                else:
+                    log.exception("session sweep failed")
 
     async def sweep(self) -> int:
         """Remove expired sessions and close their streams on this replica."""

@@ -13,7 +13,6 @@ import binascii
 import json
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,10 +20,16 @@ from typing import Any
 import httpx
 
 from registry import __version__
+from registry.catalog.render_runner import RenderRunner
 from registry.catalog.rendering import ArgumentError
 from registry.catalog.service import CatalogService
 from registry.catalog.templates import TemplateError
+from registry.db.engine import is_unavailable, warn_unavailable
+from registry.limits import DEFAULT_LIMITS, LimitExceeded, Limits
+from registry.mcp.completions import CompletionHistory, suggestions
 from registry.mcp.protocol import (
+    CATALOG_UNAVAILABLE,
+    CATALOG_UNAVAILABLE_MESSAGE,
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
@@ -41,8 +46,8 @@ from registry.mcp.protocol import (
     result_message,
 )
 from registry.mcp.sessions import ClientState
-from registry.mcp.snapshot import CatalogSnapshot, ResourceEntry, SnapshotCache
-from registry.webhooks import call_webhook, make_guarded_client, parse_networks
+from registry.mcp.snapshot import CatalogSnapshot, SnapshotCache
+from registry.webhooks import HttpResourceCache, call_webhook, make_guarded_client, parse_networks
 
 log = logging.getLogger("registry.mcp")
 
@@ -108,7 +113,7 @@ def _decode_cursor(cursor: Any) -> int:
         if not isinstance(offset, int) or offset < 0:
             raise ValueError
         return offset
-    except (ValueError, KeyError, TypeError, binascii.Error, json.JSONDecodeError):
+    except (ValueError, KeyError, TypeError, binascii.Error, RecursionError):  # RecursionError: [[[[... cursors
         raise JsonRpcError(INVALID_PARAMS, "invalid cursor") from None
 
 
@@ -129,79 +134,25 @@ def _require_str(params: dict[str, Any], key: str) -> str:
     return value
 
 
-class CompletionMemory:
-    """Values callers used before, per prompt argument or URI-template variable (this process)."""
-
-    PER_KEY = 50
-
-    def __init__(self) -> None:
-        self._seen: dict[tuple[str, str, str], OrderedDict[str, None]] = {}
-
-    def remember(self, ref: tuple[str, str], argument: str, value: str) -> None:
-        if not value or len(value) > 200:
-            return
-        values = self._seen.setdefault((*ref, argument), OrderedDict())
-        if values and next(reversed(values)) == value:
-            return  # already the most recent: the common case of an agent repeating a call
-        values[value] = None
-        values.move_to_end(value)
-        while len(values) > self.PER_KEY:
-            values.popitem(last=False)
-
-    def recall(self, ref: tuple[str, str], argument: str) -> list[str]:
-        return list(reversed(self._seen.get((*ref, argument), {})))
-
-
-class HttpResourceCache:
-    """Fetches ``http`` resources through the SSRF-guarded client and keeps them for their TTL."""
-
-    MAX_BYTES = 4 * 1024 * 1024
-
-    def __init__(self, client_factory: Callable[[], httpx.AsyncClient]) -> None:
-        self._client_factory = client_factory
-        self._cache: dict[str, tuple[float, list[dict[str, Any]]]] = {}
-
-    async def read(self, uri: str, entry: ResourceEntry) -> list[dict[str, Any]]:
-        spec = entry.spec
-        assert spec.url is not None
-        key = f"{spec.url}|{uri}"
-        cached = self._cache.get(key)
-        if cached is not None and cached[0] > time.monotonic():
-            return cached[1]
-        try:
-            response = await self._client_factory().get(spec.url, timeout=15.0)
-        except Exception as exc:
-            raise JsonRpcError(INTERNAL_ERROR, f"could not fetch resource {uri}: {type(exc).__name__}: {exc}") from None
-        if response.status_code >= 400:
-            raise JsonRpcError(
-                INTERNAL_ERROR, f"could not fetch resource {uri}: upstream answered {response.status_code}"
-            )
-        if len(response.content) > self.MAX_BYTES:
-            raise JsonRpcError(INTERNAL_ERROR, f"resource {uri} is larger than {self.MAX_BYTES} bytes")
-        mime = spec.mimeType or response.headers.get("content-type", "text/plain").split(";")[0].strip()
-        item: dict[str, Any] = {"uri": uri, "mimeType": mime}
-        if mime.startswith("text/") or mime in ("application/json", "application/xml", "application/yaml"):
-            item["text"] = response.text
-        else:
-            item["blob"] = base64.b64encode(response.content).decode()
-        contents = [item]
-        ttl = spec.cache_ttl_s if spec.cache_ttl_s is not None else 60.0
-        if ttl > 0:
-            self._cache[key] = (time.monotonic() + ttl, contents)
-        return contents
-
-
 Handler = Callable[[dict[str, Any], RequestContext], Awaitable[dict[str, Any]]]
 
 
 class McpServer:
-    def __init__(self, catalog: CatalogService, *, webhook_allowed_networks: str = "") -> None:
+    def __init__(
+        self, catalog: CatalogService, *, webhook_allowed_networks: str = "", limits: Limits | None = None
+    ) -> None:
         self.catalog = catalog
+        self.limits = limits or DEFAULT_LIMITS
         self.snapshots = SnapshotCache(catalog)
-        self.completions = CompletionMemory()
+        #: Values each caller used before (per token or session, per label): completion suggestions.
+        self.completions = CompletionHistory(self.limits)
+        #: Renders off the event loop: a deadline, and at most ``render_concurrency`` heavy ones at once.
+        self.renders = RenderRunner(self.limits)
         self._allowed = parse_networks(webhook_allowed_networks)
         self._client: httpx.AsyncClient | None = None
-        self.http_resources = HttpResourceCache(self.http_client)
+        self.http_resources = HttpResourceCache(
+            self.http_client, self.limits, decrypt=catalog.secrets.decrypt, error=_resource_fetch_error
+        )
         # Writes made by this process drop its snapshots at once (read-your-writes); the change
         # feed then notifies clients and rebuilds the snapshots agents use.
         catalog.on_change(self._forget_snapshots)
@@ -234,6 +185,7 @@ class McpServer:
         return self._client
 
     async def aclose(self) -> None:
+        self.renders.close()
         if self._client is not None:
             await self._client.aclose()
             self._client = None
@@ -255,7 +207,7 @@ class McpServer:
         handler = self.methods.get(message.method)
         try:
             if handler is None:
-                raise JsonRpcError(METHOD_NOT_FOUND, f"method not found: {message.method}")
+                raise JsonRpcError(METHOD_NOT_FOUND, f"method not found: {message.method[:128]}")  # never echo more
             if message.method not in ("initialize", "ping") and ctx.client.protocol_version is None:
                 raise JsonRpcError(INVALID_REQUEST, "the session is not initialized; send initialize first")
             meta = message.params.get("_meta")
@@ -269,7 +221,10 @@ class McpServer:
             return error_message(message.id, exc)
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as exc:
+            if is_unavailable(exc):  # the database is down or frozen: a clear, retryable answer
+                warn_unavailable(log, "MCP requests answer catalog unavailable", exc)
+                return error_message(message.id, JsonRpcError(CATALOG_UNAVAILABLE, CATALOG_UNAVAILABLE_MESSAGE))
             log.exception("internal error handling %s", message.method)
             return error_message(message.id, JsonRpcError(INTERNAL_ERROR, "internal error"))
 
@@ -289,11 +244,20 @@ class McpServer:
     async def initialize(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
         version = negotiate_version(params.get("protocolVersion"))
         client = ctx.client
-        client.protocol_version = version
         info = params.get("clientInfo")
-        client.client_info = info if isinstance(info, dict) else {}
+        info = info if isinstance(info, dict) else {}
         capabilities = params.get("capabilities")
-        client.client_capabilities = capabilities if isinstance(capabilities, dict) else {}
+        capabilities = capabilities if isinstance(capabilities, dict) else {}
+        # Both are stored with the session (a database row): a client may not make it arbitrarily large.
+        size = len(json.dumps([info, capabilities], separators=(",", ":")).encode())
+        if size > self.limits.session_metadata_bytes:
+            raise _limit_error(
+                "session_metadata_bytes",
+                f"clientInfo and capabilities take {size} bytes; at most {self.limits.session_metadata_bytes}",
+            )
+        client.protocol_version = version
+        client.client_info = info
+        client.client_capabilities = capabilities
         server_info = dict(SERVER_INFO)
         if version >= "2025-06-18":
             server_info["title"] = "MCP Registry"
@@ -329,15 +293,20 @@ class McpServer:
         arguments = params.get("arguments") or {}
         if not isinstance(arguments, dict):
             raise JsonRpcError(INVALID_PARAMS, '"arguments" must be an object of strings')
+        declared = {a.name for a in entry.spec.arguments}
+        renderer = entry.renderer  # binding the arguments refuses undeclared ones (-32602), as previews do
         try:
-            result = entry.renderer.render(arguments, snapshot.read_static)
+            result = await self.renders.run(
+                lambda: renderer.render(arguments, snapshot.read_static, limits=self.limits),
+                inline=renderer.renders_inline,
+            )
         except ArgumentError as exc:
             raise JsonRpcError(INVALID_PARAMS, f"prompt {name}: {exc}") from None
         except TemplateError as exc:
             raise JsonRpcError(INTERNAL_ERROR, f"prompt {name} could not be rendered: {exc}") from None
         for key, value in arguments.items():
-            if isinstance(value, str):
-                self.completions.remember(("ref/prompt", name), key, value)
+            if isinstance(value, str) and key in declared:
+                self.completions.remember(ctx.client, ("ref/prompt", name), key, value)
         return result
 
     # ------------------------------------------------------------------ resources
@@ -349,32 +318,52 @@ class McpServer:
 
     async def resources_read(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
         uri = _require_str(params, "uri")
+        if len(uri) > self.limits.uri_chars:
+            raise _limit_error("uri_chars", f"the URI has {len(uri)} characters; at most {self.limits.uri_chars}")
         snapshot = await self.snapshot(ctx)
         entry = snapshot.find_resource(uri)
         if entry is None:
             raise JsonRpcError(RESOURCE_NOT_FOUND, f"resource not found: {uri}", {"uri": uri})
         if entry.spec.kind == "http":
-            return {"contents": await self.http_resources.read(uri, entry)}
+            return {"contents": await self.http_resources.read(uri, entry.spec)}
+        renderer = entry.renderer
         try:
-            contents = entry.renderer.read(uri)
+            contents = await self.renders.run(
+                lambda: renderer.read(uri, limits=self.limits), inline=renderer.renders_inline
+            )
         except TemplateError as exc:
             raise JsonRpcError(INTERNAL_ERROR, f"resource {uri} could not be rendered: {exc}") from None
         if contents is None:
             raise JsonRpcError(RESOURCE_NOT_FOUND, f"resource not found: {uri}", {"uri": uri})
         if entry.renderer.uri_template is not None:
             ref = ("ref/resource", entry.renderer.uri_template.template)
+            variables = entry.renderer.uri_template.variables
             for key, value in (entry.renderer.match(uri) or {}).items():
-                self.completions.remember(ref, key, value)
+                if key in variables:
+                    self.completions.remember(ctx.client, ref, key, value)
         return {"contents": contents}
 
     async def resources_subscribe(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
-        ctx.client.subscriptions.add(_require_str(params, "uri"))
+        uri = _require_str(params, "uri")
+        if len(uri) > self.limits.uri_chars:
+            raise _limit_error("uri_chars", f"the URI has {len(uri)} characters; at most {self.limits.uri_chars}")
+        subscriptions = ctx.client.subscriptions
+        if uri in subscriptions:
+            return {}  # nothing changed: nothing to write
+        if len(subscriptions) >= self.limits.subscriptions:
+            raise _limit_error(
+                "subscriptions", f"this session already holds {len(subscriptions)} subscriptions; unsubscribe first"
+            )
+        subscriptions.add(uri)
         if self.on_state_change is not None:
             await self.on_state_change(ctx.client)
         return {}
 
     async def resources_unsubscribe(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
-        ctx.client.subscriptions.discard(_require_str(params, "uri"))
+        uri = _require_str(params, "uri")
+        if uri not in ctx.client.subscriptions:
+            return {}  # nothing changed: nothing to write
+        ctx.client.subscriptions.discard(uri)
         if self.on_state_change is not None:
             await self.on_state_change(ctx.client)
         return {}
@@ -408,7 +397,12 @@ class McpServer:
 
         payload = {"tool": name, "arguments": arguments, "request_id": ctx.request_id, "session": ctx.session_id}
         result = await call_webhook(
-            tool.target, payload, client=self.http_client(), on_progress=on_progress, on_log=on_log
+            tool.target,
+            payload,
+            client=self.http_client(),
+            on_progress=on_progress,
+            on_log=on_log,
+            notifications_per_second=self.limits.progress_per_second,
         )
         if tool.output_validator is not None and not result.get("isError"):
             structured = result.get("structuredContent")
@@ -445,20 +439,30 @@ class McpServer:
             candidates += declared.enum or []
             if declared.default is not None:
                 candidates.append(declared.default)
-            candidates += self.completions.recall(("ref/prompt", entry.spec.name), arg_name)
+            candidates += self.completions.recall(ctx.client, ("ref/prompt", entry.spec.name), arg_name)
         elif ref.get("type") == "ref/resource":
             uri = ref.get("uri")
+            if isinstance(uri, str) and len(uri) > self.limits.uri_chars:
+                raise _limit_error("uri_chars", f"the URI has {len(uri)} characters; at most {self.limits.uri_chars}")
             template = next((t for t in snapshot.templates if t.spec.uriTemplate == uri), None)
             if template is None:
                 raise JsonRpcError(INVALID_PARAMS, f"unknown resource template: {uri}")
             if template.renderer.uri_template and arg_name not in template.renderer.uri_template.variables:
                 raise JsonRpcError(INVALID_PARAMS, f"resource template {uri} has no variable {arg_name}")
-            candidates += self.completions.recall(("ref/resource", str(uri)), arg_name)
+            candidates += self.completions.recall(ctx.client, ("ref/resource", str(uri)), arg_name)
         else:
             raise JsonRpcError(INVALID_PARAMS, 'ref.type must be "ref/prompt" or "ref/resource"')
-        lowered = prefix.lower()
-        values = [v for v in dict.fromkeys(candidates) if v.lower().startswith(lowered)]
-        return {"completion": {"values": values[:100], "total": len(values), "hasMore": len(values) > 100}}
+        return {"completion": suggestions(candidates, prefix)}
+
+
+def _limit_error(limit: str, message: str) -> JsonRpcError:
+    """A -32602 whose message names the limit (``... (limit REGISTRY_LIMIT_<NAME>)``)."""
+    return JsonRpcError(INVALID_PARAMS, str(LimitExceeded(limit, message)))
+
+
+def _resource_fetch_error(message: str) -> JsonRpcError:
+    """How a failed ``http`` resource fetch reaches the agent (the message names no address)."""
+    return JsonRpcError(INTERNAL_ERROR, message)
 
 
 def _tool_error(text: str) -> dict[str, Any]:

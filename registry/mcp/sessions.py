@@ -8,6 +8,7 @@ restart loses none. stdio keeps it in memory: the host owns that process.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import secrets
 import time
 from collections import OrderedDict
@@ -20,6 +21,8 @@ from sqlalchemy import delete, select, text, update
 from registry.db.engine import Database
 from registry.db.models import McpSession
 from registry.mcp.protocol import RequestId
+
+_client_numbers = itertools.count(1)
 
 
 @dataclass(eq=False)
@@ -37,6 +40,9 @@ class ClientState:
     initialized: bool = False
     #: Requests being handled in this process, for notifications/cancelled.
     in_flight: dict[RequestId, asyncio.Task[Any]] = field(default_factory=dict)
+    #: Identifies this client object in this process (completion history of callers without a
+    #: token or session id: stdio).
+    history_id: int = field(default_factory=lambda: next(_client_numbers))
 
 
 @dataclass(eq=False)

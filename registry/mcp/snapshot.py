@@ -2,8 +2,9 @@
 
 Agents call ``prompts/get`` far more often than admins edit, so serving never touches SQL: a
 snapshot is built once per label (in a worker thread), kept until the change log says that
-label's view changed, then rebuilt on next use. A generation counter makes sure a build that
-raced with a change is not kept.
+label's view changed, then rebuilt on next use (while the database is unreachable the last
+good one keeps being served). A generation counter makes sure a build that raced with a change
+is not kept.
 """
 
 from __future__ import annotations
@@ -11,15 +12,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from jsonschema import Draft202012Validator
+from jsonschema.protocols import Validator
 
 from registry.catalog.rendering import PromptRenderer, ResourceRenderer
+from registry.catalog.schemas import safe_validator
 from registry.catalog.service import PRODUCTION, CatalogService
 from registry.catalog.specs import PromptSpec, ResourceSpec, ToolSpec
+from registry.db.engine import describe, is_unavailable
 from registry.webhooks import WebhookTarget
 
 log = logging.getLogger("registry.mcp")
@@ -43,8 +47,8 @@ class ResourceEntry:
 class ToolEntry:
     spec: ToolSpec
     listing: dict[str, Any]
-    input_validator: Draft202012Validator
-    output_validator: Draft202012Validator | None
+    input_validator: Validator
+    output_validator: Validator | None
     target: WebhookTarget
 
 
@@ -144,8 +148,8 @@ class CatalogSnapshot:
             self.tools[tool.name] = ToolEntry(
                 spec=tool,
                 listing=_tool_listing(ToolSpec.model_validate(stored)),
-                input_validator=Draft202012Validator(tool.inputSchema),
-                output_validator=Draft202012Validator(tool.outputSchema) if tool.outputSchema else None,
+                input_validator=safe_validator(tool.inputSchema, catalog.limits),
+                output_validator=safe_validator(tool.outputSchema, catalog.limits) if tool.outputSchema else None,
                 target=target,
             )
 
@@ -167,9 +171,28 @@ class CatalogSnapshot:
 
 
 class SnapshotCache:
+    """The served snapshot of each label, rebuilt after a change.
+
+    A change marks a label's snapshot stale rather than dropping it: the next request rebuilds it
+    (and waits for that, so an edit is served right away), but if the rebuild fails (the database
+    is unreachable) the stale snapshot keeps being served: agents get the catalog as it was a
+    moment ago instead of an error for the whole outage. After a failure, requests are served the
+    stale snapshot without waiting until a back-off has passed; then the next one tries again.
+    """
+
+    #: Back-off between rebuild attempts of a label whose last rebuild failed (doubling). Short: an
+    #: attempt on a stopped database fails at once, a frozen one is cut short by the Database's own
+    #: check, and once the database is back the stale snapshot is replaced within this long.
+    RETRY_MIN_S = 0.25
+    RETRY_MAX_S = 1.0
+
     def __init__(self, catalog: CatalogService) -> None:
         self.catalog = catalog
         self._snapshots: dict[str, CatalogSnapshot] = {}
+        #: The last good snapshot of a label whose view changed since (served while rebuilding fails).
+        self._stale: dict[str, CatalogSnapshot] = {}
+        #: label -> (monotonic time before which no rebuild is tried, current back-off).
+        self._retry: dict[str, tuple[float, float]] = {}
         self._generations: dict[str, int] = {}
         self._all_generation = 0
         self._state_lock = threading.Lock()
@@ -181,19 +204,24 @@ class SnapshotCache:
     def _generation(self, label: str) -> tuple[int, int]:
         return self._all_generation, self._generations.get(label, 0)
 
+    def _mark_stale(self, label: str) -> bool:
+        snapshot = self._snapshots.pop(label, None)
+        if snapshot is None:
+            return False
+        self._stale[label] = snapshot
+        return True
+
     def invalidate(self, labels: Iterable[str] | None = None) -> list[str]:
-        """Forget snapshots for ``labels`` (all when None); returns the labels that had one.
-        Safe to call from any thread."""
+        """Mark the snapshots of ``labels`` (all when None) stale; returns the labels that had a
+        current one. Safe to call from any thread."""
         with self._state_lock:
             if labels is None:
                 self._all_generation += 1
-                dropped = list(self._snapshots)
-                self._snapshots.clear()
-                return dropped
+                return [label for label in list(self._snapshots) if self._mark_stale(label)]
             dropped = []
             for label in labels:
                 self._generations[label] = self._generations.get(label, 0) + 1
-                if self._snapshots.pop(label, None) is not None:
+                if self._mark_stale(label):
                     dropped.append(label)
             return dropped
 
@@ -205,27 +233,60 @@ class SnapshotCache:
                 continue
             task = asyncio.get_running_loop().create_task(self.get(label))
             self._warming.add(task)
-            task.add_done_callback(self._warming.discard)
+            task.add_done_callback(self._warmed)
+
+    def _warmed(self, task: asyncio.Task[CatalogSnapshot]) -> None:
+        self._warming.discard(task)
+        if not task.cancelled() and task.exception() is not None:  # retrieved: never "never retrieved"
+            log.warning("could not rebuild a catalog snapshot in the background: %s", task.exception())
 
     def peek(self, label: str) -> CatalogSnapshot | None:
         return self._snapshots.get(label)
 
+    def _stale_while_backing_off(self, label: str) -> CatalogSnapshot | None:
+        stale = self._stale.get(label)
+        if stale is not None and time.monotonic() < self._retry.get(label, (0.0, 0.0))[0]:
+            return stale
+        return None
+
+    def _rebuild_failed(self, label: str, exc: Exception) -> None:
+        previous = self._retry.get(label)
+        delay = self.RETRY_MIN_S if previous is None else min(previous[1] * 2, self.RETRY_MAX_S)
+        self._retry[label] = (time.monotonic() + delay, delay)
+        if previous is None:  # once per outage, not once per attempt
+            log.warning(
+                "serving the last good catalog snapshot of label %r: rebuilding it failed (%s)",
+                label,
+                describe(exc) if is_unavailable(exc) else exc,
+                exc_info=None if is_unavailable(exc) else exc,  # not the database: a fault to look into
+            )
+
     async def get(self, label: str) -> CatalogSnapshot:
-        snapshot = self._snapshots.get(label)
+        snapshot = self._snapshots.get(label) or self._stale_while_backing_off(label)
         if snapshot is not None:
             return snapshot
         lock = self._build_locks.setdefault(label, asyncio.Lock())
         async with lock:
             while True:
-                snapshot = self._snapshots.get(label)
+                snapshot = self._snapshots.get(label) or self._stale_while_backing_off(label)
                 if snapshot is not None:
                     return snapshot
                 with self._state_lock:
                     generation = self._generation(label)
-                built = await asyncio.to_thread(CatalogSnapshot.build, self.catalog, label)
+                    stale = self._stale.get(label)
+                try:
+                    built = await asyncio.to_thread(CatalogSnapshot.build, self.catalog, label)
+                except Exception as exc:
+                    if stale is None:
+                        raise  # nothing to fall back on: the caller answers the error
+                    self._rebuild_failed(label, exc)
+                    return stale
                 with self._state_lock:
                     if self._generation(label) == generation:
                         self._snapshots[label] = built
+                        self._stale.pop(label, None)
+                        if self._retry.pop(label, None) is not None:
+                            log.warning("catalog snapshot of label %r rebuilt: serving current content again", label)
                         self._served.add(label)
                         return built
                 # A change landed while building: build again so it is not missed.

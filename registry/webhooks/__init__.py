@@ -6,6 +6,8 @@ Typical use::
     await validate_webhook_url(url, allowed)            # when a tool is saved
     client = make_guarded_client(allowed)               # once, at startup
     result = await call_webhook(target, arguments, client=client, on_progress=..., on_log=...)
+    resources = HttpResourceCache(lambda: client, limits)  # http resources, bounded and cached
+    contents = await resources.read(uri, resource_spec)
 """
 
 from __future__ import annotations
@@ -13,8 +15,11 @@ from __future__ import annotations
 # Registers the builtin://conformance-* hooks that the seed_data/conformance bundle uses.
 from . import conformance as _conformance  # noqa: F401
 from ._types import LOG_LEVELS, JSONObject, LogCallback, ProgressCallback
+from .bodies import ACCEPT_ENCODING, BodyError, BodyTooLarge, iter_body, read_body
 from .builtin import BUILTINS, BuiltinRegistry, Hook, HookContext, HookError, builtin, builtin_name
 from .client import DEFAULT_MAX_RESPONSE_BYTES, WebhookTarget, call_webhook
+from .relay import NotificationRelay
+from .resources import HttpResourceCache, HttpResourceSpec, ResourceFetchError
 from .results import InvalidResult, error_result, text_result, to_call_tool_result
 from .signing import SIGNATURE_HEADER, sign, verify
 from .ssrf import (
@@ -36,11 +41,14 @@ from .ssrf import (
 from .validation import validate_webhook_url, validate_webhook_url_sync
 
 __all__ = [
+    "ACCEPT_ENCODING",
     "ALLOWED_NETWORKS_ENV",
     "BUILTINS",
     "DEFAULT_MAX_RESPONSE_BYTES",
     "LOG_LEVELS",
     "SIGNATURE_HEADER",
+    "BodyError",
+    "BodyTooLarge",
     "BuiltinRegistry",
     "ForbiddenDestination",
     "GuardedNetworkBackend",
@@ -48,13 +56,17 @@ __all__ = [
     "Hook",
     "HookContext",
     "HookError",
+    "HttpResourceCache",
+    "HttpResourceSpec",
     "IPAddress",
     "IPNetwork",
     "InvalidResult",
     "InvalidWebhookURL",
     "JSONObject",
     "LogCallback",
+    "NotificationRelay",
     "ProgressCallback",
+    "ResourceFetchError",
     "WebhookTarget",
     "WebhookURLError",
     "builtin",
@@ -65,8 +77,10 @@ __all__ = [
     "error_result",
     "forbidden_reason",
     "is_forbidden_address",
+    "iter_body",
     "make_guarded_client",
     "parse_networks",
+    "read_body",
     "sign",
     "text_result",
     "to_call_tool_result",

@@ -8,13 +8,17 @@ call when the client sends ``notifications/cancelled``, and the HTTP response is
 out.
 
 Error messages name at most the destination host: URLs, header values and secrets can all be
-credentials, and results are shown to models and end users.
+credentials, resolved addresses map the internal network, and results are shown to models and
+end users (see :mod:`.messages`). Bodies are read with a bound that holds while they arrive,
+gzip included (see :mod:`.bodies`), and progress and log notifications are relayed at a bounded
+rate (see :mod:`.relay`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,8 +26,14 @@ from typing import Any, Final, NoReturn
 
 import httpx
 
+from registry.limits import DEFAULT_LIMITS
+
 from ._types import LOG_LEVELS, JSONObject, LogCallback, ProgressCallback
+from .bodies import ACCEPT_ENCODING, BodyError, BodyTooLarge, iter_body, read_body
 from .builtin import BUILTINS, HookContext, HookError, builtin_name
+from .headers import InvalidHeader, configured_headers
+from .messages import host_for_messages, transport_failure
+from .relay import NotificationRelay
 from .results import InvalidResult, error_result, to_call_tool_result
 from .signing import SIGNATURE_HEADER, sign
 from .ssrf import ForbiddenDestination
@@ -40,27 +50,8 @@ _NDJSON_TYPES: Final = frozenset({"application/x-ndjson", "application/ndjson", 
 _SNIPPET_CHARS: Final = 500
 _HTTP_SCHEMES: Final = frozenset({"http", "https"})
 _TOKEN_RE: Final = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
-# Set by httpx from the request itself; letting a tool's configuration override them would let it
-# break message framing (request smuggling) or route around the connection the guard checked.
-_RESERVED_HEADERS: Final = frozenset(
-    {
-        "host",
-        "content-length",
-        "transfer-encoding",
-        "connection",
-        "keep-alive",
-        "te",
-        "trailer",
-        "upgrade",
-        "proxy-authorization",
-        "proxy-connection",
-        # Ours: the body is always JSON, and the signature must cover exactly what is sent.
-        "content-type",
-        "accept",
-        "user-agent",
-        SIGNATURE_HEADER.lower(),
-    }
-)
+
+log = logging.getLogger("registry.webhooks")
 
 
 @dataclass(frozen=True)
@@ -111,6 +102,7 @@ async def call_webhook(
     on_progress: ProgressCallback | None = None,
     on_log: LogCallback | None = None,
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+    notifications_per_second: float = DEFAULT_LIMITS.progress_per_second,
 ) -> JSONObject:
     """Call ``target`` with ``payload`` as its JSON body and return a ``CallToolResult`` dict.
 
@@ -127,47 +119,58 @@ async def call_webhook(
       JSON value is wrapped as text (and ``structuredContent`` if an object), and an empty body
       (e.g. 204) is a success with no content.
 
+    Progress and log notifications reach the callbacks at most ``notifications_per_second``
+    times a second, progress coalesced to its latest value and surplus log messages dropped with
+    a note (see :class:`~registry.webhooks.relay.NotificationRelay`); the final progress value is
+    always delivered when the call returns.
+
     Exceptions raised by ``on_progress``/``on_log`` propagate for HTTP targets (they are the
     caller's), as does ``asyncio.CancelledError``; everything else becomes an ``isError`` result.
     """
-    host = _host_for_messages(target.url)
+    relay = NotificationRelay(on_progress, on_log, notifications_per_second)
+    try:
+        result = await _call(target, payload, client, relay, max_response_bytes)
+    finally:
+        await relay.aclose()
+    await relay.finish()
+    return result
+
+
+async def _call(
+    target: WebhookTarget,
+    payload: Mapping[str, Any],
+    client: httpx.AsyncClient,
+    relay: NotificationRelay,
+    max_response_bytes: int,
+) -> JSONObject:
+    host = host_for_messages(target.url)
     name = builtin_name(target.url)
     what = f"built-in hook {name!r}" if name is not None else f"webhook call to {host}"
     try:
         body = _encode_payload(payload)
         async with asyncio.timeout(target.timeout_s):
             if name is not None:
-                return await _call_builtin(name, body, HookContext(on_progress, on_log))
-            return await _call_http(target, body, client, on_progress, on_log, max_response_bytes)
+                return await _call_builtin(name, body, HookContext(relay.progress, relay.log))
+            return await _call_http(target, body, client, relay, max_response_bytes)
     except _Failure as exc:
         return error_result(str(exc))
     except (TimeoutError, httpx.TimeoutException):
         return error_result(f"{what} timed out after {target.timeout_s:g} s")
     except ForbiddenDestination as exc:
-        return error_result(f"webhook call refused: {exc}")
+        log.warning("webhook call refused: %s", exc)  # the operator's view, with the address
+        return error_result(f"webhook call refused: {exc.public_message}")
     except httpx.ConnectError as exc:
-        return error_result(f"could not connect to webhook host {host}: {_exception_text(exc)}")
+        return error_result(f"could not connect to webhook host {host}: {transport_failure(exc)}")
     except httpx.LocalProtocolError:
         # Its message may quote the offending header value.
         return error_result(f"webhook request to {host} could not be sent: invalid request")
-    except httpx.DecodingError:
-        return error_result(f"webhook response from {host} could not be decoded (bad Content-Encoding)")
+    except (httpx.DecodingError, BodyError) as exc:
+        reason = str(exc) if isinstance(exc, BodyError) else "bad Content-Encoding"
+        return error_result(f"webhook response from {host} could not be read: {reason}")
     except httpx.HTTPError as exc:
-        return error_result(f"webhook call to {host} failed: {type(exc).__name__}: {_exception_text(exc)}")
+        return error_result(f"webhook call to {host} failed: {transport_failure(exc)}")
     except httpx.InvalidURL:
         return error_result("webhook URL is not a valid URL")
-
-
-def _host_for_messages(url: str) -> str:
-    try:
-        host = httpx.URL(url).host
-    except (httpx.InvalidURL, TypeError, ValueError):
-        return "(invalid URL)"
-    return repr(host) if host else "(no host)"
-
-
-def _exception_text(exc: BaseException) -> str:
-    return str(exc) or type(exc).__name__
 
 
 # --------------------------------------------------------------------------- built-in hooks
@@ -201,18 +204,14 @@ async def _call_builtin(name: str, body: bytes, ctx: HookContext) -> JSONObject:
 
 
 def _request_headers(target: WebhookTarget, body: bytes) -> list[tuple[str, str]]:
-    headers: list[tuple[str, str]] = []
-    for name, value in target.headers.items():
-        if not isinstance(name, str) or not _TOKEN_RE.fullmatch(name):
-            _fail(f"invalid webhook header name {name!r}")
-        # Checked here so httpx never gets to quote the value in an exception message.
-        if not isinstance(value, str) or not value.isascii() or any(c in value for c in "\r\n\0"):
-            _fail(f"invalid value for webhook header {name!r} (must be ASCII text on one line)")
-        if name.lower() not in _RESERVED_HEADERS:
-            headers.append((name, value))
+    try:
+        headers = configured_headers(target.headers, "webhook")
+    except InvalidHeader as exc:
+        _fail(str(exc))
     headers += [
         ("Content-Type", "application/json"),
         ("Accept", _ACCEPT),
+        ("Accept-Encoding", ACCEPT_ENCODING),
         ("User-Agent", USER_AGENT),
     ]
     if target.secret:
@@ -238,8 +237,7 @@ async def _call_http(
     target: WebhookTarget,
     body: bytes,
     client: httpx.AsyncClient,
-    on_progress: ProgressCallback | None,
-    on_log: LogCallback | None,
+    relay: NotificationRelay,
     max_bytes: int,
 ) -> JSONObject:
     method = _check_target(target)
@@ -261,7 +259,7 @@ async def _call_http(
             _fail(_too_large(max_bytes))
         media_type = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if media_type in _NDJSON_TYPES:
-            return await _read_ndjson(response, max_bytes, on_progress, on_log)
+            return await _read_ndjson(response, max_bytes, relay)
         raw = await _read_capped(response, max_bytes)
     return _json_body_result(raw, media_type)
 
@@ -276,11 +274,11 @@ async def _status_message(response: httpx.Response) -> str:
         message += " (redirects are not followed)"
     snippet = bytearray()
     try:
-        async for chunk in response.aiter_bytes():
+        async for chunk in iter_body(response, DEFAULT_MAX_RESPONSE_BYTES):
             snippet += chunk
             if len(snippet) >= _SNIPPET_CHARS * 4:
                 break
-    except httpx.HTTPError:
+    except (httpx.HTTPError, BodyError):
         pass  # The status is the news; a body that cannot be read just goes unquoted.
     text = " ".join(snippet.decode("utf-8", "replace").split())
     if len(text) > _SNIPPET_CHARS:
@@ -289,12 +287,10 @@ async def _status_message(response: httpx.Response) -> str:
 
 
 async def _read_capped(response: httpx.Response, max_bytes: int) -> bytes:
-    data = bytearray()
-    async for chunk in response.aiter_bytes():
-        data += chunk
-        if len(data) > max_bytes:
-            _fail(_too_large(max_bytes))
-    return bytes(data)
+    try:
+        return await read_body(response, max_bytes)
+    except BodyTooLarge:
+        _fail(_too_large(max_bytes))
 
 
 def _json_body_result(raw: bytes, media_type: str) -> JSONObject:
@@ -313,29 +309,24 @@ def _json_body_result(raw: bytes, media_type: str) -> JSONObject:
 # --------------------------------------------------------------------------- NDJSON streaming
 
 
-async def _read_ndjson(
-    response: httpx.Response,
-    max_bytes: int,
-    on_progress: ProgressCallback | None,
-    on_log: LogCallback | None,
-) -> JSONObject:
+async def _read_ndjson(response: httpx.Response, max_bytes: int, relay: NotificationRelay) -> JSONObject:
     buffer = bytearray()
-    received = 0
     line_number = 0
-    async for chunk in response.aiter_bytes():
-        received += len(chunk)
-        if received > max_bytes:
-            _fail(_too_large(max_bytes))
-        buffer += chunk
-        while (end := buffer.find(b"\n")) >= 0:
-            line = bytes(buffer[:end])
-            del buffer[: end + 1]
-            line_number += 1
-            result = await _ndjson_event(line, line_number, on_progress, on_log)
-            if result is not None:
-                return result
+    try:
+        async for chunk in iter_body(response, max_bytes):
+            buffer += chunk
+            start = 0
+            while (end := buffer.find(b"\n", start)) >= 0:
+                line_number += 1
+                result = await _ndjson_event(bytes(buffer[start:end]), line_number, relay.progress, relay.log)
+                if result is not None:
+                    return result
+                start = end + 1
+            del buffer[:start]
+    except BodyTooLarge:
+        _fail(_too_large(max_bytes))
     if buffer.strip():
-        result = await _ndjson_event(bytes(buffer), line_number + 1, on_progress, on_log)
+        result = await _ndjson_event(bytes(buffer), line_number + 1, relay.progress, relay.log)
         if result is not None:
             return result
     _fail("webhook NDJSON stream ended without a result")

@@ -65,6 +65,9 @@ _METADATA_ADDRESSES: Final = frozenset(
 _CGNAT: Final = ipaddress.IPv4Network("100.64.0.0/10")
 # RFC 6052 well-known NAT64 prefix: a NAT64 gateway forwards these to the embedded IPv4 address.
 _NAT64: Final = ipaddress.IPv6Network("64:ff9b::/96")
+# RFC 3879 deprecated IPv6 site-local addresses: ``ipaddress`` calls them neither private nor
+# non-global, yet networks that still route them are internal ones.
+_SITE_LOCAL: Final = ipaddress.IPv6Network("fec0::/10")
 
 _DEFAULT_LIMITS: Final = httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=5.0)
 
@@ -81,7 +84,8 @@ class ForbiddenDestination(WebhookURLError):
     """The destination resolves to (or is connected to) an address the registry must not call.
 
     The message names the host and the address but never the full URL, whose path or query may
-    carry credentials.
+    carry credentials. It is for operators and editors (save-time checks, logs); what agents see
+    is :attr:`public_message`, which leaves out the resolved address and the setting.
     """
 
     def __init__(self, host: str, address: IPAddress | None, reason: str) -> None:
@@ -96,6 +100,14 @@ class ForbiddenDestination(WebhookURLError):
                 f"(add its network to {ALLOWED_NETWORKS_ENV} to allow it)"
             )
         super().__init__(message)
+
+    @property
+    def public_message(self) -> str:
+        """The refusal without the address the host resolved to: an internal address is itself
+        something an agent must not learn (it maps the network behind the registry)."""
+        if self.address is None:
+            return f"refusing to connect to {self.host!r}: {self.reason}"
+        return f"refusing to connect to {self.host!r}: it resolves to a {self.reason} address"
 
 
 # --------------------------------------------------------------------------- address policy
@@ -163,6 +175,8 @@ def _classify(address: IPAddress) -> str | None:
         return "link-local"
     if isinstance(address, ipaddress.IPv4Address) and address in _CGNAT:
         return "carrier-grade NAT (100.64.0.0/10)"
+    if isinstance(address, ipaddress.IPv6Address) and address in _SITE_LOCAL:
+        return "site-local (fec0::/10)"
     if address.is_multicast:
         return "multicast"
     if address.is_reserved:

@@ -16,16 +16,14 @@ import json
 import os
 import re
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from registry.db.engine import normalize_database_url
-from tests.conftest import _drop_postgres_schema, _fresh_postgres_schema, free_port
+from tests.conftest import _drop_postgres_schema, _fresh_postgres_schema
+from tests.serve_process import ServerProcess, mcp_registry_command
 
 pytestmark = pytest.mark.interop
 
@@ -114,11 +112,6 @@ def node_tools() -> tuple[Path, Path]:
     return node, SUITE_PACKAGE / bin_entry
 
 
-def _server_command() -> list[str]:
-    script = Path(sys.executable).parent / "mcp-registry"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "registry"]
-
-
 @pytest.fixture(params=["sqlite", "postgresql"])
 def server_database(request: pytest.FixtureRequest) -> Iterator[str | None]:
     """None (the server's default, SQLite in its data dir) or a fresh PostgreSQL schema."""
@@ -139,49 +132,22 @@ def server_database(request: pytest.FixtureRequest) -> Iterator[str | None]:
 @pytest.fixture
 def conformance_server(tmp_path: Path, server_database: str | None) -> Iterator[str]:
     """``mcp-registry serve --seed conformance`` on a free loopback port; yields its MCP URL."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
-    if server_database is not None:
-        env["REGISTRY_DATABASE_URL"] = server_database
-    log_path = tmp_path / "server.log"
-    command = [
-        *_server_command(),
-        "serve",
-        "--seed",
-        "conformance",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--data-dir",
-        str(tmp_path / "data"),
-        "--log-level",
-        "warning",
-    ]
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+    data_dir = tmp_path / "data"
+    server = ServerProcess(
+        data_dir,
+        database_url=server_database,
+        args=["--seed", "conformance", "--host", "127.0.0.1", "--data-dir", str(data_dir)],
+        program=mcp_registry_command(),
+        cwd=tmp_path,
+        log_path=tmp_path / "server.log",
+        bare=True,
+        name="conformance-server",
+    )
     try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"the server exited with {process.returncode}:\n{log_path.read_text(errors='replace')}")
-            try:
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"the server did not answer /healthz in time:\n{log_path.read_text(errors='replace')}")
-            time.sleep(0.2)
-        yield f"{base}/mcp"
+        server.start(wait="/healthz", timeout=SERVER_START_TIMEOUT_S)
+        yield f"{server.url}/mcp"
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=15)
+        server.stop()
 
 
 def _scenario_results(output_dir: Path) -> dict[str, list[dict[str, object]]]:

@@ -4,10 +4,8 @@ session, draining on SIGTERM, and the metrics that watch it all."""
 from __future__ import annotations
 
 import asyncio
-import os
+import json
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,10 +14,11 @@ import httpx
 import pytest
 
 from registry.config import Settings
-from registry.mcp.streams import _CLOSE, ClientStream, StreamHub
+from registry.mcp.streams import ClientStream, StreamHub
 from registry.runtime import Registry
-from tests.conftest import ADMIN_TOKEN, LiveServer, free_port
+from tests.conftest import ADMIN_TOKEN, LiveServer
 from tests.interop.mcp_wire import StreamableHttpClient
+from tests.serve_process import ServerProcess
 from tests.stream_listener import StreamListener
 
 LIST_CHANGED = {"jsonrpc": "2.0", "method": "notifications/prompts/list_changed"}
@@ -125,15 +124,110 @@ def test_a_client_that_stops_reading_is_dropped_not_buffered() -> None:
         from registry.mcp.sessions import ClientState
 
         stream = ClientStream("s", ClientState(label="production", principal="p"))
-        accepted = sum(stream.offer(("1:0", b"{}")) for _ in range(StreamHub.MAX_QUEUE + 50))
+        accepted = sum(stream.offer((None, b"{}")) for _ in range(StreamHub.MAX_QUEUE + 50))
         assert accepted == StreamHub.MAX_QUEUE
         assert stream.dropped
-        assert stream.queue.qsize() == StreamHub.MAX_QUEUE  # bounded: nothing beyond the cap is kept
-        items = [stream.queue.get_nowait() for _ in range(stream.queue.qsize())]
-        assert items[-1] is _CLOSE  # the stream ends; the client reconnects and resumes
+        # Bounded, and a drop sends nothing more: the client resumes with its Last-Event-ID.
+        assert stream.pending_events() == []
         assert not stream.offer(("2:0", b"{}"))
 
     asyncio.run(scenario())
+
+
+def test_pending_notifications_coalesce_per_kind_and_uri_in_id_order() -> None:
+    """A stream that falls behind holds one list_changed per kind and one resources/updated per
+    URI, the newest, in increasing id order: however many changes arrive, it is never dropped
+    for it, and each id it is sent covers every change before it."""
+
+    async def scenario() -> None:
+        from registry.mcp.sessions import ClientState
+
+        stream = ClientStream("s", ClientState(label="production", principal="p"))
+        for change in range(1, 1001):
+            kind = "prompt" if change % 2 else "resource"
+            assert stream.offer((f"{change}:0", kind.encode()), kind)
+            if kind == "resource":
+                uri = f"doc://{change // 2 % 4}"
+                assert stream.offer((f"{change}:1", uri.encode()), ("updated", uri))
+        assert not stream.dropped
+        assert stream.pending_events() == [
+            ("994:1", b"doc://1"),
+            ("996:1", b"doc://2"),
+            ("998:1", b"doc://3"),
+            ("999:0", b"prompt"),
+            ("1000:0", b"resource"),
+            ("1000:1", b"doc://0"),
+        ]
+
+    asyncio.run(scenario())
+
+
+def test_a_stalled_writer_is_dropped_and_close_keeps_what_is_pending() -> None:
+    async def scenario() -> None:
+        from registry.mcp.sessions import ClientState
+
+        hub = StreamHub(stall_s=5.0)
+        reading = ClientStream("r", ClientState(label="production", principal="p"))
+        stalled = ClientStream("s", ClientState(label="production", principal="p"))
+        hub._streams = {"r": {reading}, "s": {stalled}}
+        reading.writing = stalled.writing = True  # both wait for their client to take a write
+        assert hub.drop_stalled(now=100.0) == 0  # first seen waiting
+        reading.writes += 1  # this one's client took it
+        assert hub.drop_stalled(now=104.0) == 0
+        assert hub.drop_stalled(now=105.0) == 1  # the other's has waited 5 s
+        assert stalled.dropped and not reading.dropped
+        reading.offer(("7:0", b"a"), "prompt")
+        reading.offer(("8:0", b"b"), "resource")
+        reading.close()
+        assert reading.pending_events() == [("7:0", b"a"), ("8:0", b"b")]  # close discards nothing
+        assert not reading.offer(("9:0", b"c"), "prompt")
+
+    asyncio.run(scenario())
+
+
+def test_a_replay_is_coalesced_and_covers_every_missed_change() -> None:
+    """A client back after 3,000 changes gets the newest notification per kind and per URI, each
+    id at least that of every change it stands for; nothing it already had is resent."""
+    from datetime import UTC, datetime
+
+    from registry.mcp.notifier import ChangeEvent, Notifier
+    from registry.mcp.sessions import ClientState
+
+    now = datetime.now(UTC)
+    events = [
+        ChangeEvent(
+            n,
+            "prompt" if n % 2 else "resource",
+            "x",
+            "updated",
+            frozenset({"production"}),
+            () if n % 2 else (f"doc://{n % 3}",),
+            now,
+        )
+        for n in range(1, 3001)
+    ]
+
+    class Feed:
+        async def read_range(self, after: int, upto: int) -> list[ChangeEvent]:
+            assert upto - after <= Notifier.REPLAY_PAGE  # read a page at a time
+            return [event for event in events if after < event.id <= upto]
+
+    client = ClientState(label="production", principal="p", subscriptions={"doc://0", "doc://1", "doc://9"})
+    notifier = Notifier(hub=None, db=None, invalidate=lambda _labels: None)  # type: ignore[arg-type]
+    missed = asyncio.run(notifier.replay(Feed(), client, "10:0", 3000))  # type: ignore[arg-type]
+    assert [(event_id, json.loads(data)["method"]) for event_id, data in missed] == [
+        ("2998:1", "notifications/resources/updated"),  # doc://1 (doc://2, at 2996, is not subscribed)
+        ("2999:0", "notifications/prompts/list_changed"),
+        ("3000:0", "notifications/resources/list_changed"),
+        ("3000:1", "notifications/resources/updated"),  # doc://0
+    ]
+    uris = [json.loads(data)["params"]["uri"] for _, data in missed if b"updated" in data]
+    assert uris == ["doc://1", "doc://0"]
+    # Resuming in the middle of a change resends only the rest of it.
+    assert asyncio.run(notifier.replay(Feed(), client, "3000:1", 3000)) == []  # type: ignore[arg-type]
+    assert asyncio.run(notifier.replay(Feed(), client, "3000:0", 3000)) == [  # type: ignore[arg-type]
+        ("3000:1", b'{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"doc://0"}}')
+    ]
 
 
 @pytest.fixture
@@ -163,52 +257,22 @@ def test_idle_sessions_expire_but_a_stream_keeps_its_session_alive(short_lived_s
 
 
 def test_sigterm_closes_streams_and_exits(tmp_path: Path) -> None:
-    port = free_port()
-    env = {**os.environ, "REGISTRY_ADMIN_TOKEN": ADMIN_TOKEN}
-    env.pop("REGISTRY_DATABASE_URL", None)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "registry",
-            "serve",
-            "--port",
-            str(port),
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--log-level",
-            "warning",
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    server = ServerProcess(tmp_path / "data", admin_token=ADMIN_TOKEN, name="sigterm")
     try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline and proc.poll() is None, "server did not start"
-            time.sleep(0.1)
-        client = StreamableHttpClient(httpx.Client(base_url=url, timeout=15))
+        server.start(wait="/healthz", timeout=30)
+        client = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=15))
         client.initialize("2025-11-25")
         assert client.session_id is not None
-        listener = StreamListener(url, client.session_id)
+        listener = StreamListener(server.url, client.session_id)
         assert listener.next().data == ""
         started = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
+        server.send_signal(signal.SIGTERM)
         assert listener.ended.wait(5), "the stream was not closed on SIGTERM"
         # uvicorn shuts down gracefully, then re-raises the signal it caught: 0 or -SIGTERM are both clean.
-        assert proc.wait(timeout=15) in (0, -signal.SIGTERM)
+        assert server.wait_exit(15) in (0, -signal.SIGTERM)
         assert time.monotonic() - started < 15
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        server.stop()
 
 
 def test_metrics(demo_server: LiveServer) -> None:

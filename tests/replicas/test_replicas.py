@@ -9,75 +9,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import secrets
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.conftest import _drop_postgres_schema, _fresh_postgres_schema, free_port
+from tests.conftest import replica_pair, require_postgres
 from tests.interop.mcp_wire import StreamableHttpClient, run_article_walk
+from tests.serve_process import ServerProcess, free_port
 from tests.stream_listener import StreamListener
 
 ADMIN = "replica-admin-" + secrets.token_hex(6)
 
 
-class Replica:
-    def __init__(self, name: str, database_url: str, data_dir: Path) -> None:
-        self.name = name
-        self.database_url = database_url
-        self.data_dir = data_dir
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        env = {
-            **os.environ,
-            "REGISTRY_DATABASE_URL": self.database_url,
-            "REGISTRY_SECRET_KEY": "shared-replica-key",
-            "REGISTRY_ADMIN_TOKEN": ADMIN,
-            "REGISTRY_DATA_DIR": str(self.data_dir),
-        }
-        argv = [
-            sys.executable,
-            "-m",
-            "registry",
-            "serve",
-            "--port",
-            str(self.port),
-            "--seed",
-            "demo",
-            "--log-level",
-            "warning",
-        ]
-        self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"replica {self.name} exited: {self.proc.stderr.read().decode()[-2000:]}")
-            try:
-                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"replica {self.name} did not become ready")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+class Replica(ServerProcess):
+    """One registry process of the pair (see ``replica_pair``), with a raw MCP client at hand."""
 
     def mcp(self, session_id: str | None = None) -> StreamableHttpClient:
         client = StreamableHttpClient(httpx.Client(base_url=self.url, timeout=15))
@@ -85,31 +34,16 @@ class Replica:
         client.protocol_version = "2025-11-25" if session_id else None
         return client
 
-    def admin(self) -> httpx.Client:
-        return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=15)
-
 
 @pytest.fixture(scope="module")
 def replicas(
     tmp_path_factory: pytest.TempPathFactory, postgres_server_url: str | None
 ) -> Iterator[tuple[Replica, Replica]]:
     """One pair for the module (starting processes is the slow part); each test uses its own sessions."""
-    tmp_path = tmp_path_factory.mktemp("replicas")
-    if postgres_server_url is None:
-        pytest.skip(
-            "PostgreSQL not available: set REGISTRY_TEST_DATABASE_URL or run a Docker engine for testcontainers"
-        )
-    url, schema = _fresh_postgres_schema(postgres_server_url)
-    a = Replica("a", url, tmp_path / "a")
-    b = Replica("b", url, tmp_path / "b")
-    try:
-        a.start()  # migrates and seeds first, so b starts on a ready schema
-        b.start()
+    server_url = require_postgres(postgres_server_url)
+    with replica_pair(server_url, tmp_path_factory.mktemp("replicas"), admin_token=ADMIN, make=Replica) as (a, b):
+        assert isinstance(a, Replica) and isinstance(b, Replica)
         yield a, b
-    finally:
-        a.stop()
-        b.stop()
-        _drop_postgres_schema(postgres_server_url, schema)
 
 
 PROBE = "replica-probe"
@@ -182,6 +116,7 @@ def test_a_missed_change_is_replayed_exactly_once_on_another_replica(replicas: t
         _edit_probe(a.url, "Live again:")
         live = second.next()
         assert live.json()["method"] == "notifications/prompts/list_changed"
+        assert live.id is not None
         assert int(live.id.split(":")[0]) > int(replayed.id.split(":")[0])
         assert second.drain(1.0) == []
     finally:

@@ -12,6 +12,7 @@ import json
 import socket
 import threading
 import time
+import zlib
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -152,6 +153,13 @@ def build_app(state: ServerState) -> ASGIApp:
 
         return StreamingResponse(chunks(), media_type="application/json")
 
+    async def gzip_bomb(request: Request) -> Response:
+        """64 MB of JSON string inflated from ~64 kB: one network chunk, which a decoder without an
+        output bound would inflate whole."""
+        compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+        body = compressor.compress(b'"') + compressor.compress(b"a" * (64 * 1024 * 1024)) + compressor.flush()
+        return Response(body, media_type="application/json", headers={"Content-Encoding": "gzip"})
+
     async def empty(request: Request) -> Response:
         return Response(status_code=204)
 
@@ -178,6 +186,7 @@ def build_app(state: ServerState) -> ASGIApp:
             Route("/big", big, methods=METHODS),
             Route("/big-chunked", big_chunked, methods=METHODS),
             Route("/empty", empty, methods=METHODS),
+            Route("/gzip-bomb", gzip_bomb, methods=METHODS),
         ]
     )
 

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from registry.webhooks import WebhookTarget, call_webhook, sign, verify
+from registry.webhooks import DEFAULT_MAX_RESPONSE_BYTES, WebhookTarget, call_webhook, sign, verify
 
 from .conftest import WebhookServer
 
@@ -276,6 +276,11 @@ async def test_oversized_response_is_an_error(
     result = await call_webhook(target, {}, client=client, max_response_bytes=30_000)
     assert result["isError"] is False
     assert len(_text(result)) == 20_002
+
+
+async def test_gzip_bomb_answer_is_cut_off_at_the_cap(webhook_server: WebhookServer, client: httpx.AsyncClient) -> None:
+    result = await call_webhook(WebhookTarget(url=webhook_server.url("/gzip-bomb")), {}, client=client)
+    _assert_error(result, f"larger than the {DEFAULT_MAX_RESPONSE_BYTES}-byte limit")
 
 
 async def test_oversized_ndjson_stream_is_an_error(webhook_server: WebhookServer, client: httpx.AsyncClient) -> None:

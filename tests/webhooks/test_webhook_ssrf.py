@@ -43,6 +43,9 @@ LOOPBACK = parse_networks("127.0.0.0/8")
         ("169.254.1.1", "link-local"),
         ("fe80::1", "link-local"),
         ("fe80::1%eth0", "link-local"),
+        # Deprecated site-local (RFC 3879): neither private nor non-global to ``ipaddress``.
+        ("fec0::1", "site-local (fec0::/10)"),
+        ("feff:ffff::1", "site-local (fec0::/10)"),
         ("100.64.0.1", "carrier-grade NAT (100.64.0.0/10)"),
         ("100.127.255.254", "carrier-grade NAT (100.64.0.0/10)"),
         ("169.254.169.254", "cloud metadata"),
@@ -190,6 +193,8 @@ async def test_call_time_guard_refuses_loopback_without_allow_list(webhook_serve
     assert result["isError"] is True
     text = result["content"][0]["text"]
     assert "refusing to connect" in text and "loopback" in text and f"'{host}'" in text
+    if host == "localhost":  # the address it resolved to is for the operator's log, not the agent
+        assert "127.0.0.1" not in text and "::1" not in text and "REGISTRY_" not in text
     assert webhook_server.state.hits["/canary"] == before, "the request must not reach the server"
 
 

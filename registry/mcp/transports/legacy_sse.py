@@ -8,6 +8,7 @@ the transport ties both halves to one connection, so it cannot move between repl
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from registry.config import Settings
@@ -18,27 +19,26 @@ from registry.mcp.http_common import (
     SendFn,
     authenticate,
     check_origin_and_host,
+    database_errors_as_503,
     header_map,
     query_param,
-    read_body,
+    read_messages,
     send_bytes,
     send_http_error,
-    send_json,
     served_label,
 )
 from registry.mcp.protocol import (
     INVALID_REQUEST,
-    PARSE_ERROR,
     JsonRpcError,
-    error_message,
     invalid_message_answer,
-    loads,
     parse_message,
 )
 from registry.mcp.server import McpServer, RequestContext
 from registry.mcp.sessions import Session, SessionStore, new_session_id
 from registry.mcp.streams import StreamHub
 from registry.tokens import TokenService
+
+log = logging.getLogger("registry.mcp")
 
 
 class LegacySseTransport:
@@ -58,11 +58,12 @@ class LegacySseTransport:
             if scope["method"] != "GET":
                 raise HttpError(405, INVALID_REQUEST, "Method not allowed", {"Allow": "GET"})
             check_origin_and_host(headers, self.settings)
-            principal = await authenticate(headers, self.tokens, self.settings)
+            with database_errors_as_503(log, "MCP token lookup answers 503"):
+                principal = await authenticate(headers, self.tokens, self.settings)
+            label = served_label(principal, scope, self.settings)
         except HttpError as exc:
             await send_http_error(send, exc)
             return
-        label = served_label(principal, scope)
         session = Session(label=label, principal=principal.name, token_id=principal.token_id, id=new_session_id())
         self._sessions[session.id] = session
         endpoint = f"{scope.get('root_path', '')}/messages?session_id={session.id}"
@@ -82,23 +83,19 @@ class LegacySseTransport:
             if scope["method"] != "POST":
                 raise HttpError(405, INVALID_REQUEST, "Method not allowed", {"Allow": "POST"})
             check_origin_and_host(headers, self.settings)
-            principal = await authenticate(headers, self.tokens, self.settings)
+            with database_errors_as_503(log, "MCP token lookup answers 503"):
+                principal = await authenticate(headers, self.tokens, self.settings)
             session_id = query_param(scope, "session_id")
             if not session_id:
                 raise HttpError(400, INVALID_REQUEST, "Bad Request: session_id query parameter is required")
             session = self._sessions.get(session_id)
             if session is None or session.token_id != principal.token_id:
                 raise HttpError(404, -32001, "Session not found: open a new /sse stream")
-            body = await read_body(receive, headers, self.settings.max_body_bytes)
+            # Size, JSON structure and batch length are bounded here, each before the next step runs.
+            _batch, items = await read_messages(receive, headers, self.settings.limits)
         except HttpError as exc:
             await send_http_error(send, exc)
             return
-        try:
-            payload = loads(body)
-        except (ValueError, UnicodeDecodeError):
-            await send_json(send, 400, error_message(None, JsonRpcError(PARSE_ERROR, "Parse error: invalid JSON")))
-            return
-        items = payload if isinstance(payload, list) else [payload]
         await send_bytes(send, 202, b"Accepted", "text/plain")
         for item in items:
             task = asyncio.create_task(self._handle(session, item))
@@ -107,7 +104,7 @@ class LegacySseTransport:
 
     async def _handle(self, session: Session, item: Any) -> None:
         try:
-            message = parse_message(item)
+            message = parse_message(item, self.settings.limits)
         except JsonRpcError as exc:
             self.hub.publish(session.id, invalid_message_answer(exc))
             return

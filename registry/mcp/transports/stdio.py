@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import AsyncIterator
 from typing import Any, BinaryIO
 
+from registry.limits import DEFAULT_LIMITS, LimitExceeded, Limits
 from registry.mcp.protocol import (
     PARSE_ERROR,
     JsonRpcError,
+    check_batch,
     dumps,
     error_message,
     invalid_message_answer,
@@ -22,14 +25,20 @@ from registry.mcp.protocol import (
 from registry.mcp.server import McpServer, RequestContext
 from registry.mcp.sessions import ClientState
 
-MAX_LINE = 4 * 1024 * 1024
+#: How much is read from stdin at a time (a line may span many reads).
+READ_CHUNK = 64 * 1024
 
 
 class StdioTransport:
-    def __init__(self, server: McpServer, client: ClientState, *, max_line: int = MAX_LINE) -> None:
+    """``limits`` bound each line (``body_bytes``), its JSON structure and batch length, as on HTTP."""
+
+    def __init__(
+        self, server: McpServer, client: ClientState, *, limits: Limits = DEFAULT_LIMITS, max_line: int | None = None
+    ) -> None:
         self.server = server
         self.client = client
-        self.max_line = max_line
+        self.limits = limits
+        self.max_line = limits.body_bytes if max_line is None else max_line
         self._write_lock = asyncio.Lock()
         self._out: BinaryIO = sys.stdout.buffer
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -43,32 +52,71 @@ class StdioTransport:
     async def run(self, reader: asyncio.StreamReader, out: BinaryIO | None = None) -> None:
         if out is not None:
             self._out = out
-        while True:
-            try:
-                line = await reader.readline()
-            except ValueError:  # a line over the limit
-                await self.write(error_message(None, JsonRpcError(PARSE_ERROR, "message too large")))
+        async for line in self.lines(reader):
+            if line is None:
+                too_long = LimitExceeded("body_bytes", f"message line longer than {self.max_line} bytes")
+                await self.write(error_message(None, JsonRpcError(PARSE_ERROR, f"Parse error: {too_long}")))
                 continue
-            if not line:
-                break
             line = line.strip()
             if not line:
                 continue
             try:
-                payload = loads(line)
+                items = check_batch(loads(line, self.limits), self.limits)
+            except JsonRpcError as exc:  # over a limit, or an empty batch
+                await self.write(error_message(None, exc))
+                continue
             except ValueError:
                 await self.write(error_message(None, JsonRpcError(PARSE_ERROR, "Parse error: invalid JSON")))
                 continue
-            for item in payload if isinstance(payload, list) else [payload]:
+            for item in items:
                 task = asyncio.create_task(self._handle(item))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
+    async def lines(self, reader: asyncio.StreamReader) -> AsyncIterator[bytes | None]:
+        """The lines of ``reader``, none held beyond ``max_line`` bytes.
+
+        An over-long line yields ``None`` once, as soon as it passes the limit (so its error is
+        answered at once), and the rest of it is skipped up to its newline: the line after it is
+        read as the next message. (``StreamReader.readline`` would hand the remainder on as if it
+        were a line of its own.)
+        """
+        buffer = bytearray()
+        skipping = False
+        while True:
+            chunk = await reader.read(READ_CHUNK)
+            if not chunk:
+                if buffer and not skipping:
+                    yield bytes(buffer)
+                return
+            start = 0
+            while (newline := chunk.find(b"\n", start)) >= 0:
+                piece = chunk[start:newline]
+                start = newline + 1
+                if skipping:
+                    skipping = False
+                elif len(buffer) + len(piece) > self.max_line:
+                    buffer.clear()
+                    yield None
+                else:
+                    buffer += piece
+                    line = bytes(buffer)
+                    buffer.clear()
+                    yield line
+            if skipping:
+                continue
+            if len(buffer) + len(chunk) - start > self.max_line:
+                buffer.clear()
+                skipping = True
+                yield None
+            else:
+                buffer += chunk[start:]
+
     async def _handle(self, item: Any) -> None:
         try:
-            message = parse_message(item)
+            message = parse_message(item, self.limits)
         except JsonRpcError as exc:
             await self.write(invalid_message_answer(exc))
             return
@@ -91,7 +139,8 @@ class StdioTransport:
         await self.write(answer)
 
 
-async def open_stdin_reader(limit: int = MAX_LINE) -> asyncio.StreamReader:
+async def open_stdin_reader(limit: int = DEFAULT_LIMITS.body_bytes) -> asyncio.StreamReader:
+    """stdin as a StreamReader (``StdioTransport.lines`` bounds the lines; ``limit`` is the reader's buffer)."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=limit)
     protocol = asyncio.StreamReaderProtocol(reader)

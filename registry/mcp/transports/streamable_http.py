@@ -24,8 +24,9 @@ from registry.mcp.http_common import (
     SseStream,
     authenticate,
     check_origin_and_host,
+    database_errors_as_503,
     header_map,
-    read_body,
+    read_messages,
     send_bytes,
     send_http_error,
     send_json,
@@ -36,13 +37,11 @@ from registry.mcp.protocol import (
     BATCH_VERSIONS,
     INTERNAL_ERROR,
     INVALID_REQUEST,
-    PARSE_ERROR,
     SUPPORTED_VERSIONS,
     JsonRpcError,
     Message,
     error_message,
     invalid_message_answer,
-    loads,
     parse_message,
 )
 from registry.mcp.server import McpServer, RequestContext
@@ -95,7 +94,8 @@ class StreamableHttpTransport:
         headers = header_map(scope)
         try:
             check_origin_and_host(headers, self.settings)
-            principal = await authenticate(headers, self.tokens, self.settings)
+            with database_errors_as_503(log, "MCP token lookup answers 503"):
+                principal = await authenticate(headers, self.tokens, self.settings)
             # Absent, the version is taken to be 2025-03-26 (spec); nothing here depends on it.
             version = headers.get(VERSION_HEADER)
             if version is not None and version not in SUPPORTED_VERSIONS:
@@ -121,7 +121,8 @@ class StreamableHttpTransport:
         session_id = headers.get(SESSION_HEADER)
         if not session_id:
             raise HttpError(400, INVALID_REQUEST, "Bad Request: Mcp-Session-Id header is required")
-        session = await self.sessions.get(session_id)
+        with database_errors_as_503(log, "MCP session lookup answers 503"):
+            session = await self.sessions.get(session_id)
         # A session belongs to the token that opened it; anyone else is told it does not exist.
         if session is None or session.token_id != principal.token_id or session.principal != principal.name:
             raise HttpError(404, -32001, "Session not found: initialize a new session")
@@ -140,23 +141,14 @@ class StreamableHttpTransport:
         content_type = headers.get("content-type", "application/json").split(";")[0].strip().lower()
         if content_type != "application/json":
             raise HttpError(415, INVALID_REQUEST, "Unsupported Media Type: send application/json")
-        body = await read_body(receive, headers, self.settings.max_body_bytes)
-        try:
-            payload = loads(body)
-        except (ValueError, UnicodeDecodeError):
-            await send_json(send, 400, error_message(None, JsonRpcError(PARSE_ERROR, "Parse error: invalid JSON")))
-            return
-        batch = isinstance(payload, list)
-        items = payload if batch else [payload]
-        if batch and not items:
-            await send_json(send, 400, error_message(None, JsonRpcError(INVALID_REQUEST, "empty batch")))
-            return
+        # Size, JSON structure and batch length are bounded here, each before the next step runs.
+        batch, items = await read_messages(receive, headers, self.settings.limits)
 
         messages: list[Message] = []
         answers: list[dict[str, Any]] = []
         for item in items:
             try:
-                messages.append(parse_message(item))
+                messages.append(parse_message(item, self.settings.limits))
             except JsonRpcError as exc:
                 answers.append(invalid_message_answer(exc))
 
@@ -242,7 +234,7 @@ class StreamableHttpTransport:
     async def _initialize(self, scope: Scope, send: SendFn, message: Message, principal: Principal) -> None:
         if not message.is_request:
             raise HttpError(400, INVALID_REQUEST, "Bad Request: initialize must be a request with an id")
-        label = served_label(principal, scope)
+        label = served_label(principal, scope, self.settings)
         session = Session(label=label, principal=principal.name, token_id=principal.token_id)
         ctx = RequestContext(client=session)
         answer = await self.server.handle_request(message, ctx)
@@ -250,7 +242,14 @@ class StreamableHttpTransport:
             await send_json(send, 200, answer)
             return
         session.initialized = False
-        await self.sessions.create(session)
+        try:
+            with database_errors_as_503(log, "MCP initialize answers 503"):
+                await self.sessions.create(session)
+        except HttpError as exc:  # the session cannot be stored: answer this request's id
+            await send_json(
+                send, exc.status, error_message(message.id, JsonRpcError(exc.code, exc.message)), exc.headers
+            )
+            return
         await send_json(send, 200, answer, {"Mcp-Session-Id": session.id})
 
     # ---------------------------------------------------------------- GET
@@ -288,7 +287,8 @@ class StreamableHttpTransport:
     # ---------------------------------------------------------------- DELETE
     async def _delete(self, send: SendFn, headers: dict[str, str], principal: Principal) -> None:
         session = await self._session(headers, principal)
-        await self.sessions.end(session.id)
+        with database_errors_as_503(log, "MCP session end answers 503"):
+            await self.sessions.end(session.id)
         self.hub.close_session(session.id)
         await send_bytes(send, 204, b"", None)
 

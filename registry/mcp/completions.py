@@ -1,0 +1,135 @@
+"""Completion suggestions: what a prompt argument or URI-template variable may be set to.
+
+Suggestions come from the catalog (declared enums and defaults) and from the values *this caller*
+used before. History is kept per caller, a caller being an agent token (or, without one, a single
+session or stdio client) together with the label it is served, so a value one agent typed (a
+password in a ``summarize`` text) is never offered to another agent, to an anonymous session or
+under another label. Only declared arguments and template variables are remembered, and memory is
+bounded three ways (``Limits``): values per argument (``completion_values``), bytes per caller
+(``completion_bytes``, least recently used values go first) and callers kept
+(``completion_callers``, least recently active callers forget theirs).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import OrderedDict
+
+from registry.limits import Limits
+from registry.mcp.sessions import ClientState, Session
+
+#: ("ref/prompt", prompt name) or ("ref/resource", URI template).
+Ref = tuple[str, str]
+#: (ref type, ref name, argument name).
+_Key = tuple[str, str, str]
+
+#: Rough per-entry cost of the containers around a value or a key (dict slots, tuple), in bytes;
+#: ``sys.getsizeof`` of the strings themselves is added to it.
+_VALUE_OVERHEAD = 100
+_KEY_OVERHEAD = 200
+
+
+def caller_of(client: ClientState) -> tuple[str, str]:
+    """Whose history a request reads and writes: (principal, label).
+
+    Agent tokens are identified by their id (all sessions of a token share history); anonymous
+    callers have no identity beyond their session, so each session is its own caller.
+    """
+    if client.token_id is not None:
+        who = f"token:{client.token_id}"
+    elif isinstance(client, Session) and client.id:
+        who = f"session:{client.id}"
+    else:
+        who = f"client:{client.history_id}"
+    return who, client.label
+
+
+class _CallerHistory:
+    """One caller's values, most recent last per argument, with a byte count of what it holds."""
+
+    __slots__ = ("keys", "size", "values")
+
+    def __init__(self) -> None:
+        self.values: dict[_Key, OrderedDict[str, int]] = {}
+        #: Arguments in order of last use: the byte bound evicts from the least recently used.
+        self.keys: OrderedDict[_Key, None] = OrderedDict()
+        self.size = 0
+
+    def add(self, key: _Key, value: str, per_key: int, max_bytes: int) -> None:
+        values = self.values.get(key)
+        if values is None:
+            values = self.values[key] = OrderedDict()
+            self.size += _KEY_OVERHEAD + sum(sys.getsizeof(part) for part in key)
+        self.keys[key] = None
+        self.keys.move_to_end(key)
+        if value in values:
+            values.move_to_end(value)
+            return
+        cost = _VALUE_OVERHEAD + sys.getsizeof(value)
+        values[value] = cost
+        self.size += cost
+        while len(values) > per_key:
+            self.size -= values.popitem(last=False)[1]
+        while self.size > max_bytes and self.keys:
+            self._evict_oldest()
+
+    def _evict_oldest(self) -> None:
+        key = next(iter(self.keys))
+        values = self.values[key]
+        if values:
+            self.size -= values.popitem(last=False)[1]
+        if not values:
+            del self.values[key]
+            del self.keys[key]
+            self.size -= _KEY_OVERHEAD + sum(sys.getsizeof(part) for part in key)
+
+    def recall(self, key: _Key) -> list[str]:
+        return list(reversed(self.values.get(key, {})))
+
+
+class CompletionHistory:
+    """Values each caller used before, per declared prompt argument or URI-template variable."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.per_key = limits.completion_values
+        self.max_bytes = limits.completion_bytes
+        self.max_callers = limits.completion_callers
+        #: A single value may take at most this share of a caller's bytes, so one long value cannot
+        #: wipe the rest (and values that long are no use as suggestions anyway).
+        self.max_value_bytes = max(1, self.max_bytes // max(1, self.per_key))
+        self._callers: OrderedDict[tuple[str, str], _CallerHistory] = OrderedDict()
+
+    def remember(self, client: ClientState, ref: Ref, argument: str, value: str) -> None:
+        """Note a value the caller used. The caller must have checked that ``argument`` is declared."""
+        if not value or _VALUE_OVERHEAD + sys.getsizeof(value) > self.max_value_bytes:
+            return
+        caller = caller_of(client)
+        history = self._callers.get(caller)
+        if history is None:
+            history = self._callers[caller] = _CallerHistory()
+            while len(self._callers) > self.max_callers:
+                self._callers.popitem(last=False)
+        else:
+            self._callers.move_to_end(caller)
+        history.add((*ref, argument), value, self.per_key, self.max_bytes)
+
+    def recall(self, client: ClientState, ref: Ref, argument: str) -> list[str]:
+        """This caller's earlier values for the argument, most recent first."""
+        history = self._callers.get(caller_of(client))
+        return history.recall((*ref, argument)) if history is not None else []
+
+    @property
+    def callers(self) -> int:
+        return len(self._callers)
+
+    def size(self) -> int:
+        """Bytes held, as counted against ``completion_bytes`` (all callers)."""
+        return sum(history.size for history in self._callers.values())
+
+
+def suggestions(candidates: list[str], prefix: str, limit: int = 100) -> dict[str, object]:
+    """The ``completion`` object of a ``completion/complete`` answer: candidates starting with the
+    typed prefix (case-insensitive), duplicates removed, at most ``limit`` (the spec's cap)."""
+    lowered = prefix.lower()
+    values = [v for v in dict.fromkeys(candidates) if v.lower().startswith(lowered)]
+    return {"values": values[:limit], "total": len(values), "hasMore": len(values) > limit}

@@ -1,0 +1,342 @@
+"""Item 4 of issue 7: template caps that hold *during* a render, and renders off the event loop.
+
+Before (each reproduced against a real server): nested loops ran to the 2 s cap on the event loop
+(loops over strings past it) while /healthz waited; a string doubled in a loop reached 268 MB;
+saving ``{{ "%50000000s" % 1 }}`` allocated 50 MB (Jinja folded it at compile time), ``center``,
+``indent`` and ``'%.Nf'`` likewise at render; a batch of five slow prompts held the event loop for
+five deadlines in a row; an agent could send any number of undeclared arguments, of any length.
+
+Now every loop of a render draws from one iteration budget, every operation that can build a
+large value is sized before it runs, sizes visible in the source are refused at save time, renders
+run in worker threads under a hard deadline with bounded concurrency, and undeclared or overlong
+arguments are refused with -32602 naming the problem. Each test asserts the refusal (naming the
+limit), that the server kept answering while the attack ran, and a bound on the server's RSS.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from registry.limits import DEFAULT_LIMITS
+from tests.interop.mcp_wire import StreamableHttpClient, response_messages
+from tests.security.conftest import MiB, ResponsivenessProbe, ask_healthz, prompts_get_asker
+from tests.serve_process import ServerProcess
+
+#: A short deadline keeps the slow-prompt tests quick; every other limit is the default.
+RENDER_SECONDS = 0.5
+#: Peak RSS growth allowed while an attack runs (the attacks built 50 MB to 300 MB values before).
+PEAK_BOUND = 48 * MiB
+
+ATTACK_PROMPTS: dict[str, dict[str, Any]] = {
+    "nested-loops": {
+        "template": "{% for i in range(500) %}{% for j in range(500) %}{% for k in range(500) %}"
+        "{% endfor %}{% endfor %}{% endfor %}done"
+    },
+    "nested-string-loops": {
+        "template": "{% for i in 'x' * 500 %}{% for j in 'x' * 500 %}{% for k in 'x' * 500 %}"
+        "{% endfor %}{% endfor %}{% endfor %}done"
+    },
+    "doubling": {
+        "template": "{% set ns = namespace(s='x') %}{% for i in range(28) %}{% set ns.s = ns.s ~ ns.s %}"
+        "{% endfor %}{{ ns.s | length }}"
+    },
+    "doubling-plus": {
+        "template": "{% set ns = namespace(s='x') %}{% for i in range(28) %}{% set ns.s = ns.s + ns.s %}"
+        "{% endfor %}{{ ns.s | length }}"
+    },
+    "width-from-argument": {
+        "arguments": [{"name": "width", "required": True}],
+        "template": '{{ (("%" ~ width ~ "s") % "x") | length }}',
+    },
+    "center-from-argument": {
+        "arguments": [{"name": "width", "required": True}],
+        "template": '{{ "x" | center(width | int) | length }}',
+    },
+    "indent-from-argument": {
+        "arguments": [{"name": "width", "required": True}],
+        "template": '{{ "a\\nb" | indent(width | int) | length }}',
+    },
+    "precision-from-argument": {
+        "arguments": [{"name": "digits", "required": True}],
+        "template": '{{ (("%." ~ digits ~ "f") % 1.0) | length }}',
+    },
+    # Each iteration compares two 1 MB strings: within every size limit, but slow in all.
+    "slow": {
+        "template": "{% set a = 'x' * 1000000 %}{% set b = 'x' * 1000000 %}"
+        "{% for i in range(400) %}{% for j in range(400) %}{% if a == b %}{% endif %}{% endfor %}{% endfor %}done"
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """This module's own server (demo catalog), with a short render deadline and the attack prompts."""
+    data_dir: Path = tmp_path_factory.mktemp("template-limits")
+    env = {"REGISTRY_LIMIT_RENDER_SECONDS": str(RENDER_SECONDS)}
+    with ServerProcess(data_dir, name="template-limits", env=env) as process:
+        with process.admin() as api:
+            for name, body in ATTACK_PROMPTS.items():
+                created = api.post("/api/v1/prompts", json={"name": name, **body})
+                assert created.status_code == 201, created.text
+        yield process
+
+
+@pytest.fixture
+def mcp(server: ServerProcess) -> Iterator[StreamableHttpClient]:
+    with httpx.Client(base_url=server.url, timeout=120) as http:
+        client = StreamableHttpClient(http)
+        client.initialize("2025-11-25")
+        yield client
+
+
+class PeakRss:
+    """Samples the server's RSS every few milliseconds: a value built and dropped within one
+    render never shows in a before/after comparison."""
+
+    def __init__(self, server: ServerProcess) -> None:
+        self.server = server
+        self.baseline = server.rss()
+        self.peak = self.baseline
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.server.rss())
+            self._stop.wait(0.002)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self.peak = max(self.peak, self.server.rss())
+
+    def assert_within(self, bound: int = PEAK_BOUND) -> None:
+        grown = self.peak - self.baseline
+        assert grown < bound, f"RSS peaked {grown / MiB:.0f} MiB above where it started, bound {bound / MiB:.0f} MiB"
+
+
+def get_prompt(client: StreamableHttpClient, name: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
+    return client.request("prompts/get", {"name": name, "arguments": arguments or {}})
+
+
+def assert_render_refused(answer: dict[str, Any], limit: str) -> str:
+    assert "error" in answer, f"the attack rendered: {str(answer)[:200]}"
+    error = answer["error"]
+    assert error["code"] == -32603, error
+    assert f"REGISTRY_LIMIT_{limit}" in error["message"], error["message"]
+    assert "Traceback" not in error["message"] and len(error["message"]) < 500, error["message"]
+    return str(error["message"])
+
+
+# ------------------------------------------------------------------ loops
+
+
+def test_nested_loops_stop_at_the_loop_budget(server: ServerProcess, mcp: StreamableHttpClient) -> None:
+    probe = ResponsivenessProbe(prompts_get_asker(), server.url)
+    with PeakRss(server) as rss, probe:
+        for name in ("nested-loops", "nested-string-loops", "nested-loops"):
+            started = time.perf_counter()
+            message = assert_render_refused(get_prompt(mcp, name), "RENDER_LOOP_ITERATIONS")
+            elapsed = time.perf_counter() - started
+            assert f"more than {DEFAULT_LIMITS.render_loop_iterations} iterations" in message
+            # The budget stops the loops, not the deadline (which used to be overrun as well).
+            assert elapsed < RENDER_SECONDS, f"{name} took {elapsed:.2f} s, bound {RENDER_SECONDS} s"
+        time.sleep(0.3)  # a few probes after the attacks as well
+    probe.assert_responsive()
+    rss.assert_within()
+
+
+# ------------------------------------------------------------------ values built during the render
+
+
+def test_string_doubled_in_a_loop_stops_at_the_output_cap(server: ServerProcess, mcp: StreamableHttpClient) -> None:
+    with PeakRss(server) as rss, ResponsivenessProbe(ask_healthz, server.url) as probe:
+        for name in ("doubling", "doubling-plus"):
+            message = assert_render_refused(get_prompt(mcp, name), "RENDER_OUTPUT_CHARS")
+            assert f"exceeds {DEFAULT_LIMITS.render_output_chars}" in message, message
+        time.sleep(0.3)
+    probe.assert_responsive()
+    rss.assert_within()
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments"),
+    [
+        ("width-from-argument", {"width": "300000000"}),
+        ("center-from-argument", {"width": "300000000"}),
+        ("indent-from-argument", {"width": "300000000"}),
+        ("precision-from-argument", {"digits": "300000000"}),
+    ],
+)
+def test_widths_and_precisions_from_arguments_are_bounded_at_render(
+    server: ServerProcess, mcp: StreamableHttpClient, name: str, arguments: dict[str, str]
+) -> None:
+    """``%``-width, ``center``, ``indent`` and ``'%.Nf'`` are sized before Python allocates them."""
+    with PeakRss(server) as rss, ResponsivenessProbe(ask_healthz, server.url) as probe:
+        for _ in range(3):
+            started = time.perf_counter()
+            message = assert_render_refused(get_prompt(mcp, name, arguments), "RENDER_OUTPUT_CHARS")
+            assert "would build" in message and f"exceeds {DEFAULT_LIMITS.render_output_chars}" in message, message
+            assert time.perf_counter() - started < 0.5
+        time.sleep(0.2)
+    probe.assert_responsive()
+    rss.assert_within()
+    # The same prompts with reasonable values still render.
+    small = {key: "12" for key in arguments}
+    answer = get_prompt(mcp, name, small)
+    assert "result" in answer, answer
+
+
+def test_sizes_in_the_source_are_refused_at_save_time_without_being_built(server: ServerProcess) -> None:
+    templates = [
+        '{{ "%50000000s" % 1 }}',
+        "{{ '%.99999999f' % 1.0 }}",
+        "{{ 'x' | center(300000000) }}",
+        "{{ 'x'.ljust(300000000) }}",
+        "{% for i in range(10 ** 9) %}{% endfor %}",
+        "{{ 'x' * 10 ** 9 }}",
+    ]
+    with server.admin() as api, PeakRss(server) as rss, ResponsivenessProbe(ask_healthz, server.url) as probe:
+        for index, template in enumerate(templates):
+            started = time.perf_counter()
+            response = api.post("/api/v1/prompts", json={"name": f"save-{index}", "template": template})
+            elapsed = time.perf_counter() - started
+            assert response.status_code == 422, response.text
+            assert response.headers["content-type"].startswith("application/problem+json")
+            detail = response.json()["detail"]
+            assert "line 1" in detail and "(limit REGISTRY_LIMIT_RENDER_" in detail, detail
+            assert elapsed < 0.5, f"saving {template!r} took {elapsed:.2f} s"
+        time.sleep(0.2)
+    probe.assert_responsive()
+    rss.assert_within(32 * MiB)
+
+
+def test_templates_the_sandbox_would_refuse_are_refused_at_save_time(server: ServerProcess) -> None:
+    with server.admin() as api:
+        for template, fragment in (
+            ("{{ ''.__class__.__mro__ }}", "sandbox forbids attribute '__"),
+            ("{{ cycler.__init__.__globals__ }}", "sandbox forbids attribute '__"),
+            ("{{ text['__class__'] }}", "sandbox forbids attribute '__class__'"),
+            ("{% include 'other' %}", "include"),
+            ("{{ text | urlize }}", "No filter named 'urlize'"),
+        ):
+            body = {"name": "sandbox", "arguments": [{"name": "text"}], "template": template}
+            response = api.post("/api/v1/prompts", json=body)
+            assert response.status_code == 422, response.text
+            assert fragment in response.json()["detail"], response.json()["detail"]
+
+
+# ------------------------------------------------------------------ off the event loop
+
+
+def test_a_batch_of_slow_prompts_does_not_block_the_server(server: ServerProcess) -> None:
+    """Five slow renders in one batch (2025-03-26 has batches): each ends at the deadline, in a
+    worker thread, while /healthz and other prompts keep answering."""
+    batch = [
+        {"jsonrpc": "2.0", "id": n, "method": "prompts/get", "params": {"name": "slow", "arguments": {}}}
+        for n in range(5)
+    ]
+    with httpx.Client(base_url=server.url, timeout=120) as http:
+        client = StreamableHttpClient(http)
+        client.initialize("2025-03-26")
+        with (
+            PeakRss(server) as rss,
+            ResponsivenessProbe(ask_healthz, server.url) as healthz,
+            ResponsivenessProbe(prompts_get_asker(), server.url) as other_prompts,
+        ):
+            started = time.perf_counter()
+            response = client.post(batch)
+            elapsed = time.perf_counter() - started
+    bound = 5 * RENDER_SECONDS + 2.0
+    assert elapsed < bound, f"the batch took {elapsed:.1f} s, bound {bound:.1f} s"
+    healthz.assert_responsive()
+    other_prompts.assert_responsive()
+    rss.assert_within()
+    assert response.status_code == 200, response.text
+    answers = {answer["id"]: answer for answer in response_messages(response)}
+    assert sorted(answers) == list(range(5)), response.text
+    for answer in answers.values():
+        assert_render_refused(answer, "RENDER_SECONDS")
+
+
+def test_heavy_renders_are_bounded_in_number_and_light_ones_are_not_held_up(server: ServerProcess) -> None:
+    """Eight slow prompts at once: at most ``render_concurrency`` run, the others are refused at
+    their deadline, and a light prompt answers meanwhile in milliseconds."""
+    answers: list[dict[str, Any]] = []
+
+    def call_slow() -> None:
+        with httpx.Client(base_url=server.url, timeout=60) as http:
+            client = StreamableHttpClient(http)
+            client.initialize("2025-11-25")
+            answers.append(get_prompt(client, "slow"))
+
+    threads = [threading.Thread(target=call_slow) for _ in range(8)]
+    with PeakRss(server) as rss, ResponsivenessProbe(prompts_get_asker(), server.url) as probe:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+    assert len(answers) == 8
+    limits = {answer["error"]["message"].rsplit("REGISTRY_LIMIT_", 1)[-1] for answer in answers}
+    assert limits <= {"RENDER_SECONDS)", "RENDER_CONCURRENCY)"}, limits
+    probe.assert_responsive()
+    rss.assert_within()
+
+
+# ------------------------------------------------------------------ arguments
+
+
+def test_undeclared_argument_flood_is_refused_quickly(server: ServerProcess, mcp: StreamableHttpClient) -> None:
+    """Six calls with 80,000 undeclared names each (the old code went from 109 MB to 421 MB, for
+    good: the names were kept). Refused at once, and a second round keeps nothing more."""
+    names = {f"extra_{i:06d}": "" for i in range(80_000)}
+    after_round: list[int] = []
+    with PeakRss(server) as rss, ResponsivenessProbe(ask_healthz, server.url) as probe:
+        for _round in range(2):
+            for _ in range(6):
+                started = time.perf_counter()
+                answer = get_prompt(mcp, "summarize", {"text": "x", **names})
+                assert time.perf_counter() - started < 1.0
+                error = answer["error"]
+                assert error["code"] == -32602, error
+                assert "'extra_000000'" in error["message"] and "79995 more" in error["message"], error["message"]
+                assert len(error["message"]) < 500, "the undeclared names were echoed back"
+            after_round.append(server.rss())
+    probe.assert_responsive(worst_s=2.0)
+    # Parsing a 2 MB object of 80,000 members costs tens of MiB while it lasts (how much depends on
+    # the allocator's state); the old code kept every name, 50+ MiB more per call, for good.
+    rss.assert_within(128 * MiB)
+    kept = after_round[1] - after_round[0]
+    assert kept < 8 * MiB, f"six more floods left RSS {kept / MiB:.0f} MiB higher, bound 8 MiB"
+
+
+def test_undeclared_and_overlong_arguments_are_refused_in_preview_and_over_mcp(
+    server: ServerProcess, mcp: StreamableHttpClient
+) -> None:
+    cap = DEFAULT_LIMITS.argument_chars
+    with server.admin() as api:
+        preview = api.post("/api/v1/prompts/summarize/render", json={"arguments": {"text": "t", "txet": "typo"}})
+        assert preview.status_code == 422, preview.text
+        assert "'txet'" in preview.json()["detail"] and "accepts: text, max_words" in preview.json()["detail"]
+        long_text = {"arguments": {"text": "y" * (cap + 1)}}
+        preview = api.post("/api/v1/prompts/summarize/render", json=long_text)
+        assert preview.status_code == 422, preview.text
+        assert "REGISTRY_LIMIT_ARGUMENT_CHARS" in preview.json()["detail"], preview.json()["detail"]
+    answer = get_prompt(mcp, "summarize", {"text": "y" * (cap + 1)})
+    assert answer["error"]["code"] == -32602, answer
+    assert "REGISTRY_LIMIT_ARGUMENT_CHARS" in answer["error"]["message"], answer["error"]["message"]
+    assert len(json.dumps(answer)) < 1000, "the long value was echoed back"
+    ok = get_prompt(mcp, "summarize", {"text": "y" * cap})
+    assert "result" in ok, str(ok)[:300]
