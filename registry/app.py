@@ -120,7 +120,7 @@ def create_app(registry: Registry, *, freeze_gc: bool = False) -> RegistryApp:
     async def readyz() -> JSONResponse:
         # Answered within about db_ping_timeout_s whatever the database does: a connect to a frozen
         # server takes the whole connect timeout, so the answer does not wait for the worker thread.
-        bound = registry.settings.db_ping_timeout_s
+        bound = registry.settings.db_ready_timeout_s
         running = asyncio.get_running_loop().run_in_executor(ready_threads, registry.ready)
         try:
             ok, detail = await asyncio.wait_for(running, timeout=bound + 0.1)

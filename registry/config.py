@@ -49,9 +49,12 @@ class Settings:
     #: PostgreSQL ``statement_timeout`` in seconds (0: none). A round trip that gets no answer for
     #: this long plus 2 s (a frozen server answers nothing, not even an error) is abandoned too.
     db_statement_timeout_s: float = 15.0
-    #: How long the liveness ping of a pooled PostgreSQL connection, and /readyz, wait for the
-    #: database before it counts as unavailable (503 / "temporarily unavailable").
-    db_ping_timeout_s: float = 0.8
+    #: How long the liveness ping of a pooled PostgreSQL connection waits for the database before
+    #: it counts as unavailable (503 / "temporarily unavailable") for a moment. Generous enough that
+    #: a busy machine is not taken for a dead database.
+    db_ping_timeout_s: float = 2.0
+    #: How long /readyz waits for the database: readiness probes want an answer within a second.
+    db_ready_timeout_s: float = 0.8
     #: SQLite: how long a write waits for a lock held by another connection or process.
     db_busy_timeout_s: float = 30.0
 
@@ -73,7 +76,8 @@ class Settings:
             limits=Limits.from_env(),
             db_connect_timeout_s=float(os.environ.get("REGISTRY_DB_CONNECT_TIMEOUT_S", "2")),
             db_statement_timeout_s=float(os.environ.get("REGISTRY_DB_STATEMENT_TIMEOUT_S", "15")),
-            db_ping_timeout_s=float(os.environ.get("REGISTRY_DB_PING_TIMEOUT_S", "0.8")),
+            db_ping_timeout_s=float(os.environ.get("REGISTRY_DB_PING_TIMEOUT_S", "2")),
+            db_ready_timeout_s=float(os.environ.get("REGISTRY_DB_READY_TIMEOUT_S", "0.8")),
             db_busy_timeout_s=float(os.environ.get("REGISTRY_DB_BUSY_TIMEOUT_S", "30")),
         )
 

@@ -100,7 +100,7 @@ class Registry:
         """Whether the database answers and is migrated. Each round trip is bounded by
         ``db_ping_timeout_s``, so a frozen database makes this answer "no" quickly."""
         try:
-            with deadline(self.settings.db_ping_timeout_s):
+            with deadline(self.settings.db_ready_timeout_s):
                 current = migrate.is_current(self.db)
         except Exception as exc:
             return False, f"database unreachable: {type(exc).__name__}"

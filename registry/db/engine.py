@@ -232,7 +232,7 @@ class Database:
         echo: bool = False,
         connect_timeout_s: float = 2.0,
         statement_timeout_s: float = 15.0,
-        ping_timeout_s: float = 0.8,
+        ping_timeout_s: float = 2.0,
         busy_timeout_s: float = 30.0,
     ) -> None:
         self.url = normalize_database_url(url)
