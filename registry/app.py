@@ -15,10 +15,10 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from registry import __version__
-from registry.api import admin, docs, problems
+from registry.api import admin, docs, models, problems
 from registry.api.auth import ViewerPrincipal
 from registry.api.entries import entry_router
 from registry.api.guard import RequestGuard
@@ -112,13 +112,19 @@ def create_app(registry: Registry, *, freeze_gc: bool = False) -> RegistryApp:
         app.include_router(entry_router(collection, kind), prefix="/api/v1")
     app.include_router(admin.router, prefix="/api/v1")
 
-    @app.get("/healthz", tags=["health"], summary="The process is up")
+    @app.get("/healthz", tags=["health"], summary="The process is up", response_model=models.Health)
     def healthz() -> dict[str, Any]:
         return {"status": "ok", "version": __version__}
 
-    @app.get("/readyz", tags=["health"], summary="The database is reachable and migrated")
+    @app.get(
+        "/readyz",
+        tags=["health"],
+        summary="The database is reachable and migrated",
+        response_model=models.Readiness,
+        responses={503: {"model": models.Readiness, "description": "not ready (the detail says why)"}},
+    )
     async def readyz() -> JSONResponse:
-        # Answered within about db_ping_timeout_s whatever the database does: a connect to a frozen
+        # Answered within about db_ready_timeout_s whatever the database does: a connect to a frozen
         # server takes the whole connect timeout, so the answer does not wait for the worker thread.
         bound = registry.settings.db_ready_timeout_s
         running = asyncio.get_running_loop().run_in_executor(ready_threads, registry.ready)
@@ -128,7 +134,13 @@ def create_app(registry: Registry, *, freeze_gc: bool = False) -> RegistryApp:
             ok, detail = False, f"database unreachable: no answer within {bound:.1f}s"
         return JSONResponse({"status": "ok" if ok else "unavailable", "detail": detail}, status_code=200 if ok else 503)
 
-    @app.get("/metrics", tags=["health"], summary="Prometheus metrics (any admin-API token)")
+    @app.get(
+        "/metrics",
+        tags=["health"],
+        summary="Prometheus metrics (any admin-API token)",
+        response_class=PlainTextResponse,
+        responses=problems.documented(*problems.ALWAYS),
+    )
     def metrics(_principal: ViewerPrincipal) -> Response:
         return Response(mcp.metrics.render(), media_type=mcp.metrics.content_type)
 

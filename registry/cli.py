@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sqlalchemy.exc import OperationalError
+
 from registry import __version__
 from registry.catalog.errors import CatalogError
+from registry.catalog.secrets import SecretKeyError
 from registry.config import Settings
+from registry.db.engine import describe
 
 if TYPE_CHECKING:
+    from registry.catalog.bundle_secrets import ExportSecrets, ImportSecrets
+    from registry.catalog.service import CatalogService
     from registry.runtime import Registry
 
 
@@ -68,7 +75,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         host=settings.host,
         port=settings.port,
         log_level=args.log_level,
-        proxy_headers=False,
+        # X-Forwarded-* only from the proxies named in REGISTRY_FORWARDED_ALLOW_IPS; never otherwise.
+        proxy_headers=settings.forwarded_allow_ips is not None,
+        forwarded_allow_ips=settings.forwarded_allow_ips or "",
         timeout_graceful_shutdown=10,
         access_log=args.access_log,
     )
@@ -98,7 +107,7 @@ def cmd_stdio(args: argparse.Namespace) -> int:
     async def run() -> None:
         transport = StdioTransport(server, client, limits=settings.limits)
         # Admin edits (made through a registry server on the same database) reach this client on stdout.
-        notifier = Notifier(StreamHub(), registry.db, server.snapshots.invalidate)
+        notifier = Notifier(StreamHub(), registry.db, server.snapshots.apply)
         notifier.direct.append((client, transport.write))
         feed = ChangeFeed(registry.db, notifier.dispatch)
         await feed.start()
@@ -119,29 +128,176 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_import(args: argparse.Namespace) -> int:
-    from registry.catalog.bundles import apply_import, plan_import
+class CliError(Exception):
+    """A refusal the command explains (exit code 2)."""
 
-    registry = _registry(args)
-    registry.migrate()
+
+def _missing_sqlite_file(settings: Settings) -> Path | None:
+    """The SQLite file the settings point at, when it does not exist (None: it does, or not SQLite)."""
+    from sqlalchemy.engine import make_url
+
+    from registry.db.engine import normalize_database_url
+
+    url = make_url(normalize_database_url(settings.effective_database_url))
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return None
+    path = Path(url.database).absolute()
+    return None if path.exists() else path
+
+
+def _require_database(settings: Settings, command: str) -> None:
+    """Commands that act on an existing catalog never create an empty one by accident (run in
+    another folder, ``./data`` is somewhere else): they refuse, naming the file they looked for."""
+    missing = _missing_sqlite_file(settings)
+    if missing is not None:
+        raise CliError(
+            f"{command}: no database at {missing}; this command acts on an existing catalog and does not create "
+            "one. Run it in the folder that holds data/, or pass --data-dir DIR or --database-url URL (or set "
+            "REGISTRY_DATA_DIR / REGISTRY_DATABASE_URL); `mcp-registry serve` or `mcp-registry db upgrade` "
+            "creates a new database"
+        )
+
+
+def _existing_key(settings: Settings) -> str:
+    """The secret key without creating one: a read-only command must not write ``secret.key``. With
+    no key at all, nothing stored can have been encrypted under one, so any key does."""
+    import secrets
+
+    if settings.secret_key:
+        return settings.secret_key
+    path = settings.data_dir / "secret.key"
+    return path.read_text().strip() if path.exists() else secrets.token_urlsafe(32)
+
+
+def _url_guard(settings: Settings) -> Callable[[str], None]:
+    """The outbound-URL check ``Registry`` applies to saves, for a plan made without a Registry."""
+    from registry.webhooks import WebhookURLError, parse_networks, validate_webhook_url_sync
+
+    allowed = parse_networks(settings.webhook_allowed_networks)
+
+    def guard(url: str) -> None:
+        try:
+            validate_webhook_url_sync(url, allowed)
+        except WebhookURLError as exc:
+            raise ValueError(str(exc)) from None
+
+    return guard
+
+
+def _read_only_catalog(settings: Settings, command: str) -> tuple[CatalogService, bool]:
+    """The catalog of an existing database opened read-only (nothing is migrated, created or
+    written), and whether it is empty: a database with no tables yet counts as an empty catalog.
+    Refuses a database at another migration than this version's."""
+    from sqlalchemy import inspect
+
+    from registry.catalog.secrets import SecretBox
+    from registry.catalog.service import CatalogService
+    from registry.db import migrate
+    from registry.db.engine import Database
+
+    _require_database(settings, command)
+    db = Database(
+        settings.effective_database_url,
+        connect_timeout_s=settings.db_connect_timeout_s,
+        statement_timeout_s=settings.db_statement_timeout_s,
+        ping_timeout_s=settings.db_ping_timeout_s,
+        busy_timeout_s=settings.db_busy_timeout_s,
+        read_only=True,
+    )
+    service = CatalogService(
+        db, SecretBox(_existing_key(settings)), url_guard=_url_guard(settings), limits=settings.limits
+    )
+    if migrate.is_current(db):
+        return service, False
+    with db.engine.connect() as conn:
+        empty = not inspect(conn).has_table("entries")
+    if empty:
+        return service, True
+    where = db.engine.url.render_as_string(hide_password=True)
+    raise CliError(
+        f"{command}: the database at {where} is not at this version's migration; run `mcp-registry db upgrade` "
+        "first (this command never migrates)"
+    )
+
+
+def _import_secrets(args: argparse.Namespace) -> ImportSecrets:
+    from registry.catalog.bundle_secrets import EXPORT_KEY_ENV, ImportSecrets
+
+    return ImportSecrets(key=args.secrets_key or os.environ.get(EXPORT_KEY_ENV) or None)
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from registry.catalog.bundles import apply_import, plan_diff, plan_import
+
     directory = Path(args.directory)
+    secrets = _import_secrets(args)
     if args.plan:
-        items = [item for item, _ in plan_import(registry.catalog, directory)]
+        # Writes nothing at all: no migration, no database file, no key file.
+        catalog, empty = _read_only_catalog(_settings(args), "import --plan")
+        try:
+            plan = plan_import(catalog, directory, secrets=secrets, against_empty=empty)
+        finally:
+            catalog.db.dispose()
+        for item, entry in plan:
+            print(f"{item.action:14} {item.kind:9} {item.name}")
+            diff = plan_diff(catalog, entry)
+            if diff:
+                print(diff, end="" if diff.endswith("\n") else "\n")
+        items = [item for item, _ in plan]
     else:
-        items = apply_import(registry.catalog, directory, actor=args.actor, labels=args.label or None)
-    for item in items:
-        print(f"{item.action:14} {item.kind:9} {item.name}")
-    changed = sum(1 for item in items if item.action in ("create", "update"))
+        registry = _registry(args)
+        registry.migrate()
+        items = apply_import(registry.catalog, directory, actor=args.actor, labels=args.label or None, secrets=secrets)
+        for item in items:
+            print(f"{item.action:14} {item.kind:9} {item.name}")
+    changed = sum(1 for item in items if item.action in ("create", "update", "restore"))
+    conflicts = [item for item in items if item.action == "conflict"]
     print(f"{'would change' if args.plan else 'changed'} {changed} of {len(items)} entries")
+    if conflicts:
+        print(
+            f"the import would be refused: {len(conflicts)} entries exist here with another history "
+            "(a history bundle restores entries into a catalog that does not have them)"
+        )
+        return 1
     return 0
 
 
-def cmd_export(args: argparse.Namespace) -> int:
-    from registry.catalog.bundles import export_bundle
+def _export_secrets(args: argparse.Namespace) -> ExportSecrets | None:
+    from registry.catalog.bundle_secrets import EXPORT_KEY_ENV, ExportSecrets
 
-    registry = _registry(args)
-    written = export_bundle(registry.catalog, Path(args.directory))
-    print(f"wrote {len(written)} files to {args.directory}")
+    key = args.secrets_key or (os.environ.get(EXPORT_KEY_ENV) if args.secrets in (None, "key") else None)
+    if args.secrets_key and args.secrets not in (None, "key"):
+        raise CliError(f"--secrets-key goes with --secrets key, not --secrets {args.secrets}")
+    if args.secrets == "key" and not key:
+        raise CliError(f"--secrets key needs the key: --secrets-key KEY or {EXPORT_KEY_ENV}=KEY")
+    if key:
+        return ExportSecrets("key", key=key)
+    return ExportSecrets(args.secrets) if args.secrets else None
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from registry.catalog.bundles import export_catalog
+
+    secrets = _export_secrets(args)
+    catalog, empty = _read_only_catalog(_settings(args), "export")
+    try:
+        if empty:
+            raise CliError("export: the database has no catalog yet (no tables); nothing to export")
+        result = export_catalog(
+            catalog, Path(args.directory), label=args.label, all_versions=args.all_versions, secrets=secrets
+        )
+    finally:
+        catalog.db.dispose()
+    print(f"wrote {len(result.files)} files to {args.directory}")
+    if result.extras:
+        print(f"and {', '.join(p.name for p in result.extras)} (what was exported and how to import it)")
+    if secrets is not None and secrets.mode == "env":
+        if result.variables:
+            print("set these environment variables before importing:")
+            for name, uses in result.variables.items():
+                print(f"  {name:32} {'; '.join(uses)}")
+        else:
+            print("no exported entry holds write-only values: no environment variables needed")
     return 0
 
 
@@ -156,6 +312,7 @@ def _positive_days(raw: str) -> float:
 
 
 def cmd_token_create(args: argparse.Namespace) -> int:
+    _require_database(_settings(args), "token create")
     registry = _registry(args)
     registry.migrate()
     expires_at = None
@@ -202,17 +359,46 @@ def build_parser() -> argparse.ArgumentParser:
     common(upgrade)
     upgrade.set_defaults(func=cmd_db_upgrade)
 
-    imp = commands.add_parser("import", help="import a YAML bundle (only what differs is written)")
+    imp = commands.add_parser(
+        "import", help="import a YAML bundle in one transaction (only what differs is written; all or nothing)"
+    )
     common(imp)
     imp.add_argument("directory")
-    imp.add_argument("--plan", action="store_true", help="print what would change, write nothing")
+    imp.add_argument(
+        "--plan",
+        action="store_true",
+        help="print what would change (with a diff per changed entry) and every invalid file; write nothing",
+    )
     imp.add_argument("--label", action="append", help="labels for new versions (default: production)")
     imp.add_argument("--actor", default="import", help="author recorded on new versions")
+    imp.add_argument(
+        "--secrets-key",
+        metavar="KEY",
+        help="the key an export's write-only values were encrypted with (default: $REGISTRY_EXPORT_KEY)",
+    )
     imp.set_defaults(func=cmd_import)
 
-    exp = commands.add_parser("export", help="export every entry's newest version as a YAML bundle")
+    exp = commands.add_parser(
+        "export", help="export the catalog as a YAML bundle (newest versions, a label's, or the whole history)"
+    )
     common(exp)
     exp.add_argument("directory")
+    which = exp.add_mutually_exclusive_group()
+    which.add_argument("--label", help="export the version this label serves (entries without it are left out)")
+    which.add_argument(
+        "--all-versions",
+        action="store_true",
+        help="export every version with its author, note and date, the labels and archived entries (moves a catalog)",
+    )
+    exp.add_argument(
+        "--secrets",
+        choices=["key", "env", "mask"],
+        help="how to write header values and signing secrets: encrypted under --secrets-key (key), as "
+        "${env:NAME} references (env), or masked for a re-import into this same catalog (mask)",
+    )
+    exp.add_argument(
+        "--secrets-key", metavar="KEY", help="encrypt write-only values under KEY (default: $REGISTRY_EXPORT_KEY)"
+    )
     exp.set_defaults(func=cmd_export)
 
     token = commands.add_parser("token", help="API tokens")
@@ -236,8 +422,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (CatalogError, FileNotFoundError) as exc:
+    except (CatalogError, FileNotFoundError, CliError, SecretKeyError) as exc:
         print(f"error: {getattr(exc, 'detail', exc)}", file=sys.stderr)
+        return 2
+    except OperationalError as exc:  # the database could not be opened or answered
+        print(f"error: the database could not be used: {describe(exc)}", file=sys.stderr)
         return 2
 
 

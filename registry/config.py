@@ -57,6 +57,12 @@ class Settings:
     db_ready_timeout_s: float = 0.8
     #: SQLite: how long a write waits for a lock held by another connection or process.
     db_busy_timeout_s: float = 30.0
+    #: Addresses (IPs or CIDRs, comma-separated; ``*`` for any) of reverse proxies whose
+    #: X-Forwarded-For / X-Forwarded-Proto headers are believed. None: the headers are ignored, so
+    #: nobody can claim another client address or scheme by sending them.
+    forwarded_allow_ips: str | None = None
+    #: How long a web UI sign-in lasts (hours; never past the token's own expiry).
+    ui_session_hours: float = 12.0
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -79,6 +85,8 @@ class Settings:
             db_ping_timeout_s=float(os.environ.get("REGISTRY_DB_PING_TIMEOUT_S", "2")),
             db_ready_timeout_s=float(os.environ.get("REGISTRY_DB_READY_TIMEOUT_S", "0.8")),
             db_busy_timeout_s=float(os.environ.get("REGISTRY_DB_BUSY_TIMEOUT_S", "30")),
+            forwarded_allow_ips=os.environ.get("REGISTRY_FORWARDED_ALLOW_IPS", "").strip() or None,
+            ui_session_hours=float(os.environ.get("REGISTRY_UI_SESSION_HOURS", "12")),
         )
 
     def with_overrides(self, **changes: object) -> Settings:

@@ -50,6 +50,8 @@ class Limits:
     prompt_messages: int = 64
     #: Most webhook headers a tool sends.
     webhook_headers: int = 32
+    #: Longest search text (``q``) on an admin-API listing (it travels in the URL).
+    search_chars: int = 256
 
     # -- what agents send ----------------------------------------------------------------
     #: clientInfo plus capabilities of one session, serialised bytes.

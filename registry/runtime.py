@@ -98,7 +98,7 @@ class Registry:
 
     def ready(self) -> tuple[bool, str]:
         """Whether the database answers and is migrated. Each round trip is bounded by
-        ``db_ping_timeout_s``, so a frozen database makes this answer "no" quickly."""
+        ``db_ready_timeout_s``, so a frozen database makes this answer "no" quickly."""
         try:
             with deadline(self.settings.db_ready_timeout_s):
                 current = migrate.is_current(self.db)

@@ -190,6 +190,7 @@ def test_list_pagination_tag_filter_and_search(api: httpx.Client) -> None:
     assert api.get("/api/v1/prompts", params={"q": "nothing-like-this"}).json() == {
         "items": [],
         "total": 0,
+        "total_exact": True,
         "limit": 50,
         "offset": 0,
     }
@@ -353,7 +354,10 @@ def test_concurrent_puts_with_same_etag_one_wins(live_server: LiveServer) -> Non
             etag = first.get("/api/v1/prompts/greet").headers["etag"]
             assert second.get("/api/v1/prompts/greet").headers["etag"] == etag == f'"v{round_number}"'
             changes_before = change_count(live_server)
-            bodies = [{**PROMPT, "template": f"Hello {{{{ who }}}} from writer {i}"} for i in range(2)]
+            # New text each round: a save equal to the newest version would write nothing (and answer 200).
+            bodies = [
+                {**PROMPT, "template": f"Hello {{{{ who }}}} from writer {i}, round {round_number}"} for i in range(2)
+            ]
 
             responses = run_concurrently(
                 partial(first.put, "/api/v1/prompts/greet", json=bodies[0], headers={"If-Match": etag}),
@@ -368,24 +372,28 @@ def test_concurrent_puts_with_same_etag_one_wins(live_server: LiveServer) -> Non
             assert change_count(live_server) == changes_before + 1
             stored = first.get("/api/v1/prompts/greet").json()
             assert stored["version"] == round_number + 1
-            assert stored["spec"]["messages"][0]["content"]["text"].endswith(f"writer {winner}")
+            assert stored["spec"]["messages"][0]["content"]["text"].endswith(f"writer {winner}, round {round_number}")
 
 
 def test_stale_etag_is_412_and_writes_nothing(live_server: LiveServer, api: httpx.Client) -> None:
     api.post("/api/v1/prompts", json=PROMPT).raise_for_status()
-    api.put("/api/v1/prompts/greet", json=PROMPT, headers={"If-Match": '"v1"'}).raise_for_status()
+    second = {**PROMPT, "description": "second"}
+    api.put("/api/v1/prompts/greet", json=second, headers={"If-Match": '"v1"'}).raise_for_status()
     changes = change_count(live_server)
 
     stale = api.put("/api/v1/prompts/greet", json={**PROMPT, "description": "lost"}, headers={"If-Match": '"v1"'})
     assert_problem(stale, 412, "now version 2")
     assert version_count(live_server, "prompt", "greet") == 2
     assert change_count(live_server) == changes
-    assert api.get("/api/v1/prompts/greet").json()["spec"]["description"] == PROMPT["description"]
+    assert api.get("/api/v1/prompts/greet").json()["spec"]["description"] == "second"
 
     # The current ETag (also in weak form or in a list) and "*" are accepted.
-    assert api.put("/api/v1/prompts/greet", json=PROMPT, headers={"If-Match": 'W/"v2"'}).status_code == 200
-    assert api.put("/api/v1/prompts/greet", json=PROMPT, headers={"If-Match": '"v1", "v3"'}).status_code == 200
-    assert api.put("/api/v1/prompts/greet", json=PROMPT, headers={"If-Match": "*"}).status_code == 200
+    for number, if_match in enumerate(['W/"v2"', '"v1", "v3"', "*"], start=3):
+        saved = api.put(
+            "/api/v1/prompts/greet", json={**PROMPT, "description": f"v{number}"}, headers={"If-Match": if_match}
+        )
+        assert saved.status_code == 200, (if_match, saved.text)
+        assert saved.headers["etag"] == f'"v{number}"'
     assert version_count(live_server, "prompt", "greet") == 5
 
 

@@ -57,6 +57,7 @@ def cli(database_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 
 
 def test_import_plan_import_export(cli: Cli, tmp_path: Path) -> None:
+    assert cli("db", "upgrade")[0] == 0
     code, out, _ = cli("import", str(DEMO), "--plan")
     assert code == 0
     lines = out.splitlines()
@@ -111,6 +112,7 @@ def test_import_plan_import_export(cli: Cli, tmp_path: Path) -> None:
 
 
 def test_token_create(cli: Cli, database_url: str, tmp_path: Path) -> None:
+    assert cli("db", "upgrade")[0] == 0
     code, out, err = cli("token", "create", "--name", "deploy-bot", "--scope", "editor", "--scope", "viewer")
     assert code == 0
     token = out.strip()
@@ -197,3 +199,93 @@ def test_serve_on_an_empty_folder(tmp_path: Path) -> None:
     # A graceful shutdown on SIGTERM (uvicorn re-raises the signal once it is done, hence -SIGTERM).
     assert code in (0, -signal.SIGTERM), stderr_path.read_text()
     assert "Traceback" not in stderr_path.read_text()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["token", "create", "--name", "x", "--scope", "admin"],
+        ["export", "out"],
+        ["import", str(DEMO), "--plan"],
+    ],
+    ids=["token-create", "export", "import-plan"],
+)
+def test_commands_on_an_existing_catalog_refuse_a_missing_database(
+    command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Run in another folder, they name the file they looked for instead of creating an empty catalog."""
+    monkeypatch.chdir(tmp_path)
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert f"no database at {tmp_path / 'data' / 'registry.db'}" in err
+    assert "--data-dir" in err and "db upgrade" in err
+    assert not (tmp_path / "data").exists()  # no database, no key file, not even the folder
+    assert not (tmp_path / "out").exists()
+
+    # The commands that create a catalog still do (the README's first run).
+    assert main(["db", "upgrade"]) == 0
+    assert (tmp_path / "data" / "registry.db").is_file()
+    assert main(command) == 0
+
+
+def _tables(cli: Cli) -> int:
+    if cli.database_url.startswith("sqlite"):
+        return int(str(cli.scalar("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'")))
+    return int(str(cli.scalar("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = current_schema()")))
+
+
+def test_plan_on_an_empty_database_creates_nothing(cli: Cli) -> None:
+    """An existing database without tables yet (a new PostgreSQL database, an empty SQLite file) is
+    planned against as an empty catalog: not migrated, nothing written, not even a key file."""
+    if cli.database_url.startswith("sqlite"):
+        path = Path(cli.database_url.removeprefix("sqlite:///"))
+        path.touch()
+    code, out, _ = cli("import", str(DEMO), "--plan")
+    assert code == 0, out
+    assert sum(1 for line in out.splitlines() if line.startswith("create ")) == 9
+    assert out.splitlines()[-1] == "would change 9 of 9 entries"
+    assert _tables(cli) == 0
+    if cli.database_url.startswith("sqlite"):
+        assert path.stat().st_size == 0
+    assert not (cli.data_dir / "secret.key").exists()
+
+
+def test_plan_does_not_migrate_an_older_database(cli: Cli) -> None:
+    from alembic import command
+
+    from registry.db.migrate import alembic_config
+
+    command.upgrade(alembic_config(normalize_database_url(cli.database_url)), "0002")
+    code, _, err = cli("import", str(DEMO), "--plan")
+    assert code == 2
+    assert "not at this version's migration" in err and "db upgrade" in err
+    assert cli.scalar("SELECT version_num FROM alembic_version") == "0002"
+
+
+def test_plan_shows_a_diff_and_every_invalid_file(cli: Cli, tmp_path: Path) -> None:
+    assert cli("db", "upgrade")[0] == 0
+    assert cli("import", str(DEMO))[0] == 0
+    bundle = tmp_path / "bundle"
+    assert cli("export", str(bundle))[0] == 0
+    summarize = bundle / "prompts" / "summarize.yaml"
+    summarize.write_text(summarize.read_text().replace("concisely", "in one line"))
+    before = cli.scalar("SELECT COUNT(*) FROM changes")
+
+    code, out, _ = cli("import", str(bundle), "--plan")
+    assert code == 0
+    assert re.search(r"^update\s+prompt\s+summarize$", out, re.MULTILINE)
+    assert "--- prompt summarize (stored v1)" in out
+    assert "-description: Summarize a piece of text concisely" in out
+    assert "+description: Summarize a piece of text in one line" in out
+    assert out.splitlines()[-1] == "would change 1 of 9 entries"
+
+    (bundle / "prompts" / "broken.yaml").write_text("name: broken\ntemplate: hi\nmystery: 1\n")
+    (bundle / "tools" / "echo.yaml").write_text("name: echo\ndescription: [unclosed\n")
+    (bundle / "prompts" / "nameless.yaml").write_text("description: no name\ntemplate: hi\n")
+    code, _, err = cli("import", str(bundle), "--plan")
+    assert code == 2
+    assert "3 of 11 bundle files are invalid" in err
+    assert f"{bundle / 'prompts' / 'broken.yaml'}:3: mystery: Extra inputs are not permitted" in err
+    assert f"{bundle / 'tools' / 'echo.yaml'}:3: not valid YAML" in err
+    assert f"{bundle / 'prompts' / 'nameless.yaml'}:1: name: Field required" in err
+    assert cli.scalar("SELECT COUNT(*) FROM changes") == before

@@ -34,7 +34,9 @@ def test_the_wheel_carries_migrations_bundles_and_the_ui(wheel: Path) -> None:
         "registry/_migrations/versions/0001_initial_schema.py",
         "registry/_seed_data/demo/prompts/summarize.yaml",
         "registry/_seed_data/conformance/tools/test_simple_text.yaml",
-        "registry/_admin_ui/static/index.html",
+        "registry/_admin_ui/templates/base.html",
+        "registry/_admin_ui/static/ui.css",
+        "registry/_admin_ui/static/vendor/htmx/htmx.min.js",
     ):
         assert expected in names, expected
 
@@ -71,4 +73,4 @@ def test_an_installed_copy_serves_from_an_empty_folder(wheel: Path, tmp_path: Pa
         assert (empty / "data" / "registry.db").exists()
         prompts = admin.get("/api/v1/prompts").json()
         assert "summarize" in [p["name"] for p in prompts["items"]]  # the demo bundle was found and loaded
-        assert "mcp-registry" in anonymous.get("/ui/").text  # and the UI assets
+        assert "mcp-registry" in anonymous.get("/ui/signin").text  # and the UI's templates

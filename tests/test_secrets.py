@@ -151,8 +151,13 @@ def test_changed_values_are_encrypted_anew(tool: httpx.Client, registry: Registr
     for row in stored_specs(registry):
         assert "rotated-token-42" not in row
         assert "rotated-secret-43" not in row
-    # Sending a clear value again (even an unchanged one) encrypts it afresh.
-    tool.put("/api/v1/tools/deploy", json={**TOOL, "webhook": hook}).raise_for_status()
+    # Sending the same clear values again is an unchanged save: compared decrypted, nothing is written.
+    same = tool.put("/api/v1/tools/deploy", json={**TOOL, "webhook": hook})
+    same.raise_for_status()
+    assert same.json()["version"] == 2
+    assert latest_stored(registry)["webhook"] == v2
+    # With another change, a clear value sent again is encrypted afresh.
+    tool.put("/api/v1/tools/deploy", json={**TOOL, "description": "v3", "webhook": hook}).raise_for_status()
     v3 = latest_stored(registry)["webhook"]
     assert v3["headers"]["Authorization"] != v2["headers"]["Authorization"]
     assert registry.catalog.reveal("tool", latest_stored(registry))["webhook"]["secret"] == "rotated-secret-43"

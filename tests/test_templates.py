@@ -209,6 +209,9 @@ def test_render_summarize_exactly(demo: httpx.Client) -> None:
                 },
             }
         ],
+        # Which version was rendered, picked by which label (by default what agents get: production).
+        "version": 1,
+        "label": "production",
     }
     # The optional argument left out renders as empty (its {% if %} branch is skipped).
     text = render(demo, "summarize", {"text": "abc"}).json()["messages"][0]["content"]["text"]

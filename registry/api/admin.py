@@ -5,33 +5,23 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
-from pydantic import BaseModel, Field
+from fastapi import APIRouter, Path, Query, Request
 
 from registry.api.auth import AdminPrincipal, ViewerPrincipal
+from registry.api.models import INT64_MAX, ChangePage, TokenCreated, TokenInfo, TokenList, TokenRequest
+from registry.api.problems import ALWAYS, WITH_BODY, documented
 from registry.catalog.errors import Invalid
 from registry.tokens import TokenService
 
 router = APIRouter()
 
 
-class TokenRequest(BaseModel):
-    name: str = Field(min_length=1, max_length=128)
-    scopes: list[str] = Field(min_length=1, description="admin | editor | viewer | agent")
-    label: str | None = Field(default=None, description="agent tokens: the label this agent is served")
-    expires_at: datetime | None = Field(
-        default=None, description="when the token stops working (ISO 8601; without a zone, UTC)"
-    )
-    expires_in_days: float | None = Field(
-        default=None, gt=0, le=36_500, description="or: how many days from now the token stops working"
-    )
-
-    def expiry(self) -> datetime | None:
-        if self.expires_at is not None and self.expires_in_days is not None:
-            raise Invalid("give expires_at or expires_in_days, not both")
-        if self.expires_in_days is not None:
-            return datetime.now(UTC) + timedelta(days=self.expires_in_days)
-        return self.expires_at
+def expiry(body: TokenRequest) -> datetime | None:
+    if body.expires_at is not None and body.expires_in_days is not None:
+        raise Invalid("give expires_at or expires_in_days, not both")
+    if body.expires_in_days is not None:
+        return datetime.now(UTC) + timedelta(days=body.expires_in_days)
+    return body.expires_at
 
 
 def _tokens(request: Request) -> TokenService:
@@ -39,29 +29,60 @@ def _tokens(request: Request) -> TokenService:
     return tokens
 
 
-@router.post("/tokens", status_code=201, tags=["tokens"], summary="Create a token (shown only in this response)")
+@router.post(
+    "/tokens",
+    status_code=201,
+    tags=["tokens"],
+    summary="Create a token (its value is shown only in this response)",
+    operation_id="createToken",
+    response_model=TokenCreated,
+    responses=documented(*ALWAYS, *WITH_BODY),
+)
 def create_token(request: Request, body: TokenRequest, principal: AdminPrincipal) -> dict[str, Any]:
     token, info = _tokens(request).create(
-        body.name, body.scopes, label=body.label, created_by=principal.name, expires_at=body.expiry()
+        body.name, body.scopes, label=body.label, created_by=principal.name, expires_at=expiry(body)
     )
     return {"token": token, **info}
 
 
-@router.get("/tokens", tags=["tokens"], summary="List tokens (never their values)")
+@router.get(
+    "/tokens",
+    tags=["tokens"],
+    summary="List tokens (never their values)",
+    operation_id="listTokens",
+    response_model=TokenList,
+    responses=documented(*ALWAYS),
+)
 def list_tokens(request: Request, _p: AdminPrincipal) -> dict[str, Any]:
     return {"items": _tokens(request).list_tokens()}
 
 
-@router.delete("/tokens/{token_id}", tags=["tokens"], summary="Revoke a token")
-def revoke_token(request: Request, token_id: int, _p: AdminPrincipal) -> dict[str, Any]:
+@router.delete(
+    "/tokens/{token_id}",
+    tags=["tokens"],
+    summary="Revoke a token (refused at once on every replica; its MCP streams are closed)",
+    operation_id="revokeToken",
+    response_model=TokenInfo,
+    responses=documented(*ALWAYS, 404, 422),
+)
+def revoke_token(
+    request: Request, token_id: Annotated[int, Path(ge=1, le=INT64_MAX)], _p: AdminPrincipal
+) -> dict[str, Any]:
     return _tokens(request).revoke(token_id)
 
 
-@router.get("/changes", tags=["changes"], summary="The change log, oldest first, after a given id")
+@router.get(
+    "/changes",
+    tags=["changes"],
+    summary="The change log, oldest first, after a given id",
+    operation_id="listChanges",
+    response_model=ChangePage,
+    responses=documented(*ALWAYS, 422),
+)
 def list_changes(
     request: Request,
     _p: ViewerPrincipal,
-    after: Annotated[int, Query(ge=0)] = 0,
+    after: Annotated[int, Query(ge=0, le=INT64_MAX, description="the last change id you have (0: from the start)")] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> dict[str, Any]:
     items = request.app.state.registry.catalog.changes(after=after, limit=limit)

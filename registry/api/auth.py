@@ -6,8 +6,19 @@ from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from registry.tokens import Principal, TokenRejected, TokenService
+
+#: The scheme ``/openapi.json`` publishes (the Authorize button on ``/docs``). It only documents:
+#: the token is checked by the request guard (registry/api/guard.py) and ``require`` below.
+bearer_scheme = HTTPBearer(
+    scheme_name="bearerAuth",
+    bearerFormat="mcpr_...",
+    description="An API token (`mcp-registry token create`, `POST /api/v1/tokens`, or `REGISTRY_ADMIN_TOKEN`). "
+    "Scopes: admin (everything, tokens included) > editor (write entries) > viewer (read).",
+    auto_error=False,
+)
 
 
 def bearer_token(request: Request) -> str | None:
@@ -28,10 +39,12 @@ def authenticate(tokens: TokenService, request: Request) -> Principal:
         raise HTTPException(401, exc.reason, {"WWW-Authenticate": 'Bearer error="invalid_token"'}) from None
 
 
-def require(scope: str) -> Callable[[Request], Principal]:
+def require(scope: str) -> Callable[..., Principal]:
     """A dependency that admits tokens carrying ``scope`` (or a scope that includes it)."""
 
-    def dependency(request: Request) -> Principal:
+    def dependency(
+        request: Request, _documented: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)]
+    ) -> Principal:
         # Under /api/ the request guard (registry/api/guard.py) has already looked the token up.
         principal = getattr(request.state, "principal", None)
         if principal is None:

@@ -14,6 +14,8 @@ from html import escape
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse
 
+from registry.api import openapi
+
 VENDOR = "/ui/vendor"
 #: Swagger UI and ReDoc set inline styles; ReDoc runs its search index in a blob: worker.
 CONTENT_SECURITY_POLICY = (
@@ -41,7 +43,9 @@ def _page(title: str, openapi_url: str, head: str, body: str) -> HTMLResponse:
 
 
 def install(app: FastAPI, *, openapi_url: str = "/openapi.json") -> None:
-    """Serve ``/docs`` and ``/redoc``; create the app with ``docs_url=None, redoc_url=None``."""
+    """Serve ``/docs`` and ``/redoc``; create the app with ``docs_url=None, redoc_url=None``. The
+    document they show is completed by ``registry.api.openapi`` (bodies, limits, links)."""
+    openapi.install(app)
     title = f"{app.title} — API reference"
 
     @app.get("/docs", include_in_schema=False)

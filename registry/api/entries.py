@@ -1,35 +1,88 @@
-"""``/api/v1/{prompts,resources,tools}``: one router shape for the three kinds of entry."""
+"""``/api/v1/{prompts,resources,tools}``: one router shape for the three kinds of entry.
 
-from __future__ import annotations
+Routes stay thin: the catalog service validates, writes and answers; this module maps HTTP onto
+it (bodies, ``If-Match``, ``ETag``) and declares the contract (named models, bounds, problems).
+"""
 
+# No ``from __future__ import annotations``: each router's body types are made per kind, inside
+# ``entry_router``, and FastAPI reads annotations at definition time.
+import secrets
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Header, Query, Request, Response
-from pydantic import BaseModel, Field
+from fastapi import APIRouter, Body, Header, Path, Query, Request, Response
+from pydantic import BaseModel, ValidationError, WithJsonSchema
+from starlette.concurrency import run_in_threadpool
 
+from registry.api import models
 from registry.api.auth import EditorPrincipal, ViewerPrincipal
+from registry.api.openapi import BODY_MODELS, KINDS, body_ref
+from registry.api.problems import ALWAYS, WITH_BODY, InvalidParameter, documented
 from registry.catalog.errors import Invalid
+from registry.catalog.preconditions import parse_if_match
 from registry.catalog.service import CatalogService, EntryView
+from registry.catalog.specs import LABEL_PATTERN, NAME_PATTERN, TAG_PATTERN, ToolSpec
+from registry.catalog.tool_calls import call_tool, prepare_tool
+from registry.limits import LimitExceeded, env_name
+from registry.webhooks import make_guarded_client, parse_networks
 
 _META_KEYS = ("change_note", "labels")
+#: Longest ``If-Match`` accepted: a list of some 80 version tags.
+IF_MATCH_CHARS = 1024
+#: The ``If-Match`` grammar (RFC 9110: ``*`` or a list of entity tags), published in the schema; the
+#: catalog service parses it (registry/catalog/preconditions.py) and answers 400 for anything else.
+_ETAG = r'(W/)?"[!#-~\x80-\xff]*"'
+IF_MATCH_PATTERN = rf"^[ \t]*\*[ \t]*$|^[ \t,]*{_ETAG}([ \t]*,[ \t,]*{_ETAG})*[ \t]*(,[ \t,]*)?$"
 
-ENTRY_BODY = Body(
-    ...,
-    description=(
-        "The entry's definition (see the README for each kind's fields), plus optional `change_note` (string) "
-        "and `labels` (list of label names the new version gets; default: `production`)."
+ENTRY_MODELS: dict[str, type[BaseModel]] = {
+    "prompt": models.PromptEntry,
+    "resource": models.ResourceEntry,
+    "tool": models.ToolEntry,
+}
+PAGE_MODELS: dict[str, type[BaseModel]] = {
+    "prompt": models.PromptPage,
+    "resource": models.ResourcePage,
+    "tool": models.ToolPage,
+}
+
+#: A name per kind for the reference page to prefill: entries of the demo bundle (the first run's catalog).
+DEMO_NAMES = {"prompt": "summarize", "resource": "server-info", "tool": "echo"}
+
+
+def _name_path(kind: str) -> Any:
+    return Path(
+        pattern=NAME_PATTERN,
+        min_length=1,
+        max_length=128,
+        description=f"the {kind}'s name",
+        examples=[DEMO_NAMES[kind]],
+    )
+
+
+# Label names are checked by the service (its message says what a label may be); the schema says it too.
+LabelPath = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=64,
+        description="a label name: 1-64 of [a-z0-9_.-], starting with a letter or digit; not `latest`",
+        json_schema_extra={"pattern": LABEL_PATTERN, "not": {"const": "latest"}},
+        examples=["staging"],
     ),
-)
+]
+VersionPath = Annotated[int, Path(ge=1, le=models.INT32_MAX, description="a version number")]
+IfMatch = Annotated[
+    str | None,
+    Header(
+        max_length=IF_MATCH_CHARS,
+        json_schema_extra={"pattern": IF_MATCH_PATTERN, "minLength": 1},
+        description='the ETag you read (`"v3"`; also `W/"v3"`, a comma-separated list, or `*`): the save is '
+        "refused with 412 if the entry has a newer version since; a malformed value is a 400",
+        examples=['"v1"'],
+    ),
+]
 
-
-class LabelMove(BaseModel):
-    version: int = Field(ge=1)
-
-
-class RenderRequest(BaseModel):
-    arguments: dict[str, Any] = Field(default_factory=dict)
-    version: int | None = Field(default=None, ge=1)
-    label: str | None = None
+ETAG_HEADER = {"description": 'the newest version of the entry, as an ETag (`"v3"`)', "schema": {"type": "string"}}
+ENTRY_HEADERS = {"ETag": ETAG_HEADER}
 
 
 def _catalog(request: Request) -> CatalogService:
@@ -48,51 +101,154 @@ def _split_meta(body: dict[str, Any]) -> tuple[dict[str, Any], str | None, list[
     return spec, note, labels
 
 
+def _check_patch(model: type[BaseModel], kind: str, body: dict[str, Any]) -> None:
+    """A merge patch must be what its schema says (known members, right types) before it is
+    applied: ``{"summary": null}`` would otherwise remove nothing and be taken as an edit."""
+    try:
+        model.model_validate(body)
+    except ValidationError as exc:
+        errors = [{"loc": ".".join(str(p) for p in e["loc"]), "msg": e["msg"]} for e in exc.errors()]
+        summary = "; ".join(f"{e['loc'] or 'patch'}: {e['msg']}" for e in errors[:5])
+        raise Invalid(f"invalid {kind} patch: {summary}", errors=errors) from None
+
+
 def _entry_response(view: EntryView, response: Response) -> dict[str, Any]:
     response.headers["ETag"] = view.etag
     return view.as_dict()
 
 
+def _body(model: type[BaseModel], description: str, media_type: str = "application/json") -> tuple[Any, Any]:
+    """How a JSON-object body is read and published (as ``model``'s schema; the catalog service
+    parses it): the metadata for ``Annotated[dict[str, Any], ...]``."""
+    return Body(media_type=media_type, description=description), WithJsonSchema(body_ref(model))
+
+
 def entry_router(collection: str, kind: str) -> APIRouter:
     router = APIRouter(prefix=f"/{collection}", tags=[collection])
+    EntryName = Annotated[str, _name_path(kind)]  # a type, made per kind
+    title = KINDS[collection]
+    entry_model = ENTRY_MODELS[kind]
+    create_model, replace_model, patch_model = BODY_MODELS[collection]
+    create_read, create_schema = _body(
+        create_model,
+        f"The {kind}'s definition, plus an optional `change_note` and the `labels` the version gets "
+        "(default `production`).",
+    )
+    replace_read, replace_schema = _body(
+        replace_model,
+        f"The {kind}'s whole new definition (`name` may be left out), plus an optional `change_note` and "
+        "the `labels` the version gets (default `production`).",
+    )
+    patch_read, patch_schema = _body(
+        patch_model,
+        f"A JSON Merge Patch (RFC 7396) of the {kind}: members given replace its own, `null` removes one; "
+        "`change_note` and `labels` as for PUT.",
+        media_type="application/merge-patch+json",
+    )
 
-    @router.get("", summary=f"List {collection}")
+    @router.get(
+        "",
+        summary=f"List {collection}",
+        operation_id=f"list{title}s",
+        response_model=PAGE_MODELS[kind],
+        responses=documented(*ALWAYS, 422),
+    )
     def list_entries(
         request: Request,
         _p: ViewerPrincipal,
-        tag: str | None = None,
-        q: Annotated[str | None, Query(description="text search in name, title and description")] = None,
+        tag: Annotated[
+            str | None, Query(pattern=TAG_PATTERN, max_length=64, description="only entries with this tag")
+        ] = None,
+        q: Annotated[
+            str | None,
+            Query(
+                description="text search in name, title and description (case-insensitive substring; at most "
+                "REGISTRY_LIMIT_SEARCH_CHARS characters)"
+            ),
+        ] = None,
         archived: Annotated[bool, Query(description="list archived entries instead")] = False,
         limit: Annotated[int, Query(ge=1, le=500)] = 50,
-        offset: Annotated[int, Query(ge=0)] = 0,
+        offset: Annotated[int, Query(ge=0, le=models.INT32_MAX)] = 0,
     ) -> dict[str, Any]:
-        page = _catalog(request).list_entries(kind, tag=tag, q=q, archived=archived, limit=limit, offset=offset)
-        return {"items": page.items, "total": page.total, "limit": page.limit, "offset": page.offset}
+        catalog = _catalog(request)
+        cap = catalog.limits.search_chars
+        if q is not None and len(q) > cap:
+            refusal = LimitExceeded("search_chars", f"q has {len(q)} characters; at most {cap} are allowed")
+            raise InvalidParameter(
+                str(refusal), errors=[{"loc": "query.q", "msg": str(refusal), "limit": env_name(refusal.limit)}]
+            )
+        page = catalog.list_entries(kind, tag=tag, q=q, archived=archived, limit=limit, offset=offset)
+        return {
+            "items": page.items,
+            "total": page.total,
+            "total_exact": page.total_exact,
+            "limit": page.limit,
+            "offset": page.offset,
+        }
 
-    @router.post("", status_code=201, summary=f"Create a {kind}")
+    @router.post(
+        "",
+        status_code=201,
+        summary=f"Create a {kind} (published to `production` unless `labels` say otherwise)",
+        operation_id=f"create{title}",
+        responses={
+            **documented(*ALWAYS, *WITH_BODY, 409),
+            201: {
+                "description": f"The {kind} as saved: version 1",
+                "headers": {
+                    **ENTRY_HEADERS,
+                    "Location": {"description": "where the entry lives", "schema": {"type": "string"}},
+                },
+            },
+        },
+        response_model=entry_model,
+        response_model_exclude_unset=True,
+    )
     def create_entry(
         request: Request,
         response: Response,
         principal: EditorPrincipal,
-        body: Annotated[dict[str, Any], ENTRY_BODY],
+        body: Annotated[dict[str, Any], create_read, create_schema],
     ) -> dict[str, Any]:
         spec, note, labels = _split_meta(body)
         result = _catalog(request).create(kind, spec, actor=principal.name, note=note, labels=labels)
         response.headers["Location"] = f"{request.url.path.rstrip('/')}/{result.view.name}"
         return _entry_response(result.view, response)
 
-    @router.get("/{name}", summary=f"Get a {kind} (its newest version and labels)")
-    def get_entry(request: Request, response: Response, name: str, _p: ViewerPrincipal) -> dict[str, Any]:
+    @router.get(
+        "/{name}",
+        summary=f"Get a {kind} (its newest version and labels)",
+        operation_id=f"get{title}",
+        responses={**documented(*ALWAYS, 404, 422), 200: {"headers": ENTRY_HEADERS}},
+        response_model=entry_model,
+        response_model_exclude_unset=True,
+    )
+    def get_entry(request: Request, response: Response, name: EntryName, _p: ViewerPrincipal) -> dict[str, Any]:
         return _entry_response(_catalog(request).get(kind, name), response)
 
-    @router.put("/{name}", summary=f"Save a new version of a {kind}")
+    saved = {
+        "description": "The newest version: the one just saved, or the current one when the save changed "
+        "nothing (then nothing was written)",
+        "headers": ENTRY_HEADERS,
+    }
+
+    @router.put(
+        "/{name}",
+        summary=f"Save a new version of a {kind} (replaces the whole definition)",
+        description="An unchanged definition writes nothing and answers the current version. Labels named in "
+        "`labels` are pointed at the saved version (at the current one for an unchanged save).",
+        operation_id=f"update{title}",
+        responses={**documented(*ALWAYS, *WITH_BODY, 404, 409, 412), 200: saved},
+        response_model=entry_model,
+        response_model_exclude_unset=True,
+    )
     def update_entry(
         request: Request,
         response: Response,
-        name: str,
+        name: EntryName,
         principal: EditorPrincipal,
-        body: Annotated[dict[str, Any], ENTRY_BODY],
-        if_match: Annotated[str | None, Header(description="the ETag you read; 412 if stale")] = None,
+        body: Annotated[dict[str, Any], replace_read, replace_schema],
+        if_match: IfMatch = None,
     ) -> dict[str, Any]:
         spec, note, labels = _split_meta(body)
         result = _catalog(request).update(
@@ -100,54 +256,200 @@ def entry_router(collection: str, kind: str) -> APIRouter:
         )
         return _entry_response(result.view, response)
 
-    @router.delete("/{name}", summary=f"Archive a {kind} (hidden from agents, history kept)")
-    def archive_entry(request: Request, response: Response, name: str, principal: EditorPrincipal) -> dict[str, Any]:
+    @router.patch(
+        "/{name}",
+        summary=f"Edit part of a {kind} (JSON Merge Patch, RFC 7396)",
+        description="The patch applies to the newest version as `GET` shows it (write-only values stay "
+        "`********` and keep their stored values). The result is saved like a PUT: an unchanged result writes "
+        "nothing. Content-Type `application/merge-patch+json` (or `application/json`).",
+        operation_id=f"patch{title}",
+        responses={**documented(*ALWAYS, *WITH_BODY, 404, 409, 412), 200: saved},
+        response_model=entry_model,
+        response_model_exclude_unset=True,
+    )
+    def patch_entry(
+        request: Request,
+        response: Response,
+        name: EntryName,
+        principal: EditorPrincipal,
+        body: Annotated[dict[str, Any], patch_read, patch_schema],
+        if_match: IfMatch = None,
+    ) -> dict[str, Any]:
+        if if_match is not None:
+            parse_if_match(if_match)  # a malformed header is a 400 whatever the body
+        _check_patch(patch_model, kind, body)
+        patch, note, labels = _split_meta(body)
+        result = _catalog(request).patch(
+            kind, name, patch, actor=principal.name, if_match=if_match, note=note, labels=labels
+        )
+        return _entry_response(result.view, response)
+
+    @router.delete(
+        "/{name}",
+        summary=f"Archive a {kind} (hidden from agents, history kept; restore brings it back)",
+        operation_id=f"archive{title}",
+        responses={**documented(*ALWAYS, 404, 422), 200: {"headers": ENTRY_HEADERS}},
+        response_model=entry_model,
+        response_model_exclude_unset=True,
+    )
+    def archive_entry(
+        request: Request, response: Response, name: EntryName, principal: EditorPrincipal
+    ) -> dict[str, Any]:
         return _entry_response(_catalog(request).set_archived(kind, name, True, actor=principal.name).view, response)
 
-    @router.post("/{name}/restore", summary=f"Restore an archived {kind}")
-    def restore_entry(request: Request, response: Response, name: str, principal: EditorPrincipal) -> dict[str, Any]:
+    @router.post(
+        "/{name}/restore",
+        summary=f"Restore an archived {kind}",
+        operation_id=f"restore{title}",
+        responses={**documented(*ALWAYS, 404, 422), 200: {"headers": ENTRY_HEADERS}},
+        response_model=entry_model,
+        response_model_exclude_unset=True,
+    )
+    def restore_entry(
+        request: Request, response: Response, name: EntryName, principal: EditorPrincipal
+    ) -> dict[str, Any]:
         return _entry_response(_catalog(request).set_archived(kind, name, False, actor=principal.name).view, response)
 
-    @router.get("/{name}/versions", summary="List versions, newest first")
-    def list_versions(request: Request, name: str, _p: ViewerPrincipal) -> dict[str, Any]:
+    @router.get(
+        "/{name}/versions",
+        summary="List versions, newest first",
+        operation_id=f"list{title}Versions",
+        response_model=models.VersionList,
+        responses=documented(*ALWAYS, 404, 422),
+    )
+    def list_versions(request: Request, name: EntryName, _p: ViewerPrincipal) -> dict[str, Any]:
         return {"items": _catalog(request).versions(kind, name)}
 
-    @router.get("/{name}/versions/{number}", summary="Get one version")
-    def get_version(request: Request, name: str, number: int, _p: ViewerPrincipal) -> dict[str, Any]:
+    @router.get(
+        "/{name}/versions/{number}",
+        summary="Get one version",
+        operation_id=f"get{title}Version",
+        responses=documented(*ALWAYS, 404, 422),
+        response_model=entry_model,
+        response_model_exclude_unset=True,
+    )
+    def get_version(request: Request, name: EntryName, number: VersionPath, _p: ViewerPrincipal) -> dict[str, Any]:
         return _catalog(request).get(kind, name, version=number).as_dict()
 
-    @router.get("/{name}/diff", summary="Unified diff between two versions")
+    @router.get(
+        "/{name}/diff",
+        summary="Unified diff between two versions (whole definition, and per field)",
+        operation_id=f"diff{title}Versions",
+        response_model=models.Diff,
+        responses=documented(*ALWAYS, 404, 422),
+    )
     def diff_versions(
         request: Request,
-        name: str,
+        name: EntryName,
         _p: ViewerPrincipal,
-        from_: Annotated[int, Query(alias="from", ge=1)],
-        to: Annotated[int, Query(ge=1)],
+        from_: Annotated[int, Query(alias="from", ge=1, le=models.INT32_MAX, description="the older version")],
+        to: Annotated[int, Query(ge=1, le=models.INT32_MAX, description="the newer version")],
     ) -> dict[str, Any]:
         return _catalog(request).diff(kind, name, from_, to)
 
-    @router.put("/{name}/labels/{label}", summary="Point a label at a version (rollback = move it back)")
+    @router.put(
+        "/{name}/labels/{label}",
+        summary="Point a label at a version (promote; roll back by moving it back)",
+        operation_id=f"move{title}Label",
+        responses={**documented(*ALWAYS, *WITH_BODY, 404), 200: {"headers": ENTRY_HEADERS}},
+        response_model=entry_model,
+        response_model_exclude_unset=True,
+    )
     def move_label(
         request: Request,
         response: Response,
-        name: str,
-        label: str,
-        move: LabelMove,
+        name: EntryName,
+        label: LabelPath,
+        move: models.LabelMove,
         principal: EditorPrincipal,
     ) -> dict[str, Any]:
         view = _catalog(request).set_label(kind, name, label, move.version, actor=principal.name).view
         return _entry_response(view, response)
 
-    @router.delete("/{name}/labels/{label}", summary="Remove a label")
+    @router.delete(
+        "/{name}/labels/{label}",
+        summary="Remove a label (agents served it no longer see the entry)",
+        operation_id=f"delete{title}Label",
+        responses={**documented(*ALWAYS, 404, 422), 200: {"headers": ENTRY_HEADERS}},
+        response_model=entry_model,
+        response_model_exclude_unset=True,
+    )
     def delete_label(
-        request: Request, response: Response, name: str, label: str, principal: EditorPrincipal
+        request: Request, response: Response, name: EntryName, label: LabelPath, principal: EditorPrincipal
     ) -> dict[str, Any]:
         return _entry_response(_catalog(request).delete_label(kind, name, label, actor=principal.name).view, response)
 
     if kind == "prompt":
 
-        @router.post("/{name}/render", summary="Preview a prompt as agents would receive it")
-        def render_prompt(request: Request, name: str, body: RenderRequest, _p: ViewerPrincipal) -> dict[str, Any]:
+        @router.post(
+            "/{name}/render",
+            summary="Preview a prompt as agents receive it (by default the `production` label's version)",
+            operation_id="renderPrompt",
+            response_model=models.RenderResult,
+            response_model_exclude_unset=True,
+            responses=documented(*ALWAYS, *WITH_BODY, 404),
+        )
+        def render_prompt(
+            request: Request, name: EntryName, body: models.RenderRequest, _p: ViewerPrincipal
+        ) -> dict[str, Any]:
             return _catalog(request).render_prompt(name, body.arguments, version=body.version, label=body.label)
 
+    if kind == "tool":
+
+        @router.post(
+            "/{name}/test",
+            summary="Run a tool exactly as an agent's tools/call would (by default the `production` version)",
+            description="Arguments are validated against the tool's inputSchema, its webhook is called (signed, "
+            "under the SSRF guard, within its timeout) and its answer checked against its outputSchema. A failing "
+            "tool is a result with `isError: true`, as agents see it. The progress and log notifications the call "
+            "produced come back in `notifications`.",
+            operation_id="testTool",
+            response_model=models.ToolTestResult,
+            response_model_exclude_unset=True,
+            responses=documented(*ALWAYS, *WITH_BODY, 404),
+        )
+        async def test_tool(
+            request: Request, name: EntryName, body: models.ToolTestRequest, _p: EditorPrincipal
+        ) -> dict[str, Any]:
+            return await run_tool_test(request, name, body)
+
     return router
+
+
+async def run_tool_test(request: Request, name: str, body: models.ToolTestRequest) -> dict[str, Any]:
+    """One tools/call through the shared code path (registry/catalog/tool_calls.py), its
+    notifications collected instead of streamed."""
+    catalog = _catalog(request)
+    version, label, revealed = await run_in_threadpool(
+        catalog.tool_to_call, name, version=body.version, label=body.label
+    )
+    tool = prepare_tool(ToolSpec.model_validate(revealed), catalog.limits)
+    progress_token = "test"
+    notifications: list[dict[str, Any]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        params: dict[str, Any] = {"progressToken": progress_token, "progress": progress}
+        if total is not None:
+            params["total"] = total
+        if message is not None:
+            params["message"] = message
+        notifications.append({"method": "notifications/progress", "params": params})
+
+    async def on_log(level: str, data: Any) -> None:
+        notifications.append(
+            {"method": "notifications/message", "params": {"level": level, "logger": name, "data": data}}
+        )
+
+    allowed = parse_networks(request.app.state.registry.settings.webhook_allowed_networks)
+    async with make_guarded_client(allowed, timeout=30.0) as client:
+        result = await call_tool(
+            name,
+            tool,
+            body.arguments,
+            client=client,
+            limits=catalog.limits,
+            request_id=f"test-{secrets.token_hex(8)}",
+            on_progress=on_progress,
+            on_log=on_log,
+        )
+    return {"result": result, "notifications": notifications, "version": version, "label": label}

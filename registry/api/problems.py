@@ -12,16 +12,54 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from registry.catalog.errors import CatalogError
 from registry.db.engine import DatabaseUnavailable, is_unavailable, warn_unavailable
 
 PROBLEM_JSON = "application/problem+json"
+
+
+class InvalidParameter(CatalogError):
+    """A query or path parameter out of bounds that FastAPI's own validation cannot see (a bound
+    that is a setting)."""
+
+    status = 422
+    title = "Invalid request"
+
+
 #: What a client is told while the database cannot be reached, and when to try again (seconds).
 UNAVAILABLE_DETAIL = "the catalog is temporarily unavailable: its database cannot be reached right now; retry shortly"
 RETRY_AFTER_S = 2
 
 log = logging.getLogger("registry.api")
+
+
+#: What each documented error status means on the admin API (the problem's ``detail`` says more).
+STATUS_MEANINGS: dict[int, str] = {
+    400: "Malformed request: a JSON body too deeply nested or with too many items (the limit is named), "
+    "or a malformed If-Match",
+    401: "No bearer token, or one that is unknown, revoked or expired",
+    403: "The token lacks the scope this operation needs",
+    404: "No such entry, version, label or token",
+    409: "Conflicts with the catalog: the name or resource URI is taken, or the entry is archived",
+    412: "If-Match names a version that is no longer the newest: reload and re-apply the edit",
+    413: "The request body is larger than REGISTRY_LIMIT_BODY_BYTES",
+    422: "Invalid parameters or body: each problem is listed in `errors` (with the limit it hit, if any)",
+    503: "The database cannot be reached right now; retry after `Retry-After` seconds",
+}
+
+
+def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The ``responses`` of an admin operation: its error statuses, each a problem+json."""
+    content = {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}
+    return {status: {"description": STATUS_MEANINGS[status], "content": content} for status in statuses}
+
+
+#: Every admin-API operation can answer these (token, scope, database).
+ALWAYS = (401, 403, 503)
+#: ... and these when it takes a JSON body (structure and size limits, validation).
+WITH_BODY = (400, 413, 422)
 
 
 def problem(
@@ -47,17 +85,35 @@ def install(app: FastAPI) -> None:
         return problem(422, "Invalid request", summary or "invalid request", errors=errors)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         title = {401: "Unauthorized", 403: "Forbidden", 404: "Not found", 405: "Method not allowed"}.get(
             exc.status_code, "Error"
         )
-        return problem(exc.status_code, title, str(exc.detail), headers=dict(exc.headers or {}))
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(allowed_methods(request))
+        return problem(exc.status_code, title, str(exc.detail), headers=headers)
 
     async def _database_error(request: Request, exc: Exception) -> JSONResponse:
         return database_problem(request, exc)
 
     for error_type in (DatabaseUnavailable, SQLAlchemyError, psycopg.Error, sqlite3.Error):
         app.add_exception_handler(error_type, _database_error)
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at this path. Starlette's 405 names the methods of the first
+    route whose path matched, and FastAPI makes one route per method: ask every route, per method."""
+    routes = request.app.router.routes
+    allowed = []
+    for method in _METHODS:
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] == Match.FULL for route in routes):
+            allowed.append(method)
+    return allowed
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 
 
 def database_problem(request: Request, exc: Exception) -> JSONResponse:

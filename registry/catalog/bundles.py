@@ -1,35 +1,123 @@
 """Import and export of YAML bundles: one readable file per entry.
 
-Layout: ``prompts/<name>.yaml``, ``resources/<name>.yaml``, ``tools/<name>.yaml``. Export writes
-each entry's latest version in its stored (canonical) form, a prompt with a single user text
-message as the ``template:`` shorthand, and write-only values masked. Import compares each file
-with the entry's latest version and writes only what differs, so importing a bundle twice, or
-re-importing an export, changes nothing.
+Two layouts
+-----------
+*Entry bundle*: ``prompts/<name>.yaml``, ``resources/<name>.yaml``, ``tools/<name>.yaml``, each one
+entry in the form the admin API takes (a prompt with a single user text message as the
+``template:`` shorthand). What people write, what ``export`` writes by default (each live entry's
+newest version) and with ``--label L`` (the version label ``L`` serves; entries without it are left
+out).
+
+*History bundle* (``export --all-versions``): ``history/<prompts|resources|tools>/<name>.yaml``, each
+one entry with every version (number, author, note, timestamp, definition), its labels and whether
+it is archived; see ``registry.catalog.bundle_history`` for the file. It moves a catalog to another
+instance.
+
+An export that carries write-only values encrypted or as environment references, and every
+history export, also writes ``export.yaml`` (what was exported, how its secrets are carried, the
+key check, the environment variables) and ``README.md`` (the same for people). How write-only
+values travel: ``registry.catalog.bundle_secrets``.
+
+Import
+------
+Every file is read and validated before anything is written, and *every* problem is reported
+(file, field and line), not just the first. Then:
+
+* an entry bundle is compared with the catalog's newest versions: new entries are created,
+  differing ones get a new version (moving ``latest`` and the import's labels, default
+  ``production``), equal ones are left alone, and so are archived ones (retired on purpose);
+* a history bundle restores each entry exactly (versions numbered, authored and dated as
+  exported, labels, archived state) into a catalog that does not have it. An entry the catalog
+  already has with the same newest version, labels and archived state is "unchanged"; any other
+  existing entry is a conflict, and the import is refused: histories are not merged (import an
+  entry bundle to add a version to an existing entry instead).
+
+The writes happen in one transaction (``CatalogService.import_heads`` / ``restore_histories``): a
+bundle is imported whole or not at all, with one change-log range and one notification burst.
+Importing a bundle twice, or re-importing an export, changes nothing.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
-from dataclasses import dataclass
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
-from registry.catalog.errors import CatalogError, Invalid
-from registry.catalog.secrets import MASK
+from registry import __version__
+from registry.catalog import bulk
+from registry.catalog.bundle_history import HistoryFile, history_document
+from registry.catalog.bundle_secrets import EXPORT_KEY_ENV, ExportSecrets, ImportSecrets, has_secrets, masked_fields
+from registry.catalog.errors import CatalogError, Conflict, Invalid
+from registry.catalog.secrets import MASK, SecretKeyError
 from registry.catalog.service import CatalogService, ImportPlanItem, to_yaml
 from registry.catalog.specs import KIND_BY_COLLECTION, dump_spec
-from registry.limits import DEFAULT_LIMITS, LimitExceeded, Limits
+from registry.limits import LimitExceeded, Limits
 
 COLLECTION_BY_KIND = {kind: collection for collection, kind in KIND_BY_COLLECTION.items()}
+HISTORY = "history"
+MANIFEST = "export.yaml"
+README = "README.md"
+FORMAT = "mcp-registry-bundle/1"
+#: Entries compared with the catalog per read transaction.
+PLAN_SLICE = 5000
+_yaml_c_loader: Any = getattr(yaml, "CSafeLoader", None)
+
+
+class _ExportDumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+    """What ``to_yaml`` writes (multi-line strings as literal blocks), emitted by libyaml when
+    present: the same text, several times faster, which an export of 100,000 entries notices."""
+
+
+def _literal_blocks(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_ExportDumper.add_representer(str, _literal_blocks)
+
+
+def _dump(value: Any) -> str:
+    return yaml.dump(value, Dumper=_ExportDumper, sort_keys=False, allow_unicode=True, width=100)
+
+
+# ------------------------------------------------------------------ problems
 
 
 @dataclass(frozen=True)
-class BundleFile:
-    kind: str
+class Problem:
+    """One thing wrong with one bundle file: ``<path>:<line>: <field>: <message>``."""
+
     path: Path
-    raw: dict[str, Any]
+    message: str
+    field: str | None = None
+    line: int | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line else str(self.path)
+        return f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"path": str(self.path), "line": self.line, "loc": self.field or "", "msg": self.message}
+
+
+def _refuse(problems: list[Problem], files: int) -> Invalid:
+    bad = len({p.path for p in problems})
+    listing = "\n".join(f"  {p}" for p in problems)
+    return Invalid(
+        f"{bad} of {files} bundle files are invalid; nothing was written:\n{listing}",
+        errors=[p.as_dict() for p in problems],
+    )
+
+
+# ------------------------------------------------------------------ reading files
 
 
 class _BundleLoader(yaml.SafeLoader):
@@ -45,50 +133,263 @@ class _BundleLoader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
-def _load_yaml(path: Path, limits: Limits) -> Any:
-    size = path.stat().st_size
-    if size > limits.body_bytes:
-        raise LimitExceeded("body_bytes", f"{path}: {size} bytes is larger than {limits.body_bytes}")
-    try:
-        return yaml.load(path.read_text(encoding="utf-8"), Loader=_BundleLoader)  # a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        raise Invalid(f"{path}: not valid YAML: {exc}") from None
-    except RecursionError:
-        raise Invalid(f"{path}: nested too deeply") from None
-    except UnicodeDecodeError:
-        raise Invalid(f"{path}: not UTF-8 text") from None
+def _parse_yaml(text: str) -> Any:
+    """libyaml when the text cannot hold an alias (no ``*`` anywhere: an alias is ``*name``), the
+    alias-refusing pure-Python loader otherwise; the first is several times faster."""
+    if _yaml_c_loader is not None and "*" not in text:
+        return yaml.load(text, Loader=_yaml_c_loader)
+    return yaml.load(text, Loader=_BundleLoader)  # a SafeLoader subclass
 
 
-def read_bundle(directory: Path, limits: Limits = DEFAULT_LIMITS) -> list[BundleFile]:
-    """The entry files of a bundle folder, each parsed; bounded in file count, file size and total size."""
-    if not directory.is_dir():
-        raise Invalid(f"bundle folder {directory} does not exist")
-    paths: list[tuple[str, Path]] = []
+class _Locator:
+    """Maps a field path (pydantic's ``loc``) to its line in the file; the file is composed only
+    when a problem needs a line, so valid files are parsed once."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._root: Any = None
+        self._composed = False
+
+    def line(self, loc: Sequence[str]) -> int | None:
+        if not self._composed:
+            self._composed = True
+            try:
+                self._root = yaml.compose(self.text, Loader=_BundleLoader)
+            except (yaml.YAMLError, RecursionError):
+                self._root = None
+        node = self._root
+        if node is None:
+            return None
+        line = node.start_mark.line + 1
+        for part in loc:
+            if isinstance(node, yaml.MappingNode):
+                pair = _key(node, part)
+                if pair is None and part == "messages":
+                    shorthand = _key(node, "template")  # the prompt was written with ``template:``
+                    if shorthand is not None:
+                        return int(shorthand[0].start_mark.line) + 1
+                if pair is None:
+                    continue  # e.g. a union's tag in the loc; or a missing field: its parent's line
+                line, node = pair[0].start_mark.line + 1, pair[1]
+            elif isinstance(node, yaml.SequenceNode) and part.isdigit() and int(part) < len(node.value):
+                node = node.value[int(part)]
+                line = node.start_mark.line + 1
+        return int(line)
+
+    def field(self, loc: Sequence[str]) -> str:
+        """``loc`` as the file spells it: a prompt written with ``template:`` has no ``messages``."""
+        self.line(())  # composes the file once
+        node = self._root
+        for index, part in enumerate(loc):
+            if isinstance(node, yaml.MappingNode):
+                pair = _key(node, part)
+                if pair is None and part == "messages" and _key(node, "template") is not None:
+                    return ".".join([*loc[:index], "template"])
+                node = pair[1] if pair is not None else None
+            elif isinstance(node, yaml.SequenceNode) and part.isdigit() and int(part) < len(node.value):
+                node = node.value[int(part)]
+            else:
+                break
+        return ".".join(loc)
+
+
+def _key(node: yaml.MappingNode, name: str) -> tuple[Any, Any] | None:
+    return next((pair for pair in node.value if isinstance(pair[0], yaml.ScalarNode) and pair[0].value == name), None)
+
+
+@dataclass(frozen=True)
+class _Source:
+    kind: str
+    path: Path
+
+
+def _collect(root: Path, limits: Limits, already: int) -> list[_Source]:
+    sources: list[_Source] = []
     for collection, kind in KIND_BY_COLLECTION.items():
-        folder = directory / collection
+        folder = root / collection
         if not folder.is_dir():
             continue
-        paths += [(kind, path) for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")])]
-        if len(paths) > limits.bundle_files:
-            too_many = LimitExceeded("bundle_files", f"{directory} holds more than {limits.bundle_files} files")
+        sources += [_Source(kind, p) for p in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")])]
+        if already + len(sources) > limits.bundle_files:
+            too_many = LimitExceeded("bundle_files", f"{root} holds more than {limits.bundle_files} files")
             raise Invalid(str(too_many))
-    total = 0
-    files: list[BundleFile] = []
-    for kind, path in paths:
-        total += path.stat().st_size
-        if total > limits.bundle_bytes:
-            too_big = LimitExceeded("bundle_bytes", f"{directory} holds more than {limits.bundle_bytes} bytes")
-            raise Invalid(str(too_big))
-        try:
-            raw = _load_yaml(path, limits)
-        except LimitExceeded as exc:
-            raise Invalid(str(exc)) from None
-        if not isinstance(raw, dict):
-            raise Invalid(f"{path}: expected a mapping at the top level")
-        files.append(BundleFile(kind, path, raw))
-    if not files:
+    return sources
+
+
+def _list_files(directory: Path, limits: Limits) -> tuple[str, list[_Source]]:
+    """("entries" or "history", the files), bounded in file count and total size."""
+    if not directory.is_dir():
+        raise Invalid(f"bundle folder {directory} does not exist")
+    entries = _collect(directory, limits, 0)
+    history = _collect(directory / HISTORY, limits, len(entries)) if (directory / HISTORY).is_dir() else []
+    if entries and history:
+        raise Invalid(
+            f"{directory} holds both entry files (prompts/, resources/, tools/) and a {HISTORY}/ folder; "
+            "import one layout at a time"
+        )
+    sources = history or entries
+    if not sources:
         raise Invalid(f"{directory} holds no prompts/, resources/ or tools/ YAML files")
-    return files
+    total = 0
+    for source in sources:
+        total += source.path.stat().st_size
+        if total > limits.bundle_bytes:
+            raise Invalid(
+                str(LimitExceeded("bundle_bytes", f"{directory} holds more than {limits.bundle_bytes} bytes"))
+            )
+    return ("history" if history else "entries"), sources
+
+
+def _load(source: _Source, limits: Limits) -> tuple[str, dict[str, Any]] | Problem:
+    path = source.path
+    size = path.stat().st_size
+    if size > limits.body_bytes:
+        return Problem(path, str(LimitExceeded("body_bytes", f"{size} bytes is larger than {limits.body_bytes}")))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        return Problem(path, "not UTF-8 text")
+    try:
+        raw = _parse_yaml(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        what = " ".join(str(part) for part in (exc.context, exc.problem) if part)
+        return Problem(path, f"not valid YAML: {what}", line=mark.line + 1 if mark else None)
+    except yaml.YAMLError as exc:
+        return Problem(path, f"not valid YAML: {exc}")
+    except RecursionError:
+        return Problem(path, "nested too deeply")
+    if not isinstance(raw, dict):
+        return Problem(path, "expected a mapping at the top level", line=1)
+    return text, raw
+
+
+_TEMPLATE_DETAIL = re.compile(r"invalid \w+ template: ([A-Za-z0-9_.\[\]]+): (.*)", re.DOTALL)
+
+
+def _spec_problems(path: Path, locate: _Locator, exc: CatalogError, prefix: Sequence[str] = ()) -> list[Problem]:
+    """A refused definition as problems, each with its field and line."""
+    if exc.errors:
+        problems = []
+        for error in exc.errors:
+            loc = [*prefix, *(part for part in str(error.get("loc") or "").split(".") if part)]
+            problems.append(Problem(path, str(error.get("msg")), locate.field(loc) or None, locate.line(loc)))
+        return problems
+    found = _TEMPLATE_DETAIL.fullmatch(exc.detail)
+    if found is not None:  # "invalid prompt template: messages[0].content.text: line 2: ..."
+        loc = [*prefix, *(part for part in re.split(r"[.\[\]]+", found.group(1)) if part)]
+        message = found.group(2)
+        inner = re.match(r"line (\d+): (.*)", message, re.DOTALL)
+        if inner is not None:  # the template's own line, not the file's
+            message = f"{inner.group(2)} (line {inner.group(1)} of the template)"
+        return [Problem(path, message, locate.field(loc), locate.line(loc))]
+    return [Problem(path, exc.detail, ".".join(prefix) or None, locate.line(prefix) if prefix else None)]
+
+
+def _resolve(
+    secrets: ImportSecrets, kind: str, raw: dict[str, Any], path: Path, locate: _Locator, prefix: Sequence[str] = ()
+) -> list[Problem]:
+    problems = []
+    for where, message in secrets.resolve(kind, raw):
+        loc = [*prefix, *where.split(".")]
+        problems.append(Problem(path, message, ".".join(loc), locate.line(loc)))
+    return problems
+
+
+def _read_manifest(directory: Path, secrets: ImportSecrets) -> None:
+    """Check ``export.yaml`` when the bundle has one: its format, and that the export key fits."""
+    path = directory / MANIFEST
+    if not path.is_file():
+        return
+    try:
+        manifest = yaml.load(path.read_text(encoding="utf-8"), Loader=_BundleLoader)
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:
+        raise Invalid(f"{path}: not a valid manifest: {exc}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise Invalid(f"{path}: not a bundle manifest this version reads (format: {FORMAT})")
+    check = (manifest.get("secrets") or {}).get("key_check")
+    problem = secrets.check_key(check if isinstance(check, str) else None)
+    if problem is not None:
+        raise Invalid(f"{path}: {problem}")
+
+
+# ------------------------------------------------------------------ entry bundles: validate, plan, apply
+
+
+@dataclass(frozen=True)
+class PlannedEntry:
+    """One bundle file and what importing it would do."""
+
+    kind: str
+    name: str
+    path: Path
+    action: str
+    #: The incoming definition (for a history file: its newest version), canonical, write-only
+    #: values in the clear (or masked, meaning "keep the stored ones").
+    spec: dict[str, Any]
+    #: The catalog's newest version of the entry, for an update (what the diff and the write need).
+    head: bulk.StoredHead | None = None
+    #: What would be stored (write-only values sealed), for create and update.
+    sealed: dict[str, Any] | None = None
+    #: A history file: the whole entry to restore.
+    history: bulk.HistoryWrite | None = None
+
+    @property
+    def item(self) -> ImportPlanItem:
+        return ImportPlanItem(self.kind, self.name, self.action, str(self.path))
+
+
+@dataclass(frozen=True)
+class _Incoming:
+    kind: str
+    name: str
+    path: Path
+    spec: dict[str, Any]
+    #: Masked write-only values (field -> line): fine for an update, a problem for a create.
+    masked: dict[str, int | None] = field(default_factory=dict)
+    #: Resources: the line of ``uri``/``uriTemplate``, for a URI another resource holds.
+    uri_line: int | None = None
+
+
+def _read_entries(
+    service: CatalogService, sources: list[_Source], secrets: ImportSecrets, problems: list[Problem]
+) -> list[_Incoming]:
+    """Every file parsed and validated, in one pass: the valid entries, and ``problems`` extended
+    with everything wrong with the others."""
+    incoming: list[_Incoming] = []
+    first_seen: dict[tuple[str, str], Path] = {}
+    for source in sources:
+        loaded = _load(source, service.limits)
+        if isinstance(loaded, Problem):
+            problems.append(loaded)
+            continue
+        text, raw = loaded
+        locate = _Locator(text)
+        unresolved = _resolve(secrets, source.kind, raw, source.path, locate)
+        if unresolved:
+            problems += unresolved
+            continue
+        try:
+            spec = dump_spec(service.parse_spec(source.kind, raw))
+        except CatalogError as exc:
+            problems += _spec_problems(source.path, locate, exc)
+            continue
+        key = (source.kind, spec["name"])
+        if key in first_seen:
+            problems.append(
+                Problem(
+                    source.path,
+                    f"{source.kind} {spec['name']!r} appears twice in the bundle (also in {first_seen[key]})",
+                    "name",
+                    locate.line(["name"]),
+                )
+            )
+            continue
+        first_seen[key] = source.path
+        masked = {where: locate.line(where.split(".")) for where in masked_fields(source.kind, spec)}
+        uri_line = _top_level_line(text, ("uri", "uriTemplate")) if source.kind == "resource" else None
+        incoming.append(_Incoming(source.kind, spec["name"], source.path, spec, masked, uri_line))
+    return incoming
 
 
 def _comparable(service: CatalogService, kind: str, stored: dict[str, Any], incoming: dict[str, Any]) -> dict[str, Any]:
@@ -105,29 +406,272 @@ def _comparable(service: CatalogService, kind: str, stored: dict[str, Any], inco
     return revealed
 
 
-def plan_import(service: CatalogService, directory: Path) -> list[tuple[ImportPlanItem, BundleFile]]:
-    plan: list[tuple[ImportPlanItem, BundleFile]] = []
-    seen: set[tuple[str, str]] = set()
-    for bundle_file in read_bundle(directory, service.limits):
+def _identity_uri(spec: dict[str, Any]) -> str:
+    return str(spec.get("uri") or spec.get("uriTemplate") or "")
+
+
+def _catalog_state(
+    service: CatalogService, incoming: Sequence[_Incoming], *, against_empty: bool, with_labels: bool = False
+) -> tuple[dict[str, dict[str, bulk.StoredHead]], dict[str, str], dict[int, dict[str, int]]]:
+    """The catalog's newest versions of the incoming entries, who holds the incoming resource URIs,
+    and (``with_labels``) the labels of the entries present: one read transaction."""
+    if against_empty:
+        return {}, {}, {}
+    names: dict[str, list[str]] = {}
+    for entry in incoming:
+        names.setdefault(entry.kind, []).append(entry.name)
+    uris = [_identity_uri(e.spec) for e in incoming if e.kind == "resource"]
+    with service.bulk_reader() as session:
+        heads = {kind: bulk.stored_heads(session, kind, wanted) for kind, wanted in names.items()}
+        owners = bulk.uri_owners(session, uris) if uris else {}
+        labels = (
+            bulk.labels_of(session, [h.entry_id for found in heads.values() for h in found.values()])
+            if with_labels
+            else {}
+        )
+    return heads, owners, labels
+
+
+def _top_level_line(text: str, keys: Sequence[str]) -> int | None:
+    """The line of the first top-level ``key:`` of a YAML text (without composing it)."""
+    found = re.search(rf"^(?:{'|'.join(map(re.escape, keys))})\s*:", text, re.MULTILINE)
+    return text.count("\n", 0, found.start()) + 1 if found else None
+
+
+def _uri_problems(entry: _Incoming, owners: dict[str, str], seen: dict[str, Path]) -> list[Problem]:
+    if entry.kind != "resource":
+        return []
+    uri = _identity_uri(entry.spec)
+    where = "uriTemplate" if entry.spec.get("uriTemplate") else "uri"
+    problems = []
+    if uri in seen:
+        problems.append(Problem(entry.path, f"{uri!r} is also the URI of {seen[uri]}", where, entry.uri_line))
+    seen.setdefault(uri, entry.path)
+    owner = owners.get(uri)
+    if owner is not None and owner != entry.name:
+        problems.append(Problem(entry.path, f"resource {owner!r} already uses {uri!r}", where, entry.uri_line))
+    return problems
+
+
+def _plan_entries(
+    service: CatalogService,
+    incoming: list[_Incoming],
+    problems: list[Problem],
+    *,
+    against_empty: bool,
+    only_missing: bool,
+) -> list[PlannedEntry]:
+    planned: list[PlannedEntry] = []
+    uris_seen: dict[str, Path] = {}
+    # In slices, so the stored versions compared against are held a slice at a time (100,000 of
+    # them at once cost hundreds of MB); only those of entries to update are kept, for the write.
+    for start in range(0, len(incoming), PLAN_SLICE):
+        part = incoming[start : start + PLAN_SLICE]
+        heads, owners, _ = _catalog_state(service, part, against_empty=against_empty)
+        planned += _plan_slice(service, part, heads, owners, uris_seen, problems, only_missing=only_missing)
+    return planned
+
+
+def _plan_slice(
+    service: CatalogService,
+    incoming: Sequence[_Incoming],
+    heads: dict[str, dict[str, bulk.StoredHead]],
+    owners: dict[str, str],
+    uris_seen: dict[str, Path],
+    problems: list[Problem],
+    *,
+    only_missing: bool,
+) -> list[PlannedEntry]:
+    planned: list[PlannedEntry] = []
+    for entry in incoming:
+        head = heads.get(entry.kind, {}).get(entry.name)
         try:
-            spec = service.parse_spec(bundle_file.kind, bundle_file.raw)
-        except CatalogError as exc:
-            raise Invalid(f"{bundle_file.path}: {exc.detail}", errors=exc.errors) from None
-        key = (bundle_file.kind, spec.name)
+            if head is None:
+                action = "create"
+            elif head.archived:
+                action = "skip-archived"  # retired on purpose; a bundle does not bring it back
+            elif _comparable(service, entry.kind, head.spec, entry.spec) == entry.spec:
+                action = "unchanged"
+            else:
+                action = "kept" if only_missing else "update"
+        except SecretKeyError as exc:
+            problems.append(Problem(entry.path, f"cannot compare with the stored version: {exc}"))
+            continue
+        sealed = None
+        if action in ("create", "update"):
+            problems += _uri_problems(entry, owners, uris_seen)
+            if head is None and entry.masked:
+                problems += [
+                    Problem(
+                        entry.path,
+                        f"is masked ({MASK}) but this catalog has no {entry.kind} {entry.name!r}, so there is no "
+                        "stored value to keep: export with --secrets-key or --secrets env",
+                        where,
+                        line,
+                    )
+                    for where, line in entry.masked.items()
+                ]
+                continue
+            try:
+                sealed = service.seal(entry.kind, entry.spec, head.spec if head else None)
+            except Invalid as exc:
+                problems.append(Problem(entry.path, exc.detail))
+                continue
+        kept_head = head if action in ("update", "kept") else None  # what a diff or the write needs
+        planned.append(PlannedEntry(entry.kind, entry.name, entry.path, action, entry.spec, kept_head, sealed))
+    return planned
+
+
+# ------------------------------------------------------------------ history bundles: validate, plan, apply
+
+
+def _read_histories(
+    service: CatalogService, sources: list[_Source], secrets: ImportSecrets, problems: list[Problem]
+) -> list[tuple[_Incoming, bulk.HistoryWrite]]:
+    found: list[tuple[_Incoming, bulk.HistoryWrite]] = []
+    seen: dict[tuple[str, str], Path] = {}
+    note_cap = service.limits.change_note_chars
+    for source in sources:
+        loaded = _load(source, service.limits)
+        if isinstance(loaded, Problem):
+            problems.append(loaded)
+            continue
+        text, raw = loaded
+        locate = _Locator(text)
+        try:
+            history = HistoryFile.model_validate(raw)
+        except ValidationError as exc:
+            for error in exc.errors():
+                loc = [str(part) for part in error["loc"]]
+                message = error["msg"].removeprefix("Value error, ")
+                problems.append(Problem(source.path, message, ".".join(loc) or None, locate.line(loc)))
+            continue
+        records: list[bulk.VersionRecord] = []
+        newest: dict[str, Any] = {}
+        before = len(problems)
+        for index, version in enumerate(history.versions):
+            prefix = ["versions", str(index), "spec"]
+            spec_raw = version.spec
+            if spec_raw.setdefault("name", history.name) != history.name:
+                loc = [*prefix, "name"]
+                message = f"names {spec_raw['name']!r}, not {history.name!r}"
+                problems.append(Problem(source.path, message, ".".join(loc), locate.line(loc)))
+                continue
+            if version.note is not None and len(version.note) > note_cap:
+                loc = ["versions", str(index), "note"]
+                refusal = LimitExceeded(
+                    "change_note_chars", f"note has {len(version.note)} characters; at most {note_cap}"
+                )
+                problems.append(Problem(source.path, str(refusal), ".".join(loc), locate.line(loc)))
+            unresolved = _resolve(secrets, source.kind, spec_raw, source.path, locate, prefix)
+            masked = masked_fields(source.kind, spec_raw)
+            if unresolved or masked:
+                problems += unresolved
+                problems += [
+                    Problem(
+                        source.path,
+                        f"is masked ({MASK}): a history import needs the values themselves (export with "
+                        "--secrets-key or --secrets env)",
+                        ".".join([*prefix, where]),
+                        locate.line([*prefix, *where.split(".")]),
+                    )
+                    for where in masked
+                ]
+                continue
+            try:
+                canonical = dump_spec(service.parse_spec(source.kind, spec_raw))
+            except CatalogError as exc:
+                problems += _spec_problems(source.path, locate, exc, prefix)
+                continue
+            newest = canonical
+            sealed = service.seal(source.kind, canonical, None)
+            records.append(
+                bulk.VersionRecord(version.version, sealed, version.author, version.note, version.created_at)
+            )
+        key = (source.kind, history.name)
         if key in seen:
-            raise Invalid(f"{bundle_file.path}: {bundle_file.kind} {spec.name!r} appears twice in the bundle")
-        seen.add(key)
-        incoming = dump_spec(spec)
-        current = service.latest_stored(bundle_file.kind, spec.name)
-        if current is None:
-            action = "create"
+            problems.append(
+                Problem(
+                    source.path, f"{source.kind} {history.name!r} appears twice in the bundle (also in {seen[key]})"
+                )
+            )
+        seen[key] = source.path
+        if len(problems) > before:
+            continue
+        write = bulk.HistoryWrite(
+            source.kind,
+            history.name,
+            records,
+            {k: v for k, v in history.labels.items() if k != "latest"},
+            history.archived,
+            history.created_at,
+            history.updated_at,
+        )
+        found.append((_Incoming(source.kind, history.name, source.path, newest), write))
+    return found
+
+
+def _plan_histories(
+    service: CatalogService,
+    found: list[tuple[_Incoming, bulk.HistoryWrite]],
+    problems: list[Problem],
+    *,
+    against_empty: bool,
+) -> list[PlannedEntry]:
+    incoming = [entry for entry, _ in found]
+    heads, owners, labels = _catalog_state(service, incoming, against_empty=against_empty, with_labels=True)
+    planned: list[PlannedEntry] = []
+    uris_seen: dict[str, Path] = {}
+    for entry, write in found:
+        head = heads.get(entry.kind, {}).get(entry.name)
+        if head is None:
+            action = "restore"
+            problems += _uri_problems(entry, owners, uris_seen)
         else:
-            entry, stored = current
-            same = _comparable(service, bundle_file.kind, stored, incoming) == incoming
-            # An archived entry was retired on purpose; a bundle does not bring it back.
-            action = "skip-archived" if entry.archived else ("unchanged" if same else "update")
-        plan.append((ImportPlanItem(bundle_file.kind, spec.name, action, str(bundle_file.path)), bundle_file))
-    return plan
+            try:
+                same = (
+                    head.latest_version == write.versions[-1].number
+                    and head.archived == write.archived
+                    and labels.get(head.entry_id, {}) == write.labels
+                    and _comparable(service, entry.kind, head.spec, entry.spec) == entry.spec
+                )
+            except SecretKeyError as exc:
+                problems.append(Problem(entry.path, f"cannot compare with the stored version: {exc}"))
+                continue
+            action = "unchanged" if same else "conflict"
+        planned.append(PlannedEntry(entry.kind, entry.name, entry.path, action, entry.spec, head, history=write))
+    return planned
+
+
+# ------------------------------------------------------------------ public entry points
+
+
+def plan_import(
+    service: CatalogService,
+    directory: Path,
+    *,
+    secrets: ImportSecrets | None = None,
+    against_empty: bool = False,
+    only_missing: bool = False,
+) -> list[tuple[ImportPlanItem, PlannedEntry]]:
+    """What importing ``directory`` would do, entry by entry; writes nothing. Raises ``Invalid``
+    listing every problem of every file. ``against_empty``: compare with an empty catalog without
+    reading the database (it has no tables yet)."""
+    secrets = secrets if secrets is not None else ImportSecrets()
+    layout, sources = _list_files(directory, service.limits)
+    _read_manifest(directory, secrets)
+    problems: list[Problem] = []
+    if layout == "history":
+        found = _read_histories(service, sources, secrets, problems)
+        planned = _plan_histories(service, found, problems, against_empty=against_empty)
+    else:
+        incoming = _read_entries(service, sources, secrets, problems)
+        planned = _plan_entries(service, incoming, problems, against_empty=against_empty, only_missing=only_missing)
+    if problems:
+        # One report, in file order, whichever stage found each problem.
+        order = {source.path: index for index, source in enumerate(sources)}
+        raise _refuse(sorted(problems, key=lambda p: order.get(p.path, -1)), len(sources))
+    return [(entry.item, entry) for entry in planned]
 
 
 def apply_import(
@@ -137,21 +681,68 @@ def apply_import(
     actor: str,
     labels: list[str] | None = None,
     only_missing: bool = False,
+    secrets: ImportSecrets | None = None,
 ) -> list[ImportPlanItem]:
-    """Write the plan. ``only_missing`` (used for seeding at start-up) creates new entries but never
-    overwrites an existing one, so a restart does not undo what admins edited since."""
-    plan = plan_import(service, directory)
+    """Write the plan in one transaction. ``only_missing`` (used for seeding at start-up) creates
+    new entries but never overwrites an existing one, so a restart does not undo what admins
+    edited since. ``labels`` apply to an entry bundle's new versions (a history bundle brings its own)."""
+    plan = [entry for _item, entry in plan_import(service, directory, secrets=secrets, only_missing=only_missing)]
     note = f"imported from {directory.name}"
-    done: list[ImportPlanItem] = []
-    for item, bundle_file in plan:
-        if item.action == "create":
-            service.create(item.kind, bundle_file.raw, actor=actor, note=note, labels=labels)
-        elif item.action == "update" and not only_missing:
-            service.update(item.kind, item.name, bundle_file.raw, actor=actor, note=note, labels=labels)
-        elif item.action == "update":
-            item = ImportPlanItem(item.kind, item.name, "kept", item.source)
-        done.append(item)
-    return done
+    histories = [entry for entry in plan if entry.history is not None]
+    if histories:
+        if labels:
+            raise Invalid("--label does not apply to a history bundle: it restores the labels it holds")
+        conflicts = [entry for entry in histories if entry.action == "conflict"]
+        if conflicts:
+            shown = ", ".join(f"{e.kind} {e.name}" for e in conflicts[:10])
+            more = f" and {len(conflicts) - 10} more" if len(conflicts) > 10 else ""
+            raise Conflict(
+                f"{len(conflicts)} entries of the history bundle exist in this catalog with another history "
+                f"({shown}{more}); a history import restores entries into a catalog that does not have them, "
+                "and nothing was written (import an entry bundle to add a version to existing entries instead)"
+            )
+        service.restore_histories(
+            [e.history for e in histories if e.action == "restore" and e.history is not None],
+            actor=actor,
+            note=f"restored from {directory.name}",
+        )
+        return [entry.item for entry in plan]
+    writes = [
+        bulk.HeadWrite(
+            entry.kind,
+            entry.name,
+            entry.sealed,
+            entry_id=entry.head.entry_id if entry.head else None,
+            base=entry.head.latest_version if entry.head else None,
+            previous=entry.head.spec if entry.head else None,
+        )
+        for entry in plan
+        if entry.action in ("create", "update") and entry.sealed is not None
+    ]
+    service.import_heads(writes, actor=actor, note=note, labels=labels)
+    return [entry.item for entry in plan]
+
+
+def plan_diff(service: CatalogService, entry: PlannedEntry) -> str:
+    """A unified diff, stored newest version against the incoming one, in YAML with write-only
+    values masked ("" when there is nothing to compare)."""
+    if entry.head is None or entry.action not in ("update", "conflict", "kept"):
+        return ""
+    old = to_yaml(_export_form(entry.kind, service.mask(entry.kind, entry.head.spec)))
+    new = to_yaml(_export_form(entry.kind, service.mask(entry.kind, entry.spec)))
+    label = f"{entry.kind} {entry.name}"
+    if old == new:
+        return f"(only write-only values differ in {label})\n"
+    lines = difflib.unified_diff(
+        old.splitlines(keepends=True),
+        new.splitlines(keepends=True),
+        fromfile=f"{label} (stored v{entry.head.latest_version})",
+        tofile=f"{label} ({entry.path})",
+    )
+    return "".join(lines)
+
+
+# ------------------------------------------------------------------ export
 
 
 def _export_form(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -177,23 +768,190 @@ def _write_new_text(path: Path, text: str) -> None:
         handle.write(text)
 
 
-def export_bundle(service: CatalogService, directory: Path) -> list[Path]:
-    """Write every live entry's latest version; returns the files written."""
-    written: list[Path] = []
-    for kind, collection in COLLECTION_BY_KIND.items():
-        offset = 0
-        while True:
-            page = service.list_entries(kind, limit=500, offset=offset)
-            for item in page.items:
-                view = service.get(kind, item["name"])
-                folder = directory / collection
-                if folder.is_symlink():
-                    raise Invalid(f"refusing to export into {folder}: it is a symbolic link")
-                folder.mkdir(parents=True, exist_ok=True)
-                path = folder / f"{view.name}.yaml"
-                _write_new_text(path, to_yaml(_export_form(kind, view.spec)))
-                written.append(path)
-            offset += page.limit
-            if offset >= page.total:
-                break
-    return written
+def _folder(root: Path, *parts: str) -> Path:
+    """``root/parts...``, created, refusing to go through a symbolic link on the way (see above)."""
+    path = root
+    for part in parts:
+        path = path / part
+        if path.is_symlink():
+            raise Invalid(f"refusing to export into {path}: it is a symbolic link")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@dataclass
+class ExportResult:
+    #: The entry files written.
+    files: list[Path] = field(default_factory=list)
+    #: ``export.yaml`` and ``README.md`` when written.
+    extras: list[Path] = field(default_factory=list)
+    #: env mode: variable -> where it is used.
+    variables: dict[str, list[str]] = field(default_factory=dict)
+
+
+def _secret_holders(service: CatalogService, *, label: str | None, all_versions: bool) -> list[str]:
+    """The entries that would be exported with write-only values."""
+    found: list[str] = []
+    with service.bulk_reader() as session:
+        for kind in ("resource", "tool"):
+            if all_versions:
+                found += [
+                    f"{kind} {h.name}"
+                    for h in bulk.iter_histories(session, kind)
+                    if any(has_secrets(kind, v.spec) for v in h.versions)
+                ]
+            else:
+                found += [
+                    f"{kind} {n}" for n, spec in bulk.iter_served(session, kind, label) if has_secrets(kind, spec)
+                ]
+    return found
+
+
+def _check_secret_mode(found: list[str], secrets: ExportSecrets | None, *, all_versions: bool) -> None:
+    if not found:
+        return
+    shown = ", ".join(found[:10]) + (f" and {len(found) - 10} more" if len(found) > 10 else "")
+    if secrets is None:
+        raise Invalid(
+            f"{len(found)} entries hold write-only values (header values, signing secrets): {shown}. Choose how "
+            f"to export them: --secrets-key KEY (or {EXPORT_KEY_ENV}=KEY) encrypts them under a key you give, and "
+            "the import needs the same key; --secrets env writes ${env:NAME} references the import resolves from "
+            f"its environment (the names are listed); --secrets mask writes {MASK}, which only a re-import into "
+            "this same catalog can use"
+        )
+    if all_versions and secrets.mode == "mask":
+        raise Invalid(
+            f"{len(found)} entries hold write-only values ({shown}): a history export cannot mask them, since "
+            "the import must restore them; use --secrets-key KEY or --secrets env"
+        )
+
+
+def export_catalog(
+    service: CatalogService,
+    directory: Path,
+    *,
+    label: str | None = None,
+    all_versions: bool = False,
+    secrets: ExportSecrets | None = None,
+) -> ExportResult:
+    """Write the catalog as a bundle (see the module docstring). ``secrets`` None refuses when an
+    exported entry holds write-only values, explaining the choices."""
+    if label is not None and all_versions:
+        raise Invalid("--label and --all-versions exclude each other: a history export holds every label")
+    _check_secret_mode(
+        _secret_holders(service, label=label, all_versions=all_versions), secrets, all_versions=all_versions
+    )
+    mode = secrets.mode if secrets is not None else "none"
+    result = ExportResult()
+    counts: dict[str, int] = {}
+
+    def encoded(kind: str, name: str, stored: dict[str, Any], version: int | None = None) -> dict[str, Any]:
+        if not has_secrets(kind, stored) or secrets is None:
+            return stored
+        if secrets.mode == "mask":
+            return service.mask(kind, stored)
+        return secrets.encode(kind, name, service.reveal(kind, stored), version=version)
+
+    with service.bulk_reader() as session:
+        for kind, collection in COLLECTION_BY_KIND.items():
+            counts[kind] = 0
+            folder: tuple[str, ...]
+            if all_versions:
+                folder = (HISTORY, collection)
+                for entry in bulk.iter_histories(session, kind):
+                    versions = []
+                    for v in entry.versions:
+                        doc: dict[str, Any] = {
+                            "version": v.number,
+                            "author": v.author,
+                            "created_at": v.created_at.isoformat(),
+                        }
+                        if v.note is not None:
+                            doc["note"] = v.note
+                        doc["spec"] = _export_form(kind, encoded(kind, entry.name, v.spec, v.number))
+                        versions.append(doc)
+                    document = history_document(
+                        entry.name,
+                        archived=entry.archived,
+                        created_at=entry.created_at.isoformat(),
+                        updated_at=entry.updated_at.isoformat(),
+                        labels=entry.labels,
+                        versions=versions,
+                    )
+                    result.files.append(_write_entry(directory, folder, entry.name, document))
+                    counts[kind] += 1
+            else:
+                folder = (collection,)
+                for name, stored in bulk.iter_served(session, kind, label):
+                    document = _export_form(kind, encoded(kind, name, stored))
+                    result.files.append(_write_entry(directory, folder, name, document))
+                    counts[kind] += 1
+    if all_versions or mode in ("key", "env"):
+        result.variables = secrets.usage() if secrets is not None and mode == "env" else {}
+        source = "all-versions" if all_versions else (f"label {label}" if label else "latest")
+        manifest = {
+            "format": FORMAT,
+            "layout": HISTORY if all_versions else "entries",
+            "source": source,
+            "exported_at": datetime.now(UTC).isoformat(),
+            "exported_by": f"mcp-registry {__version__}",
+            "entries": counts,
+            "secrets": {
+                "mode": mode,
+                **({"key_check": secrets.key_check()} if secrets is not None and mode == "key" else {}),
+                **({"variables": result.variables} if mode == "env" else {}),
+            },
+        }
+        _folder(directory)
+        _write_new_text(directory / MANIFEST, _dump(manifest))
+        _write_new_text(directory / README, _readme(source, mode, counts, result.variables))
+        result.extras = [directory / MANIFEST, directory / README]
+    return result
+
+
+def _write_entry(root: Path, folder: tuple[str, ...], name: str, document: dict[str, Any]) -> Path:
+    path = _folder(root, *folder) / f"{name}.yaml"
+    _write_new_text(path, _dump(document))
+    return path
+
+
+def _readme(source: str, mode: str, counts: dict[str, int], variables: dict[str, list[str]]) -> str:
+    total = ", ".join(f"{n} {kind}s" for kind, n in counts.items())
+    lines = [
+        "# mcp-registry export",
+        "",
+        f"Exported: {source} ({total}). Import it with `mcp-registry import <this folder>`"
+        + (" into a catalog that does not have these entries yet." if source == "all-versions" else "."),
+        "",
+    ]
+    if mode == "key":
+        lines += [
+            "Header values and signing secrets are encrypted (`${enc:...}`) under the export key: pass the same",
+            f"key to the import with `--secrets-key KEY` or `{EXPORT_KEY_ENV}=KEY`.",
+        ]
+    elif mode == "env":
+        lines += [
+            "Header values and signing secrets are references (`${env:NAME}`) that the import resolves from its",
+            "environment. Set these variables before importing:",
+            "",
+            *[f"- `{name}`: {'; '.join(uses)}" for name, uses in variables.items()],
+        ]
+        if not variables:
+            lines.append("- (none: no exported entry holds write-only values)")
+    else:
+        lines.append("No exported entry holds write-only values.")
+    return "\n".join(lines) + "\n"
+
+
+def export_bundle(
+    service: CatalogService,
+    directory: Path,
+    *,
+    label: str | None = None,
+    all_versions: bool = False,
+    secrets: ExportSecrets | None = None,
+) -> list[Path]:
+    """Write the catalog as a bundle; returns the entry files written. Without ``secrets``,
+    write-only values are masked (fit for a re-import into this same catalog only)."""
+    chosen = secrets if secrets is not None else ExportSecrets("mask")
+    return export_catalog(service, directory, label=label, all_versions=all_versions, secrets=chosen).files

@@ -73,6 +73,16 @@ class RenderRunner:
 
     async def run(self, render: Callable[[], T], *, inline: bool = False) -> T:
         """``render()`` under a fresh budget. Raises ``TemplateError`` (a limit's error names it)."""
+        try:
+            return await self._run(render, inline=inline)
+        except ValueError as exc:  # ArgumentError, TemplateError: the caller answers their message
+            # Their traceback runs through the frames that hold the futures holding the error, a
+            # reference cycle: the request (its arguments: megabytes in a flood of refused calls)
+            # would stay alive until the next full garbage collection. Without it, freed at once.
+            exc.__traceback__ = None
+            raise exc
+
+    async def _run(self, render: Callable[[], T], *, inline: bool) -> T:
         budget = RenderBudget(self.limits)
         if inline:
             with render_scope(budget):

@@ -33,7 +33,11 @@ def append_change(
     version: int | None = None,
     uris: Sequence[str] = (),
     note: str | None = None,
+    listing_changed: Sequence[str] | None = None,
 ) -> Change:
+    """Append one change. ``listing_changed``: the labels whose MCP lists this change alters
+    (see ``Change.listing_changed``); None when the writer did not work it out, which readers
+    take as all of ``labels`` (a list_changed too many is harmless, one too few is not)."""
     is_postgres = session.get_bind().dialect.name == "postgresql"
     if is_postgres:
         session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": CHANGELOG_LOCK_KEY})
@@ -46,6 +50,7 @@ def append_change(
         uris=sorted(set(uris)),
         actor=actor,
         note=note,
+        listing_changed=None if listing_changed is None else sorted(set(listing_changed) & set(labels)),
     )
     session.add(change)
     session.flush()

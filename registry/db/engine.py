@@ -196,21 +196,25 @@ def normalize_database_url(url: str) -> str:
     return parsed.render_as_string(hide_password=False)
 
 
-def _configure_sqlite(engine: Engine, busy_timeout_s: float) -> None:
+def _configure_sqlite(engine: Engine, busy_timeout_s: float, *, read_only: bool = False) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         # Let SQLAlchemy, not pysqlite, decide when transactions begin.
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
+        if read_only:
+            cur.execute("PRAGMA query_only=ON")
+        else:
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
-        cur.execute("PRAGMA synchronous=NORMAL")
         cur.close()
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # A reader's deferred transaction is a consistent snapshot that never blocks writers (WAL).
+        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
 
 class Database:
@@ -221,6 +225,8 @@ class Database:
     for this long plus ``ROUND_TRIP_GRACE_S`` means the server is frozen, and is abandoned.
     ``ping_timeout_s``: how long a pooled connection's liveness check waits for an answer.
     ``busy_timeout_s``: SQLite's wait for a lock held by another connection or process.
+    ``read_only``: open an existing database for reading only (``import --plan``, ``export``): the
+    SQLite file is opened ``mode=ro`` and never created, PostgreSQL transactions are read-only.
     """
 
     ROUND_TRIP_GRACE_S = 2.0
@@ -234,17 +240,24 @@ class Database:
         statement_timeout_s: float = 15.0,
         ping_timeout_s: float = 2.0,
         busy_timeout_s: float = 30.0,
+        read_only: bool = False,
     ) -> None:
         self.url = normalize_database_url(url)
         parsed = make_url(self.url)
         self.dialect = parsed.get_backend_name()
+        self.read_only = read_only
         self.connect_timeout_s = connect_timeout_s
         self.statement_timeout_s = statement_timeout_s
         self.ping_timeout_s = ping_timeout_s
         self.availability = _Availability()
         kwargs: dict[str, Any] = {"echo": echo, "future": True}
         if self.dialect == "sqlite":
-            if parsed.database and parsed.database != ":memory:":
+            if read_only and parsed.database and parsed.database != ":memory:":
+                ro_uri = Path(parsed.database).absolute().as_uri() + "?mode=ro"
+                kwargs["creator"] = lambda: sqlite3.connect(
+                    ro_uri, uri=True, check_same_thread=False, timeout=busy_timeout_s
+                )
+            elif parsed.database and parsed.database != ":memory:":
                 _create_private_file(Path(parsed.database))
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": busy_timeout_s}
         else:
@@ -252,7 +265,7 @@ class Database:
             kwargs.update(pool_size=10, max_overflow=20, pool_timeout=max(connect_timeout_s, 1.0))
         self.engine: Engine = create_engine(self.url, **kwargs)
         if self.dialect == "sqlite":
-            _configure_sqlite(self.engine, busy_timeout_s)
+            _configure_sqlite(self.engine, busy_timeout_s, read_only=read_only)
         elif self.is_postgres:
             self._configure_postgres()
         self.session_factory = sessionmaker(self.engine, expire_on_commit=False)
@@ -284,6 +297,7 @@ class Database:
         availability = self.availability
         options = self.libpq_options()
         statement_ms = int(self.statement_timeout_s * 1000)
+        read_only = self.read_only
         round_trip_s = self.statement_timeout_s + self.ROUND_TRIP_GRACE_S if statement_ms > 0 else None
         ping_s = self.ping_timeout_s
 
@@ -293,6 +307,8 @@ class Database:
             params = {**options, **cparams}  # what the URL says wins
             if statement_ms > 0:
                 params["options"] = f"{cparams.get('options', '')} -c statement_timeout={statement_ms}".strip()
+            if read_only:
+                params["options"] = f"{params.get('options', '')} -c default_transaction_read_only=on".strip()
             try:
                 conn = BoundedConnection.connect(*cargs, **params)
             except psycopg.errors.ConnectionTimeout as exc:

@@ -14,6 +14,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    Computed,
     DateTime,
     ForeignKey,
     Index,
@@ -76,11 +77,23 @@ class Base(DeclarativeBase):
     }
 
 
+#: What catalog search matches (substring, case-insensitive): name, title, description and the
+#: ",a,b," tags, lower-cased, one per line. A generated column, so every writer (bulk inserts too)
+#: keeps it right; it is indexed by migration 0005 (see ``registry.db.search``).
+SEARCH_TEXT_SQL = (
+    "lower(name || '\n' || coalesce(title, '') || '\n' || coalesce(description, '') || '\n' || tags || '\n')"
+)
+
+
 class Entry(Base):
     """A named prompt, resource or tool. Its content lives in ``EntryVersion`` rows."""
 
     __tablename__ = "entries"
-    __table_args__ = (UniqueConstraint("kind", "name"),)
+    __table_args__ = (
+        UniqueConstraint("kind", "name"),
+        # Listing a kind in name order, and counting it, read this index alone.
+        Index("ix_entries_kind_archived_name", "kind", "archived", "name"),
+    )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     kind: Mapped[str] = mapped_column(String(16))
@@ -96,6 +109,8 @@ class Entry(Base):
     tags: Mapped[str] = mapped_column(String(1024), default=",")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    #: Generated from the columns above (VIRTUAL on SQLite, STORED on PostgreSQL); only searched.
+    search_text: Mapped[str | None] = mapped_column(Text, Computed(SEARCH_TEXT_SQL), deferred=True)
 
     versions: Mapped[list[EntryVersion]] = relationship(
         back_populates="entry", order_by="EntryVersion.number", cascade="all, delete-orphan"
@@ -157,6 +172,11 @@ class Change(Base):
     labels: Mapped[list[str]]
     #: Resources: the URIs whose content may differ for those labels (for resources/updated).
     uris: Mapped[list[str]]
+    #: The labels (of ``labels``) whose MCP lists show something different after this change: the
+    #: entry appeared, disappeared, or its list item (name, title, description, arguments, schemas,
+    #: annotations, URI, mimeType) changed. A template- or content-only edit names none, so no
+    #: ``*/list_changed`` is sent for it. None (rows written before this column): all of ``labels``.
+    listing_changed: Mapped[list[str] | None]
     actor: Mapped[str] = mapped_column(String(128))
     note: Mapped[str | None] = mapped_column(Text)
 
@@ -201,3 +221,23 @@ class McpSession(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_seen_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
     ended_at: Mapped[datetime | None] = mapped_column()
+
+
+class UiSession(Base):
+    """A signed-in web UI session (``/ui/``), shared by every replica.
+
+    The browser holds a random secret in an HttpOnly cookie; only its SHA-256 is stored here, so
+    the table leaks no usable session. The session stands for the API token pasted at sign-in:
+    every request re-reads that token's row, so revoking or expiring the token ends the session.
+    """
+
+    __tablename__ = "ui_sessions"
+
+    #: SHA-256 (hex) of the cookie's secret.
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    token_id: Mapped[int] = mapped_column(ForeignKey("api_tokens.id", ondelete="CASCADE"), index=True)
+    #: Sent back with every form and htmx request (hidden field / X-CSRF-Token header).
+    csrf_token: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    #: Absolute end of the session (REGISTRY_UI_SESSION_HOURS after sign-in, or the token's expiry).
+    expires_at: Mapped[datetime] = mapped_column(index=True)

@@ -5,10 +5,13 @@ this process), by PostgreSQL NOTIFY (a write made by another replica) and by a s
 missed NOTIFY, or another process on the same SQLite file); whatever pokes it, it reads the rows
 after the last id it dispatched, in order, so nothing is skipped or sent twice.
 
-``Notifier`` turns each change into the MCP notifications a client should get: the list_changed
-notification of the entry's kind when the change moved one of the labels the client is served,
-and ``notifications/resources/updated`` for subscribed URIs. SSE event ids are ``<change id>:<n>``
-so a client that reconnects with ``Last-Event-ID`` gets exactly what it missed.
+``Notifier`` first has the served snapshots apply the changes (so a client told of a change and
+asking again is answered the new content), then turns each change into the MCP notifications a
+client should get: the list_changed notification of the entry's kind when what the client's
+label lists changed (the change row says which labels: a template- or content-only edit alters
+no list), and ``notifications/resources/updated`` for subscribed URIs whose content the change
+may alter. SSE event ids are ``<change id>:<n>`` (``:0`` the list_changed, ``:1``... the updated
+URIs, sorted), so a client that reconnects with ``Last-Event-ID`` gets exactly what it missed.
 """
 
 from __future__ import annotations
@@ -54,11 +57,19 @@ class ChangeEvent:
     labels: frozenset[str]
     uris: tuple[str, ...]
     created_at: datetime
+    #: The labels whose lists the change alters (see ``Change.listing_changed``); None: all of ``labels``.
+    listing_changed: frozenset[str] | None = None
 
     @classmethod
     def from_row(cls, row: Change) -> ChangeEvent:
         created = row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=UTC)
-        return cls(row.id, row.kind, row.name, row.action, frozenset(row.labels), tuple(row.uris), created)
+        listed = None if row.listing_changed is None else frozenset(row.listing_changed)
+        return cls(row.id, row.kind, row.name, row.action, frozenset(row.labels), tuple(row.uris), created, listed)
+
+    def changes_list_of(self, label: str) -> bool:
+        """Whether a client served ``label`` lists something different after this change."""
+        listed = self.labels if self.listing_changed is None else self.listing_changed
+        return label in listed
 
 
 def _subscribed(uri_or_template: str, subscriptions: Iterable[str]) -> list[str]:
@@ -79,21 +90,25 @@ def updated_uris(change: ChangeEvent, client: ClientState) -> list[str]:
     return sorted(found)
 
 
-def keyed_messages_for(change: ChangeEvent, client: ClientState) -> list[tuple[Hashable, dict[str, Any]]]:
-    """The notifications ``change`` produces for ``client``, each with its coalescing key: a later
-    message of the same key (the list_changed of a kind, the resources/updated of a URI) makes
-    an earlier one redundant, since the client re-lists or re-reads what it names."""
+def keyed_messages_for(change: ChangeEvent, client: ClientState) -> list[tuple[int, Hashable, dict[str, Any]]]:
+    """The notifications ``change`` produces for ``client``, each with its index within the change
+    (the ``<n>`` of its SSE id: 0 the list_changed, 1... the updated URIs, whether or not a
+    list_changed is sent, so live and replayed events are numbered alike) and its coalescing key:
+    a later message of the same key (the list_changed of a kind, the resources/updated of a URI)
+    makes an earlier one redundant, since the client re-lists or re-reads what it names."""
     if client.label not in change.labels:
         return []
-    messages: list[tuple[Hashable, dict[str, Any]]] = [(change.kind, notification(LIST_CHANGED[change.kind]))]
-    for uri in updated_uris(change, client):
-        messages.append((("updated", uri), notification(RESOURCE_UPDATED, {"uri": uri})))
+    messages: list[tuple[int, Hashable, dict[str, Any]]] = []
+    if change.changes_list_of(client.label):
+        messages.append((0, change.kind, notification(LIST_CHANGED[change.kind])))
+    for index, uri in enumerate(updated_uris(change, client), start=1):
+        messages.append((index, ("updated", uri), notification(RESOURCE_UPDATED, {"uri": uri})))
     return messages
 
 
 def messages_for(change: ChangeEvent, client: ClientState) -> list[dict[str, Any]]:
-    """The notifications ``change`` produces for ``client`` (none when its view did not change)."""
-    return [message for _key, message in keyed_messages_for(change, client)]
+    """The notifications ``change`` produces for ``client`` (none when what it is served did not change)."""
+    return [message for _index, _key, message in keyed_messages_for(change, client)]
 
 
 def parse_event_id(value: str | None) -> tuple[int, int] | None:
@@ -222,13 +237,13 @@ class Notifier:
         self,
         hub: Any,
         db: Database,
-        invalidate: Callable[[Iterable[str]], object],
-        warm: Callable[[Iterable[str]], None] | None = None,
+        apply: Callable[[list[ChangeEvent]], Awaitable[None]] | None = None,
     ) -> None:
         self.hub = hub
         self.db = db
-        self.invalidate = invalidate
-        self.warm = warm
+        #: Brings the served snapshots up to date with the events (``SnapshotCache.apply``), before
+        #: anyone is told: a client that re-lists on list_changed gets the new list.
+        self.apply = apply
         #: Called once per change with (seconds from commit to send, notifications queued): /metrics.
         self.lag_observer: Callable[[float, int], None] | None = None
         #: stdio-style clients that are not on the hub: (state, write).
@@ -256,10 +271,10 @@ class Notifier:
         reading client is dropped for it. The work is done in slices of about ``DISPATCH_WORK``
         offers with a turn of the event loop between them, so writers and requests keep running.
         """
-        labels: set[str] = set()
-        for event in events:
-            labels |= event.labels
-        self.invalidate(labels)
+        if self.apply is not None:
+            # Raises when the database cannot be read: nothing was offered yet and the feed has not
+            # advanced, so the feed retries this same batch (and the snapshots keep serving).
+            await self.apply(events)
         streams = list(self.hub.streams())
         if any(event.kind == "resource" for event in events):
             persisted = [s for s in streams if getattr(s.client, "id", "") and getattr(s, "persistent", False)]
@@ -278,9 +293,6 @@ class Notifier:
             self._offer(events[start:end], streams)
             advance(events[min(end, len(events)) - 1].id)
             start = end
-        if self.warm is not None:
-            # Rebuild the served snapshots once the streams have had their turn on the CPU.
-            asyncio.get_running_loop().call_later(0.25, self.warm, labels)
         for event in events:
             for client, write in self.direct:
                 for message in messages_for(event, client):
@@ -297,7 +309,8 @@ class Notifier:
                 client = stream.client
                 if client.label not in event.labels:
                     continue
-                sent_for_event += stream.offer((first_id, list_changed), kind)
+                if event.changes_list_of(client.label):
+                    sent_for_event += stream.offer((first_id, list_changed), kind)
                 if kind == "resource" and client.subscriptions:
                     for index, uri in enumerate(updated_uris(event, client), start=1):
                         message = dumps(notification(RESOURCE_UPDATED, {"uri": uri}))
@@ -324,7 +337,7 @@ class Notifier:
         while low < upto:
             high = min(upto, low + self.REPLAY_PAGE)
             for event in await feed.read_range(low, high):
-                for index, (key, message) in enumerate(keyed_messages_for(event, client)):
+                for index, key, message in keyed_messages_for(event, client):
                     if event.id == after_change and index <= after_index:
                         continue
                     latest.pop(key, None)

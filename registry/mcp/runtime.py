@@ -38,7 +38,7 @@ class McpRuntime:
             keepalive_s=min(StreamHub.KEEPALIVE_S, settings.session_idle_timeout_s / 4),
             stall_s=settings.limits.stream_stall_seconds,
         )
-        self.notifier = Notifier(self.hub, registry.db, self.server.snapshots.invalidate, self.server.snapshots.warm)
+        self.notifier = Notifier(self.hub, registry.db, self.server.snapshots.apply)
         self.notifier.lag_observer = self._observe_lag
         self.feed = ChangeFeed(registry.db, self._dispatch)
         self.feed.extra_channels[SESSION_END_CHANNEL] = self._session_ended_elsewhere
@@ -116,6 +116,9 @@ class McpRuntime:
         self._loop = asyncio.get_running_loop()
         self.hub.start()
         await self.feed.start()
+        # From here on the feed applies every change to the served snapshots, and a write made
+        # through this process waits for its own (read-your-writes).
+        self.server.snapshots.follow(self.feed.poke, self.feed.position)
         try:
             await self.server.snapshots.get(PRODUCTION)
         except Exception:

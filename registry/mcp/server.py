@@ -24,6 +24,7 @@ from registry.catalog.render_runner import RenderRunner
 from registry.catalog.rendering import ArgumentError
 from registry.catalog.service import CatalogService
 from registry.catalog.templates import TemplateError
+from registry.catalog.tool_calls import call_tool
 from registry.db.engine import is_unavailable, warn_unavailable
 from registry.limits import DEFAULT_LIMITS, LimitExceeded, Limits
 from registry.mcp.completions import CompletionHistory, suggestions
@@ -47,7 +48,7 @@ from registry.mcp.protocol import (
 )
 from registry.mcp.sessions import ClientState
 from registry.mcp.snapshot import CatalogSnapshot, SnapshotCache
-from registry.webhooks import HttpResourceCache, call_webhook, make_guarded_client, parse_networks
+from registry.webhooks import HttpResourceCache, make_guarded_client, parse_networks
 
 log = logging.getLogger("registry.mcp")
 
@@ -98,32 +99,42 @@ class RequestContext:
         await self.notify(notification("notifications/progress", params))
 
 
-def _encode_cursor(offset: int) -> str:
-    return base64.urlsafe_b64encode(json.dumps({"o": offset}).encode()).decode().rstrip("=")
+def _encode_cursor(list_name: str, after: str) -> str:
+    """An opaque cursor: the list it belongs to and the key (entry name) of the last item returned."""
+    data = json.dumps({"l": list_name, "k": after}, separators=(",", ":"), ensure_ascii=False).encode()
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
 
 
-def _decode_cursor(cursor: Any) -> int:
+#: Longest cursor accepted: one made for the longest name fits many times over (names are 1-128
+#: characters; a longer cursor was not made by this server).
+MAX_CURSOR_CHARS = 1024
+
+
+def _decode_cursor(cursor: Any, list_name: str) -> str | None:
+    """The key to continue after (None: from the start); -32602 for anything this server did not
+    issue for this list."""
     if cursor is None:
-        return 0
+        return None
     try:
-        if not isinstance(cursor, str):
+        if not isinstance(cursor, str) or len(cursor) > MAX_CURSOR_CHARS:
             raise ValueError
         data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        offset = data["o"]
-        if not isinstance(offset, int) or offset < 0:
+        after = data["k"]
+        if data["l"] != list_name or not isinstance(after, str):
             raise ValueError
-        return offset
+        return after
     except (ValueError, KeyError, TypeError, binascii.Error, RecursionError):  # RecursionError: [[[[... cursors
         raise JsonRpcError(INVALID_PARAMS, "invalid cursor") from None
 
 
-def _page(items: list[dict[str, Any]], params: dict[str, Any], key: str) -> dict[str, Any]:
-    offset = _decode_cursor(params.get("cursor"))
-    if offset > len(items):
-        raise JsonRpcError(INVALID_PARAMS, "invalid cursor")
-    result: dict[str, Any] = {key: items[offset : offset + PAGE_SIZE]}
-    if offset + PAGE_SIZE < len(items):
-        result["nextCursor"] = _encode_cursor(offset + PAGE_SIZE)
+def _page(snapshot: CatalogSnapshot, params: dict[str, Any], list_name: str) -> dict[str, Any]:
+    """One page of a list, keyset-paged by entry name: a cursor names the last entry returned, so
+    entries added or removed before it (edits between two pages) neither repeat nor skip any."""
+    after = _decode_cursor(params.get("cursor"), list_name)
+    items, last = snapshot.page(list_name, after, PAGE_SIZE)
+    result: dict[str, Any] = {list_name: items}
+    if last is not None:
+        result["nextCursor"] = _encode_cursor(list_name, last)
     return result
 
 
@@ -153,9 +164,9 @@ class McpServer:
         self.http_resources = HttpResourceCache(
             self.http_client, self.limits, decrypt=catalog.secrets.decrypt, error=_resource_fetch_error
         )
-        # Writes made by this process drop its snapshots at once (read-your-writes); the change
-        # feed then notifies clients and rebuilds the snapshots agents use.
-        catalog.on_change(self._forget_snapshots)
+        # A write made through this process waits until its change is applied to the served
+        # snapshots (read-your-writes); the change feed applies it, then notifies clients.
+        catalog.on_change(self._serve_own_write)
         self.methods: dict[str, Handler] = {
             "initialize": self.initialize,
             "ping": self.ping,
@@ -176,8 +187,8 @@ class McpServer:
         #: Called with (method, seconds) after each request (request-latency metrics).
         self.observe: Callable[[str, float], None] | None = None
 
-    def _forget_snapshots(self, _change_id: int) -> None:
-        self.snapshots.invalidate()
+    def _serve_own_write(self, change_id: int) -> None:
+        self.snapshots.written(change_id)
 
     def http_client(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -282,7 +293,7 @@ class McpServer:
 
     # ------------------------------------------------------------------ prompts
     async def prompts_list(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
-        return _page((await self.snapshot(ctx)).prompt_list, params, "prompts")
+        return _page(await self.snapshot(ctx), params, "prompts")
 
     async def prompts_get(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
         name = _require_str(params, "name")
@@ -311,10 +322,10 @@ class McpServer:
 
     # ------------------------------------------------------------------ resources
     async def resources_list(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
-        return _page((await self.snapshot(ctx)).resource_list, params, "resources")
+        return _page(await self.snapshot(ctx), params, "resources")
 
     async def resource_templates_list(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
-        return _page((await self.snapshot(ctx)).template_list, params, "resourceTemplates")
+        return _page(await self.snapshot(ctx), params, "resourceTemplates")
 
     async def resources_read(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
         uri = _require_str(params, "uri")
@@ -370,7 +381,7 @@ class McpServer:
 
     # ------------------------------------------------------------------ tools
     async def tools_list(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
-        return _page((await self.snapshot(ctx)).tool_list, params, "tools")
+        return _page(await self.snapshot(ctx), params, "tools")
 
     async def tools_call(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
         name = _require_str(params, "name")
@@ -382,12 +393,6 @@ class McpServer:
             arguments = {}
         if not isinstance(arguments, dict):
             raise JsonRpcError(INVALID_PARAMS, '"arguments" must be an object')
-        errors = sorted(tool.input_validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
-        if errors:
-            problems = "; ".join(
-                f"{'/'.join(str(p) for p in e.absolute_path) or 'arguments'}: {e.message}" for e in errors[:5]
-            )
-            return _tool_error(f"invalid arguments for tool {name}: {problems}")
 
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
             await ctx.progress(progress, total, message)
@@ -395,26 +400,18 @@ class McpServer:
         async def on_log(level: str, data: Any) -> None:
             await ctx.log(level, data, logger=name)
 
-        payload = {"tool": name, "arguments": arguments, "request_id": ctx.request_id, "session": ctx.session_id}
-        result = await call_webhook(
-            tool.target,
-            payload,
+        # The same code path as the admin API's tool test (registry/catalog/tool_calls.py).
+        return await call_tool(
+            name,
+            tool,
+            arguments,
             client=self.http_client(),
+            limits=self.limits,
+            request_id=ctx.request_id,
+            session_id=ctx.session_id,
             on_progress=on_progress,
             on_log=on_log,
-            notifications_per_second=self.limits.progress_per_second,
         )
-        if tool.output_validator is not None and not result.get("isError"):
-            structured = result.get("structuredContent")
-            if structured is None:
-                return _tool_error(f"tool {name} declares an outputSchema but returned no structuredContent")
-            problems_out = list(tool.output_validator.iter_errors(structured))
-            if problems_out:
-                return _tool_error(
-                    f"tool {name} returned structuredContent that violates its outputSchema: {problems_out[0].message}"
-                )
-        result.setdefault("isError", False)
-        return result
 
     # ------------------------------------------------------------------ completion
     async def completion_complete(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
@@ -463,7 +460,3 @@ def _limit_error(limit: str, message: str) -> JsonRpcError:
 def _resource_fetch_error(message: str) -> JsonRpcError:
     """How a failed ``http`` resource fetch reaches the agent (the message names no address)."""
     return JsonRpcError(INTERNAL_ERROR, message)
-
-
-def _tool_error(text: str) -> dict[str, Any]:
-    return {"content": [{"type": "text", "text": text}], "isError": True}

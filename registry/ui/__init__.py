@@ -1,17 +1,20 @@
-"""The admin web UI. Its pages and assets live in the top-level ``admin_ui/`` folder."""
+"""The admin web UI at ``/ui/``: server-rendered pages over the same catalog and token services
+as the REST API. Its templates and static files live in the top-level ``admin_ui/`` folder.
+
+``/ui/vendor/*`` and ``/ui/docs/*`` stay plain static files: the API reference pages (``/docs``,
+``/redoc``) load their vendored scripts from there.
+"""
 
 from __future__ import annotations
 
 from fastapi import FastAPI
 from fastapi.responses import RedirectResponse
-from fastapi.staticfiles import StaticFiles
 
-from registry.paths import admin_ui_dir
+from registry.ui.app import build_ui
 
 
 def mount_admin_ui(app: FastAPI) -> None:
-    static = admin_ui_dir() / "static"
-    app.mount("/ui", StaticFiles(directory=static, html=True), name="admin-ui")
+    app.mount("/ui", build_ui(app.state.registry), name="admin-ui")
 
     @app.get("/", include_in_schema=False)
     def root() -> RedirectResponse:

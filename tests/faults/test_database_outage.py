@@ -330,6 +330,7 @@ def test_listen_reconnects_within_seconds_after_a_long_outage(replicas: Replicas
             with a.admin() as admin:
                 body = {"template": f"after outage {secrets.token_hex(3)} {{{{ text }}}}"}
                 body["arguments"] = [{"name": "text", "required": True}]  # type: ignore[assignment]
+                body["description"] = body["template"]  # a list change: sessions are told of it
                 edited = time.monotonic()
                 assert admin.put(f"/api/v1/prompts/{PROBE}", json=body).status_code == 200
             event = listener.next(timeout=10)

@@ -184,7 +184,12 @@ class StalledReader:
 
 
 def _edit_prompt(admin: httpx.Client, n: int) -> None:
-    body = {"template": f"Probe {n}: {{{{ text }}}}", "arguments": [{"name": "text", "required": True}]}
+    # A new description each time: every edit changes what prompts/list shows, so each is notified.
+    body = {
+        "template": f"Probe {n}: {{{{ text }}}}",
+        "description": f"Probe {n}",
+        "arguments": [{"name": "text", "required": True}],
+    }
     response = admin.put(f"/api/v1/prompts/{PROBE_PROMPT}", json=body)
     assert response.status_code == 200, response.text
 
@@ -192,6 +197,7 @@ def _edit_prompt(admin: httpx.Client, n: int) -> None:
 def _edit_resource(admin: httpx.Client, name: str, n: int) -> None:
     spec = admin.get(f"/api/v1/resources/{name}").json()["spec"]
     spec["text"] = f"version {n}"
+    spec["description"] = f"version {n}"  # a list change too, not only content (resources/updated)
     response = admin.put(f"/api/v1/resources/{name}", json=spec)
     assert response.status_code == 200, response.text
 

@@ -34,3 +34,12 @@ if [[ ! -f "$stamp" || "$node_dir/package-lock.json" -nt "$stamp" || ! -x "$node
     (cd "$node_dir" && npm ci --no-audit --no-fund --loglevel=error)
 fi
 echo "setup_node_tools: conformance $("$node_dir/node_modules/.bin/conformance" --version)"
+
+# The web UI tests' pinned axe-core (tests/ui/node/package-lock.json), injected into each page they visit.
+ui_dir="$repo_root/tests/ui/node"
+ui_stamp="$ui_dir/node_modules/.package-lock.json"
+if [[ ! -f "$ui_stamp" || "$ui_dir/package-lock.json" -nt "$ui_stamp" || ! -f "$ui_dir/node_modules/axe-core/axe.min.js" ]]; then
+    echo "setup_node_tools: npm ci in $ui_dir"
+    (cd "$ui_dir" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+echo "setup_node_tools: axe-core $(node -p "require('$ui_dir/node_modules/axe-core/package.json').version")"

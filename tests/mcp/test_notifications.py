@@ -71,36 +71,137 @@ def test_a_session_is_told_only_about_its_own_label(demo_server: LiveServer) -> 
 
 
 def test_resource_updates_go_to_subscribers_only(demo_server: LiveServer) -> None:
+    """A content edit is ``resources/updated`` for the subscribers of the URIs it touches, and
+    nothing at all for anyone else (the list did not change); a title edit is a list change."""
     subscriber, bystander = _session(demo_server), _session(demo_server)
     subscriber.request("resources/subscribe", {"uri": "info://server-info"})
     subscriber.request("resources/subscribe", {"uri": "sprint://payments/current"})
     on_subscriber, on_bystander = _listen(demo_server, subscriber), _listen(demo_server, bystander)
     try:
         with demo_server.client() as admin:
-            info = {"uri": "info://server-info", "kind": "static", "text": "{}", "mimeType": "application/json"}
+            info = admin.get("/api/v1/resources/server-info").json()["spec"]
+            info["text"] = "{}"
             assert admin.put("/api/v1/resources/server-info", json=info).status_code == 200
             sprint = admin.get("/api/v1/resources/sprint-status").json()["spec"]
             sprint["text"] = "Sprint of {{ team }}: on track"
             assert admin.put("/api/v1/resources/sprint-status", json=sprint).status_code == 200
-        got = [on_subscriber.next().json() for _ in range(4)]
-        assert got == [
-            {"jsonrpc": "2.0", "method": "notifications/resources/list_changed"},
-            {"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": "info://server-info"}},
-            {"jsonrpc": "2.0", "method": "notifications/resources/list_changed"},
-            {
-                "jsonrpc": "2.0",
-                "method": "notifications/resources/updated",
-                "params": {"uri": "sprint://payments/current"},
-            },
-        ]
-        seen = [on_bystander.next().json()["method"] for _ in range(2)]
-        assert seen == ["notifications/resources/list_changed"] * 2
-        assert on_bystander.drain(0.5) == []
-        read = subscriber.request("resources/read", {"uri": "sprint://payments/current"})
-        assert read["result"]["contents"][0]["text"] == "Sprint of payments: on track"
+            got = [on_subscriber.next().json() for _ in range(2)]
+            assert got == [
+                {
+                    "jsonrpc": "2.0",
+                    "method": "notifications/resources/updated",
+                    "params": {"uri": "info://server-info"},
+                },
+                {
+                    "jsonrpc": "2.0",
+                    "method": "notifications/resources/updated",
+                    "params": {"uri": "sprint://payments/current"},
+                },
+            ]
+            assert on_bystander.drain(0.5) == []  # content only: nothing anyone lists changed
+            read = subscriber.request("resources/read", {"uri": "sprint://payments/current"})
+            assert read["result"]["contents"][0]["text"] == "Sprint of payments: on track"
+
+            sprint["title"] = "Sprint status (renamed)"
+            assert admin.put("/api/v1/resources/sprint-status", json=sprint).status_code == 200
+            assert [on_subscriber.next().json() for _ in range(2)] == [
+                {"jsonrpc": "2.0", "method": "notifications/resources/list_changed"},
+                {
+                    "jsonrpc": "2.0",
+                    "method": "notifications/resources/updated",
+                    "params": {"uri": "sprint://payments/current"},
+                },
+            ]
+            assert on_bystander.next().json() == {"jsonrpc": "2.0", "method": "notifications/resources/list_changed"}
+            assert on_bystander.drain(0.5) == []
+        listed = subscriber.request("resources/templates/list")["result"]["resourceTemplates"]
+        assert [t["title"] for t in listed if t["name"] == "sprint-status"] == ["Sprint status (renamed)"]
     finally:
         on_subscriber.close()
         on_bystander.close()
+
+
+def test_list_changed_only_when_the_list_shows_something_new(demo_server: LiveServer) -> None:
+    """Issue 8: a template-only edit sent prompts/list_changed to every session of the label, so
+    every agent re-listed the whole catalog for nothing. Now the change row records which labels'
+    lists changed: a template edit sends nothing (agents fetch content when they use it) yet is
+    served at once; a title edit is a list change; a label another session is not served moves
+    without a word to it."""
+    client = _session(demo_server)
+    listener = _listen(demo_server, client)
+    try:
+        with demo_server.client() as admin:
+            spec = admin.get("/api/v1/prompts/summarize").json()["spec"]
+            spec["messages"][0]["content"]["text"] = "Briefly: {{ text }}"
+            assert admin.put("/api/v1/prompts/summarize", json=spec).status_code == 200
+            got = client.request("prompts/get", {"name": "summarize", "arguments": {"text": "x"}})
+            assert got["result"]["messages"][0]["content"]["text"] == "Briefly: x"  # served at once
+            assert listener.drain(1.0) == []  # ...and nobody told to re-list
+
+            tool = admin.get("/api/v1/tools/echo").json()["spec"]
+            tool["webhook"]["timeout_s"] = 12  # how it is called, not what tools/list shows
+            assert admin.put("/api/v1/tools/echo", json=tool).status_code == 200
+            assert admin.put("/api/v1/prompts/summarize/labels/staging", json={"version": 1}).status_code == 200
+            assert listener.drain(1.0) == []
+
+            spec["title"] = "Summarizer"
+            assert admin.put("/api/v1/prompts/summarize", json=spec).status_code == 200
+            assert listener.next().json() == LIST_CHANGED
+            tool["description"] = "Says it again"
+            assert admin.put("/api/v1/tools/echo", json=tool).status_code == 200
+            assert listener.next().json() == {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+            # Moving production back to a version with another title is a list change too.
+            assert admin.put("/api/v1/prompts/summarize/labels/production", json={"version": 1}).status_code == 200
+            assert listener.next().json() == LIST_CHANGED
+            changes = admin.get("/api/v1/changes", params={"limit": 1000}).json()["items"]
+    finally:
+        listener.close()
+    listed = [p for p in client.request("prompts/list")["result"]["prompts"] if p["name"] == "summarize"]
+    assert "title" not in listed[0]  # version 1 again
+    assert [c["action"] for c in changes[-6:]] == [
+        "updated",
+        "updated",
+        "label_moved",
+        "updated",
+        "updated",
+        "label_moved",
+    ]
+
+
+def test_list_changes_are_recorded_per_label_and_old_rows_count_as_changed() -> None:
+    """What the notifier sends, from change rows: ``listing_changed`` names the labels whose lists
+    changed; rows from before it (None) are taken as a list change for all their labels. The
+    resources/updated of a change keeps its SSE index (:1...) whether a list_changed precedes it."""
+    from datetime import UTC, datetime
+
+    from registry.mcp.notifier import ChangeEvent, Notifier, keyed_messages_for, messages_for
+    from registry.mcp.sessions import ClientState
+
+    now = datetime.now(UTC)
+    labels = frozenset({"production", "latest"})
+    production = ClientState(label="production", principal="p", subscriptions={"doc://a"})
+    staging = ClientState(label="staging", principal="p")
+
+    def change(number: int, listed: frozenset[str] | None) -> ChangeEvent:
+        return ChangeEvent(number, "resource", "a", "updated", labels, ("doc://a",), now, listed)
+
+    updated = {"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": "doc://a"}}
+    list_changed = {"jsonrpc": "2.0", "method": "notifications/resources/list_changed"}
+    assert messages_for(change(1, frozenset()), production) == [updated]  # content only
+    assert [index for index, _, _ in keyed_messages_for(change(1, frozenset()), production)] == [1]
+    assert messages_for(change(2, frozenset({"production"})), production) == [list_changed, updated]
+    assert messages_for(change(3, frozenset({"latest"})), production) == [updated]
+    assert messages_for(change(4, None), production) == [list_changed, updated]  # an old row
+    assert messages_for(change(5, None), staging) == []
+
+    events = [change(1, frozenset()), change(2, frozenset())]
+
+    class Feed:
+        async def read_range(self, after: int, upto: int) -> list[ChangeEvent]:
+            return [event for event in events if after < event.id <= upto]
+
+    replayed = asyncio.run(Notifier(hub=None, db=None).replay(Feed(), production, "1:0", 2))  # type: ignore[arg-type]
+    assert [event_id for event_id, _ in replayed] == ["2:1"]
 
 
 def test_archive_and_restore_change_what_agents_see(demo_server: LiveServer) -> None:
@@ -213,7 +314,7 @@ def test_a_replay_is_coalesced_and_covers_every_missed_change() -> None:
             return [event for event in events if after < event.id <= upto]
 
     client = ClientState(label="production", principal="p", subscriptions={"doc://0", "doc://1", "doc://9"})
-    notifier = Notifier(hub=None, db=None, invalidate=lambda _labels: None)  # type: ignore[arg-type]
+    notifier = Notifier(hub=None, db=None)  # type: ignore[arg-type]
     missed = asyncio.run(notifier.replay(Feed(), client, "10:0", 3000))  # type: ignore[arg-type]
     assert [(event_id, json.loads(data)["method"]) for event_id, data in missed] == [
         ("2998:1", "notifications/resources/updated"),  # doc://1 (doc://2, at 2996, is not subscribed)
@@ -298,3 +399,32 @@ def test_metrics(demo_server: LiveServer) -> None:
     assert values["mcp_notifications_sent_total"] >= 1.0
     assert values["mcp_notification_lag_seconds_count"] >= 1.0
     assert values['mcp_request_duration_seconds_count{method="prompts/get"}'] >= 1.0
+
+
+def test_a_bulk_import_sends_each_session_one_list_change_per_kind(demo_server: LiveServer, tmp_path: Path) -> None:
+    """Issue 8: a 1,000-entry import is one change-log range and one burst; a session hears about it
+    once per kind it touched, not 1,000 times."""
+    from registry.catalog.bundles import apply_import
+
+    bundle = tmp_path / "bundle"
+    (bundle / "prompts").mkdir(parents=True)
+    (bundle / "resources").mkdir()
+    for i in range(1000):
+        (bundle / "prompts" / f"bulk-{i:04d}.yaml").write_text(f"name: bulk-{i:04d}\ntemplate: Prompt {i}\n")
+    for i in range(5):
+        (bundle / "resources" / f"doc-{i}.yaml").write_text(f"name: doc-{i}\nuri: doc://bulk/{i}\ntext: Doc {i}\n")
+    client = _session(demo_server)
+    listener = _listen(demo_server, client)
+    try:
+        done = apply_import(demo_server.registry.catalog, bundle, actor="test")
+        assert sum(1 for item in done if item.action == "create") == 1005
+        first = listener.next().json()
+        events = [first] + [event.json() for event in listener.drain(2.0)]
+        methods = sorted(event["method"] for event in events)
+        assert methods == ["notifications/prompts/list_changed", "notifications/resources/list_changed"], methods
+        listed = client.request("prompts/list", {})["result"]["prompts"]
+        assert len(listed) == 100  # a page; the new prompts are served
+        got = client.request("prompts/get", {"name": "bulk-0999"})["result"]["messages"][0]["content"]["text"]
+        assert got == "Prompt 999"
+    finally:
+        listener.close()

@@ -52,7 +52,8 @@ PROBE = "replica-probe"
 def _edit_probe(base_url: str, text: str) -> None:
     """Save a new version of the probe prompt (creating it first), leaving the demo bundle as it is:
     the replicas are shared by the tests of this module."""
-    body = {"template": text + " {{ text }}", "arguments": [{"name": "text", "required": True}]}
+    # A new description each time: a list change, so sessions are told (a template-only edit is not).
+    body = {"template": text + " {{ text }}", "description": text, "arguments": [{"name": "text", "required": True}]}
     # A new connection per request: through the balancer, consecutive requests hit different replicas.
     no_reuse = httpx.Limits(max_keepalive_connections=0)
     with httpx.Client(

@@ -315,6 +315,8 @@ def test_expired_tokens_are_refused_everywhere(server: ServerProcess) -> None:
 def test_cli_token_create_expires_in_days(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     url = f"sqlite:///{tmp_path / 'registry.db'}"
     argv = ["token", "create", "--name", "ci", "--scope", "agent", "--expires-in-days", "3"]
+    assert main(["db", "upgrade", "--database-url", url, "--data-dir", str(tmp_path)]) == 0  # token create needs one
+    capsys.readouterr()
     assert main([*argv, "--database-url", url, "--data-dir", str(tmp_path)]) == 0
     out = capsys.readouterr()
     assert "expires" in out.err

@@ -310,7 +310,11 @@ def test_names_stay_plain(server: ServerProcess, body: dict[str, Any], loc: str)
     trailing newline) refused these before this change too."""
     with server.admin() as api:
         assert_refused(api.post("/api/v1/prompts", json=body), loc, None)
-        assert api.get(f"/api/v1/prompts/{quote(body['name'], safe='')}").status_code == 404
+        names = [item["name"] for item in api.get("/api/v1/prompts", params={"limit": 500}).json()["items"]]
+        assert body["name"] not in names, "nothing may be written"
+        # A URL that names no possible entry is refused as such (the name pattern bounds the path too).
+        looked_up = api.get(f"/api/v1/prompts/{quote(body['name'], safe='')}")
+        assert looked_up.status_code == (404 if loc != "name" else 422), looked_up.text
 
 
 def test_titles_keep_the_joiners_scripts_need(server: ServerProcess) -> None:

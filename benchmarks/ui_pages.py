@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""Web UI pages with 10,000 entries: server-side time of the list, entry, history and diff pages.
+
+1. Writes a bundle of ``--entries`` prompts (varied descriptions and tags) and loads it with
+   ``mcp-registry import`` into a fresh database (SQLite in a temporary folder, or a fresh schema of
+   the PostgreSQL server given by ``--pg-url`` with ``--database postgresql``).
+2. Starts ``mcp-registry serve`` on it (``tests/serve_process.py``) and saves ``--versions`` more
+   versions of ``--sampled`` random prompts through the admin API, so history and diff pages have
+   something to show.
+3. Signs in to the web UI (the sign-in form, as a browser does) and requests each page
+   ``--samples`` times on one keep-alive connection, after a warm-up:
+
+   - ``list``: ``/ui/prompts`` (first page of 50, with the total count)
+   - ``list deep``: a page near the end (``?page=N``)
+   - ``list search``: ``?q=`` a word that matches 1% of the entries
+   - ``list tag``: ``?tag=`` a tag that 1% of the entries carry
+   - ``entry``: ``/ui/prompts/{name}`` of random prompts (the newest version, fields, labels)
+   - ``history``: ``/ui/prompts/{name}/history`` of the edited prompts
+   - ``diff``: ``/ui/prompts/{name}/diff?from=1&to=N`` of the edited prompts (side by side)
+
+The time reported is the server's own (its ``Server-Timing: app;dur=`` header: from the request
+reaching the UI until its answer starts, the page fully rendered), p50 / p95 / max per page, next
+to the client's round trip. Target (issue 9): every page p95 <= 50 ms.
+
+    .venv/bin/python benchmarks/ui_pages.py                       # 10,000 prompts on SQLite
+    .venv/bin/python benchmarks/ui_pages.py --database postgresql --pg-url postgresql://postgres@127.0.0.1:5432/test
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import re
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from tests.serve_process import ServerProcess, mcp_registry_command  # noqa: E402
+
+TARGET_P95_MS = 50.0
+SECRET_KEY = os.environ.get("REGISTRY_TEST_SECRET_KEY", "test-process-secret-key")
+WORDS = (
+    "billing",
+    "onboarding",
+    "incident",
+    "release",
+    "security",
+    "support",
+    "analytics",
+    "migration",
+    "review",
+    "planning",
+)
+_DUR = re.compile(r"app;dur=([0-9.]+)")
+
+
+def log(message: str) -> None:
+    print(f"[ui_pages] {message}", file=sys.stderr, flush=True)
+
+
+def write_bundle(folder: Path, count: int) -> list[str]:
+    prompts = folder / "prompts"
+    prompts.mkdir(parents=True, exist_ok=True)
+    names = []
+    for i in range(count):
+        name = f"ui-bench-{i:06d}"
+        names.append(name)
+        word = WORDS[i % len(WORDS)]
+        (prompts / f"{name}.yaml").write_text(
+            f"name: {name}\n"
+            f"title: {word.title()} prompt {i}\n"
+            f'description: "Helps with {word} work, variant {i} (cohort c{i % 100:02d})"\n'
+            f"tags: [{word}, cohort-{i % 100:02d}]\n"
+            "arguments:\n"
+            "- name: topic\n"
+            "  description: What to write about\n"
+            "  required: true\n"
+            f'template: "You are helping with {word}.\\nWrite about {{{{ topic }}}} for item {i}.\\nBe brief."\n',
+            encoding="utf-8",
+        )
+    return names
+
+
+@contextmanager
+def database(kind: str, workdir: Path, pg_url: str) -> Iterator[str | None]:
+    """None for SQLite in the server's data folder; a fresh PostgreSQL schema's URL otherwise."""
+    if kind == "sqlite":
+        yield None
+        return
+    from urllib.parse import quote
+
+    from sqlalchemy import create_engine, text
+
+    schema = "uibench_" + secrets.token_hex(4)
+    engine = create_engine(pg_url.replace("postgresql://", "postgresql+psycopg://", 1), isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    sep = "&" if "?" in pg_url else "?"
+    try:
+        yield pg_url + sep + "options=" + quote(f"-csearch_path={schema}")
+    finally:
+        with engine.connect() as conn:
+            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        engine.dispose()
+
+
+def import_bundle(folder: Path, data_dir: Path, database_url: str | None, entries: int) -> float:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
+    env.update(
+        REGISTRY_SECRET_KEY=SECRET_KEY,
+        REGISTRY_LIMIT_BUNDLE_FILES=str(entries + 100),
+        REGISTRY_LIMIT_BUNDLE_BYTES=str(max(32 * 2**20, entries * 2048)),
+    )
+    command = [*mcp_registry_command(), "import", str(folder), "--data-dir", str(data_dir)]
+    if database_url:
+        command += ["--database-url", database_url]
+    started = time.perf_counter()
+    subprocess.run(command, env=env, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - started
+
+
+def add_versions(admin: httpx.Client, names: list[str], versions: int) -> None:
+    for name in names:
+        spec = admin.get(f"/api/v1/prompts/{name}").json()["spec"]
+        for number in range(2, versions + 2):
+            text = spec["messages"][0]["content"]["text"]
+            spec["messages"][0]["content"]["text"] = text.replace("Be brief.", f"Be brief (revision {number}).")
+            spec["description"] = spec["description"] + f" Revised {number}."
+            saved = admin.put(f"/api/v1/prompts/{name}", json={**spec, "change_note": f"revision {number}"})
+            saved.raise_for_status()
+
+
+def sign_in(http: httpx.Client, token: str) -> None:
+    form = http.get("/ui/signin")
+    nonce = re.search(r'name="signin_nonce" value="([^"]+)"', form.text)
+    assert nonce, form.text[:500]
+    answer = http.post("/ui/signin", data={"token": token, "signin_nonce": nonce.group(1), "next": "/ui/"})
+    assert answer.status_code == 303, answer.text[:500]
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def measure(http: httpx.Client, paths: list[str], samples: int, warmup: int) -> dict[str, Any]:
+    for path in paths[:warmup]:
+        http.get(path).raise_for_status()
+    server_ms: list[float] = []
+    client_ms: list[float] = []
+    for i in range(samples):
+        path = paths[i % len(paths)]
+        started = time.perf_counter()
+        answer = http.get(path)
+        client_ms.append((time.perf_counter() - started) * 1000)
+        answer.raise_for_status()
+        timing = _DUR.search(answer.headers.get("server-timing", ""))
+        assert timing, f"{path}: no Server-Timing"
+        server_ms.append(float(timing.group(1)))
+    return {
+        "samples": samples,
+        "server_p50_ms": round(pct(server_ms, 0.50), 2),
+        "server_p95_ms": round(pct(server_ms, 0.95), 2),
+        "server_max_ms": round(max(server_ms), 2),
+        "client_p50_ms": round(pct(client_ms, 0.50), 2),
+        "client_p95_ms": round(pct(client_ms, 0.95), 2),
+        "bytes": len(answer.content),
+    }
+
+
+def run(kind: str, args: argparse.Namespace) -> dict[str, Any]:
+    rng = random.Random(args.seed)
+    with tempfile.TemporaryDirectory(prefix="ui-bench-") as tmp, database(kind, Path(tmp), args.pg_url) as url:
+        workdir = Path(tmp)
+        names = write_bundle(workdir / "bundle", args.entries)
+        seconds = import_bundle(workdir / "bundle", workdir / "data", url, args.entries)
+        log(f"{kind}: imported {args.entries} prompts in {seconds:.1f}s")
+        server = ServerProcess(workdir / "data", database_url=url, name=f"ui-bench-{kind}")
+        with server:
+            edited = rng.sample(names, args.sampled)
+            with server.admin() as admin:
+                add_versions(admin, edited, args.versions)
+            log(f"{kind}: saved {args.versions} more versions of {len(edited)} prompts")
+            last = args.versions + 1
+            deep_page = max(1, args.entries // 50 - 2)
+            pages = {
+                "list": ["/ui/prompts"],
+                "list deep": [f"/ui/prompts?page={deep_page}"],
+                "list search": [f"/ui/prompts?q=c{n:02d})" for n in rng.sample(range(100), 10)],
+                "list tag": [f"/ui/prompts?tag=cohort-{n:02d}" for n in rng.sample(range(100), 10)],
+                "entry": [f"/ui/prompts/{n}" for n in rng.sample(names, 50)],
+                "history": [f"/ui/prompts/{n}/history" for n in edited],
+                "diff": [f"/ui/prompts/{n}/diff?from=1&to={last}" for n in edited],
+            }
+            results: dict[str, Any] = {"entries": args.entries, "import_s": round(seconds, 1), "pages": {}}
+            with httpx.Client(base_url=server.url, timeout=30) as http:
+                sign_in(http, server.admin_token)
+                for page, paths in pages.items():
+                    results["pages"][page] = measure(http, paths, args.samples, warmup=min(len(paths), 10))
+                    log(f"{kind}: {page}: {results['pages'][page]}")
+    return results
+
+
+def print_table(all_results: dict[str, Any]) -> None:
+    print(f"\nWeb UI pages, server-side time (Server-Timing), target p95 <= {TARGET_P95_MS:.0f} ms")
+    print(f"{'database':<11}{'page':<13}{'p50 ms':>8}{'p95 ms':>8}{'max ms':>8}{'client p95':>12}{'KiB':>7}  verdict")
+    for kind, results in all_results.items():
+        for page, r in results["pages"].items():
+            verdict = "PASS" if r["server_p95_ms"] <= TARGET_P95_MS else "MISS"
+            print(
+                f"{kind:<11}{page:<13}{r['server_p50_ms']:>8.1f}{r['server_p95_ms']:>8.1f}{r['server_max_ms']:>8.1f}"
+                f"{r['client_p95_ms']:>12.1f}{r['bytes'] / 1024:>7.1f}  {verdict}"
+            )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--entries", type=int, default=10_000)
+    parser.add_argument("--database", choices=("sqlite", "postgresql", "both"), default="sqlite")
+    parser.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:5432/test")
+    parser.add_argument("--samples", type=int, default=200, help="requests per page type")
+    parser.add_argument("--sampled", type=int, default=20, help="prompts given more versions")
+    parser.add_argument("--versions", type=int, default=4, help="versions added to each of them")
+    parser.add_argument("--seed", type=int, default=9)
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args(argv)
+    kinds = ("sqlite", "postgresql") if args.database == "both" else (args.database,)
+    all_results = {kind: run(kind, args) for kind in kinds}
+    print_table(all_results)
+    if args.json:
+        args.json.write_text(json.dumps(all_results, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,541 @@
+"""Many catalog writes in one transaction: what a bundle import and a catalog restore need.
+
+Writing entry by entry (one transaction, one ORM flush and one change-log lock each) made a
+20,000-prompt import take minutes and left half a bundle behind when a file failed. Here the
+rows are prepared first, outside any transaction (validation, sealing secrets, denormalising),
+and the transaction only writes them: ``executemany`` in chunks of ``CHUNK`` rows (SQLAlchemy
+turns them into multi-row INSERTs), the change rows included, so the whole bundle commits or
+nothing does.
+
+The change log keeps its ordering rule (see ``registry.db.changelog``): on PostgreSQL the
+advisory lock is taken once, right before the change rows are inserted (late, so a writer
+holding an entry row we wait for is never waiting on us), and one ``NOTIFY`` carries the last
+id; readers of the change log fetch the whole range after the id they saw.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, TypeVar
+
+import psycopg
+import psycopg.sql
+from sqlalchemy import JSON, Table, bindparam, delete, func, insert, select, text, tuple_, update
+from sqlalchemy.orm import Session
+
+from registry.catalog.errors import Conflict
+from registry.catalog.listing import listing_changed
+from registry.db.changelog import CHANGELOG_LOCK_KEY, NOTIFY_CHANNEL
+from registry.db.models import Change, Entry, EntryVersion, Label
+
+#: Rows per statement: large enough that round trips do not dominate, small enough for SQLite's
+#: bound-parameter limit (32,766) with the widest row here (9 columns).
+CHUNK = 1000
+LATEST = "latest"
+
+_ENTRIES: Table = Entry.__table__  # type: ignore[assignment]
+_VERSIONS: Table = EntryVersion.__table__  # type: ignore[assignment]
+_LABELS: Table = Label.__table__  # type: ignore[assignment]
+_CHANGES: Table = Change.__table__  # type: ignore[assignment]
+
+T = TypeVar("T")
+
+
+def chunks(items: Sequence[T], size: int = CHUNK) -> Iterator[Sequence[T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def resource_uris(kind: str, *specs: Mapping[str, Any] | None) -> list[str]:
+    """The URIs (or URI templates) a resource change touches, for ``resources/updated``."""
+    if kind != "resource":
+        return []
+    return sorted({s.get("uri") or s.get("uriTemplate") or "" for s in specs if s} - {""})
+
+
+def denormalized(kind: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The copies of a version's descriptive fields that ``entries`` keeps for listing and search
+    (what ``CatalogService._denormalize`` sets from a parsed spec; here from its stored form)."""
+    tags = list(spec.get("tags") or [])
+    return {
+        "title": spec.get("title"),
+        "description": spec.get("description"),
+        "tags": "," + ",".join(tags) + ("," if tags else ""),
+        "uri": (spec.get("uri") or spec.get("uriTemplate")) if kind == "resource" else None,
+    }
+
+
+@dataclass(frozen=True)
+class HeadWrite:
+    """One new version of an entry: a create (``entry_id`` None) or an update of ``base``."""
+
+    kind: str
+    name: str
+    #: The stored (sealed) form of the new version.
+    spec: dict[str, Any]
+    entry_id: int | None = None
+    #: The version this one follows (updates): the write is refused if the entry moved on since.
+    base: int | None = None
+    #: The stored spec of ``base`` (updates), for the change row's resource URIs.
+    previous: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class VersionRecord:
+    number: int
+    spec: dict[str, Any]
+    author: str
+    note: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class HistoryWrite:
+    """A whole entry as exported with its history: every version, its labels, its archived state."""
+
+    kind: str
+    name: str
+    versions: list[VersionRecord]
+    #: label -> version (without ``latest``, which always names the newest version).
+    labels: dict[str, int]
+    archived: bool
+    created_at: datetime
+    updated_at: datetime
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _append_changes(session: Session, rows: list[dict[str, Any]]) -> int | None:
+    """Append change rows (in order) and return the last id; see the module docstring."""
+    if not rows:
+        return None
+    is_postgres = session.get_bind().dialect.name == "postgresql"
+    if is_postgres:
+        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": CHANGELOG_LOCK_KEY})
+    _insert(session, _CHANGES, rows)
+    # Ours are the newest rows: appends are serialised (the advisory lock; SQLite's write lock).
+    last = session.scalar(select(func.max(_CHANGES.c.id)))
+    if is_postgres:
+        session.execute(text("SELECT pg_notify(:channel, :payload)"), {"channel": NOTIFY_CHANNEL, "payload": str(last)})
+    return last
+
+
+def _is_postgres(session: Session) -> bool:
+    return session.get_bind().dialect.name == "postgresql"
+
+
+def _insert_entries(session: Session, rows: list[dict[str, Any]]) -> list[int]:
+    """Insert entry rows; their ids, in the order given. On PostgreSQL the ids are taken from the
+    table's sequence first (one query), so the rows can be streamed with COPY; elsewhere a plain
+    ``executemany`` and one select of the ids per chunk (``INSERT ... RETURNING`` over many rows
+    fetches them one by one)."""
+    if not rows:
+        return []
+    if _is_postgres(session):
+        ids = list(
+            session.scalars(
+                text("SELECT nextval(pg_get_serial_sequence('entries', 'id')) FROM generate_series(1, :n)"),
+                {"n": len(rows)},
+            )
+        )
+        _insert(session, _ENTRIES, [{"id": i, **row} for i, row in zip(ids, rows, strict=True)])
+        return ids
+    ids = []
+    for part in chunks(rows):
+        session.execute(insert(_ENTRIES), part)
+        by_kind: dict[str, list[str]] = {}
+        for row in part:
+            by_kind.setdefault(row["kind"], []).append(row["name"])
+        found: dict[tuple[str, str], int] = {}
+        for kind, names in by_kind.items():
+            stmt = select(_ENTRIES.c.name, _ENTRIES.c.id).where(_ENTRIES.c.kind == kind, _ENTRIES.c.name.in_(names))
+            found.update({(kind, name): entry_id for name, entry_id in session.execute(stmt)})
+        ids.extend(found[(row["kind"], row["name"])] for row in part)
+    return ids
+
+
+def _insert(session: Session, table: Table, rows: list[dict[str, Any]]) -> None:
+    """Insert ``rows`` (dicts with the same keys): COPY on PostgreSQL (one stream, no per-row round
+    trip or statement), ``executemany`` in chunks elsewhere."""
+    if not rows:
+        return
+    if not _is_postgres(session):
+        for part in chunks(rows):
+            session.execute(insert(table), part)
+        return
+    columns = list(rows[0])
+    as_json = [isinstance(table.c[name].type, JSON) for name in columns]
+    driver = session.connection().connection.driver_connection
+    assert isinstance(driver, psycopg.Connection)
+    statement = psycopg.sql.SQL("COPY {} ({}) FROM STDIN").format(
+        psycopg.sql.Identifier(table.name), psycopg.sql.SQL(", ").join(map(psycopg.sql.Identifier, columns))
+    )
+    with driver.cursor() as cursor, cursor.copy(statement) as copy:
+        for row in rows:
+            copy.write_row(
+                [
+                    json.dumps(row[name]) if wrap and row[name] is not None else row[name]
+                    for name, wrap in zip(columns, as_json, strict=True)
+                ]
+            )
+
+
+def _check_bases(session: Session, writes: Sequence[HeadWrite]) -> None:
+    """Lock the entries being updated and refuse if any moved on since the import was planned
+    (an admin saved meanwhile): the plan's comparison would be stale."""
+    expected = {w.entry_id: w for w in writes if w.entry_id is not None}
+    ids = list(expected)
+    for part in chunks(ids):
+        stmt = select(_ENTRIES.c.id, _ENTRIES.c.latest_version, _ENTRIES.c.archived).where(_ENTRIES.c.id.in_(part))
+        if session.get_bind().dialect.name == "postgresql":
+            stmt = stmt.with_for_update()
+        for entry_id, latest, archived in session.execute(stmt):
+            write = expected.pop(entry_id)
+            if latest != write.base or archived:
+                raise Conflict(
+                    f"{write.kind} {write.name!r} changed while the import was being prepared (now version "
+                    f"{latest}{', archived' if archived else ''}); nothing was written: run the import again"
+                )
+    if expected:
+        write = next(iter(expected.values()))
+        raise Conflict(
+            f"{write.kind} {write.name!r} was deleted while the import was being prepared; nothing was written"
+        )
+
+
+def _check_new_names(session: Session, writes: Sequence[HeadWrite | HistoryWrite]) -> None:
+    """Refuse (before writing) if an entry to be created exists by now; the unique constraint
+    would refuse it too, but this names it."""
+    by_kind: dict[str, list[str]] = {}
+    for write in writes:
+        by_kind.setdefault(write.kind, []).append(write.name)
+    for kind, names in by_kind.items():
+        for part in chunks(names):
+            found = session.scalar(
+                select(_ENTRIES.c.name).where(_ENTRIES.c.kind == kind, _ENTRIES.c.name.in_(part)).limit(1)
+            )
+            if found is not None:
+                raise Conflict(
+                    f"{kind} {found!r} was created while the import was being prepared; nothing was written: "
+                    "run the import again"
+                )
+
+
+def write_heads(
+    session: Session,
+    writes: Sequence[HeadWrite],
+    *,
+    actor: str,
+    note: str | None,
+    labels: Sequence[str],
+    now: datetime,
+) -> int | None:
+    """Create or update entries, one new version each, moving ``latest`` and ``labels`` to it.
+    Returns the last change id (None when there was nothing to write)."""
+    if not writes:
+        return None
+    creates = [w for w in writes if w.entry_id is None]
+    updates = [w for w in writes if w.entry_id is not None]
+    _check_new_names(session, creates)
+    _check_bases(session, updates)
+    moved = sorted({LATEST, *labels})
+
+    new_ids = _insert_entries(
+        session,
+        [
+            {
+                "kind": w.kind,
+                "name": w.name,
+                "latest_version": 1,
+                "archived": False,
+                "created_at": now,
+                "updated_at": now,
+                **denormalized(w.kind, w.spec),
+            }
+            for w in creates
+        ],
+    )
+    targets: list[tuple[int, int, HeadWrite]] = [(i, 1, w) for i, w in zip(new_ids, creates, strict=True)]
+    # What each moved label served before, to record whether MCP lists change (read before moving).
+    served_before = _served_before(session, updates, moved)
+    if updates:
+        for part in chunks(updates):
+            session.execute(
+                update(_ENTRIES)
+                .where(_ENTRIES.c.id == bindparam("b_id"))
+                .values(
+                    latest_version=bindparam("b_version"),
+                    updated_at=bindparam("b_now"),
+                    title=bindparam("b_title"),
+                    description=bindparam("b_description"),
+                    tags=bindparam("b_tags"),
+                    uri=bindparam("b_uri"),
+                ),
+                [
+                    {
+                        "b_id": w.entry_id,
+                        "b_version": (w.base or 0) + 1,
+                        "b_now": now,
+                        **{f"b_{k}": v for k, v in denormalized(w.kind, w.spec).items()},
+                    }
+                    for w in part
+                ],
+            )
+            ids = [w.entry_id for w in part]
+            session.execute(delete(_LABELS).where(_LABELS.c.entry_id.in_(ids), _LABELS.c.name.in_(moved)))
+        targets += [(w.entry_id, (w.base or 0) + 1, w) for w in updates if w.entry_id is not None]
+
+    _insert(
+        session,
+        _VERSIONS,
+        [
+            {"entry_id": i, "number": n, "spec": w.spec, "author": actor, "change_note": note, "created_at": now}
+            for i, n, w in targets
+        ],
+    )
+    _insert(
+        session,
+        _LABELS,
+        [{"entry_id": i, "name": label, "version": n, "updated_at": now} for i, n, _w in targets for label in moved],
+    )
+    return _append_changes(
+        session,
+        [
+            {
+                "created_at": now,
+                "kind": w.kind,
+                "name": w.name,
+                "action": "created" if w.entry_id is None else "updated",
+                "version": n,
+                "labels": moved,
+                "uris": resource_uris(w.kind, w.previous, w.spec),
+                "actor": actor,
+                "note": note,
+                # A new entry appears in every label it is given; an update changes the lists of the
+                # labels whose list item differs from what they served before.
+                "listing_changed": moved
+                if w.entry_id is None
+                else listing_changed(w.kind, moved, served_before.get(w.entry_id, {}), w.spec),
+            }
+            for _i, n, w in targets
+        ],
+    )
+
+
+def _served_before(
+    session: Session, updates: Sequence[HeadWrite], labels: Sequence[str]
+) -> dict[int, dict[str, Mapping[str, Any] | None]]:
+    """entry id -> label -> the stored spec that label serves now, for the entries being updated
+    (two set-based queries per chunk; the base version's spec is known already)."""
+    served: dict[int, dict[str, Mapping[str, Any] | None]] = {}
+    by_id = {w.entry_id: w for w in updates if w.entry_id is not None}
+    for part in chunks(list(by_id)):
+        pointers = session.execute(
+            select(_LABELS.c.entry_id, _LABELS.c.name, _LABELS.c.version).where(
+                _LABELS.c.entry_id.in_(part), _LABELS.c.name.in_(labels)
+            )
+        ).all()
+        other = {(e, v) for e, _n, v in pointers if v != by_id[e].base}
+        specs: dict[tuple[int, int], Mapping[str, Any]] = {}
+        if other:
+            rows = session.execute(
+                select(_VERSIONS.c.entry_id, _VERSIONS.c.number, _VERSIONS.c.spec).where(
+                    tuple_(_VERSIONS.c.entry_id, _VERSIONS.c.number).in_(sorted(other))
+                )
+            )
+            specs = {(e, n): spec for e, n, spec in rows}
+        for entry_id, name, version in pointers:
+            write = by_id[entry_id]
+            spec = write.previous if version == write.base else specs.get((entry_id, version))
+            served.setdefault(entry_id, {})[name] = spec
+    return served
+
+
+def write_histories(
+    session: Session, writes: Sequence[HistoryWrite], *, actor: str, note: str | None, now: datetime
+) -> int | None:
+    """Create entries with their whole history (versions numbered, authored and dated as given,
+    labels and archived state set). One ``created`` change row each (plus ``archived`` for an
+    archived entry), dated now: the change log records when this catalog changed."""
+    if not writes:
+        return None
+    _check_new_names(session, writes)
+    ids = _insert_entries(
+        session,
+        [
+            {
+                "kind": w.kind,
+                "name": w.name,
+                "latest_version": w.versions[-1].number,
+                "archived": w.archived,
+                "created_at": w.created_at,
+                "updated_at": w.updated_at,
+                **denormalized(w.kind, w.versions[-1].spec),
+            }
+            for w in writes
+        ],
+    )
+    _insert(
+        session,
+        _VERSIONS,
+        [
+            {
+                "entry_id": i,
+                "number": v.number,
+                "spec": v.spec,
+                "author": v.author,
+                "change_note": v.note,
+                "created_at": v.created_at,
+            }
+            for i, w in zip(ids, writes, strict=True)
+            for v in w.versions
+        ],
+    )
+    _insert(
+        session,
+        _LABELS,
+        [
+            {"entry_id": i, "name": label, "version": number, "updated_at": now}
+            for i, w in zip(ids, writes, strict=True)
+            for label, number in {**w.labels, LATEST: w.versions[-1].number}.items()
+        ],
+    )
+    changes: list[dict[str, Any]] = []
+    for w in writes:
+        labels = sorted({*w.labels, LATEST})
+        served = [v.spec for v in w.versions if v.number in {*w.labels.values(), w.versions[-1].number}]
+        common = {"created_at": now, "kind": w.kind, "name": w.name, "version": w.versions[-1].number}
+        uris = resource_uris(w.kind, *served)
+        # An archived entry is in no list: its rows change none (see Change.listing_changed).
+        shown = [] if w.archived else labels
+        row = {**common, "labels": labels, "uris": uris, "actor": actor, "listing_changed": shown}
+        changes.append({**row, "action": "created", "note": note})
+        if w.archived:
+            changes.append({**row, "action": "archived", "note": None})
+    return _append_changes(session, changes)
+
+
+# ------------------------------------------------------------------ reads for planning and export
+
+
+@dataclass(frozen=True)
+class StoredHead:
+    entry_id: int
+    latest_version: int
+    archived: bool
+    spec: dict[str, Any]
+
+
+def stored_heads(session: Session, kind: str, names: Iterable[str]) -> dict[str, StoredHead]:
+    """The newest stored version of each named entry that exists (a few queries, whatever the count)."""
+    found: dict[str, StoredHead] = {}
+    for part in chunks(sorted(set(names))):
+        rows = session.execute(
+            select(_ENTRIES.c.name, _ENTRIES.c.id, _ENTRIES.c.latest_version, _ENTRIES.c.archived, _VERSIONS.c.spec)
+            .join(
+                _VERSIONS,
+                (_VERSIONS.c.entry_id == _ENTRIES.c.id) & (_VERSIONS.c.number == _ENTRIES.c.latest_version),
+            )
+            .where(_ENTRIES.c.kind == kind, _ENTRIES.c.name.in_(part))
+        )
+        for name, entry_id, latest, archived, spec in rows:
+            found[name] = StoredHead(entry_id, latest, bool(archived), spec)
+    return found
+
+
+def uri_owners(session: Session, uris: Iterable[str]) -> dict[str, str]:
+    """Which resource (by name) holds each of ``uris``, for those that are taken."""
+    owners: dict[str, str] = {}
+    for part in chunks(sorted(set(uris))):
+        rows = session.execute(
+            select(_ENTRIES.c.uri, _ENTRIES.c.name).where(_ENTRIES.c.kind == "resource", _ENTRIES.c.uri.in_(part))
+        )
+        owners.update({uri: name for uri, name in rows})
+    return owners
+
+
+def labels_of(session: Session, entry_ids: Iterable[int]) -> dict[int, dict[str, int]]:
+    """entry id -> its labels (without ``latest``) and the versions they name."""
+    found: dict[int, dict[str, int]] = {}
+    for part in chunks(sorted(set(entry_ids))):
+        rows = session.execute(
+            select(_LABELS.c.entry_id, _LABELS.c.name, _LABELS.c.version).where(
+                _LABELS.c.entry_id.in_(part), _LABELS.c.name != LATEST
+            )
+        )
+        for entry_id, name, version in rows:
+            found.setdefault(entry_id, {})[name] = version
+    return found
+
+
+def count_entries(session: Session) -> int:
+    return session.scalar(select(func.count()).select_from(_ENTRIES)) or 0
+
+
+def iter_served(session: Session, kind: str, label: str | None) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(name, stored spec) of every live entry of ``kind``, in name order: the version ``label``
+    serves (entries without that label are left out), or the newest version when ``label`` is None.
+    Streamed, so exporting 100,000 entries does not hold them all in memory."""
+    stmt = select(_ENTRIES.c.name, _VERSIONS.c.spec).where(_ENTRIES.c.kind == kind, _ENTRIES.c.archived.is_(False))
+    if label is None:
+        stmt = stmt.join(
+            _VERSIONS, (_VERSIONS.c.entry_id == _ENTRIES.c.id) & (_VERSIONS.c.number == _ENTRIES.c.latest_version)
+        )
+    else:
+        stmt = stmt.join(_LABELS, (_LABELS.c.entry_id == _ENTRIES.c.id) & (_LABELS.c.name == label)).join(
+            _VERSIONS, (_VERSIONS.c.entry_id == _ENTRIES.c.id) & (_VERSIONS.c.number == _LABELS.c.version)
+        )
+    rows = session.execute(stmt.order_by(_ENTRIES.c.name).execution_options(yield_per=CHUNK))
+    for name, spec in rows:
+        yield str(name), spec
+
+
+def iter_histories(session: Session, kind: str) -> Iterator[HistoryWrite]:
+    """Every entry of ``kind`` (archived ones too) with all its versions and labels, in name order.
+    Three streamed queries merged in order, not one query per entry."""
+    entries = session.execute(
+        select(_ENTRIES.c.id, _ENTRIES.c.name, _ENTRIES.c.archived, _ENTRIES.c.created_at, _ENTRIES.c.updated_at)
+        .where(_ENTRIES.c.kind == kind)
+        .order_by(_ENTRIES.c.name)
+        .execution_options(yield_per=CHUNK)
+    )
+    versions = iter(
+        session.execute(
+            select(
+                _VERSIONS.c.entry_id,
+                _VERSIONS.c.number,
+                _VERSIONS.c.spec,
+                _VERSIONS.c.author,
+                _VERSIONS.c.change_note,
+                _VERSIONS.c.created_at,
+            )
+            .join(_ENTRIES, _ENTRIES.c.id == _VERSIONS.c.entry_id)
+            .where(_ENTRIES.c.kind == kind)
+            .order_by(_ENTRIES.c.name, _VERSIONS.c.number)
+            .execution_options(yield_per=CHUNK)
+        )
+    )
+    labels = iter(
+        session.execute(
+            select(_LABELS.c.entry_id, _LABELS.c.name, _LABELS.c.version)
+            .join(_ENTRIES, _ENTRIES.c.id == _LABELS.c.entry_id)
+            .where(_ENTRIES.c.kind == kind, _LABELS.c.name != LATEST)
+            .order_by(_ENTRIES.c.name, _LABELS.c.name)
+            .execution_options(yield_per=CHUNK)
+        )
+    )
+    next_version = next(versions, None)
+    next_label = next(labels, None)
+    for entry_id, name, archived, created_at, updated_at in entries:
+        records: list[VersionRecord] = []
+        while next_version is not None and next_version.entry_id == entry_id:
+            _e, number, spec, author, note, created = next_version
+            records.append(VersionRecord(number, spec, author, note, created))
+            next_version = next(versions, None)
+        pointers: dict[str, int] = {}
+        while next_label is not None and next_label.entry_id == entry_id:
+            pointers[next_label.name] = next_label.version
+            next_label = next(labels, None)
+        yield HistoryWrite(kind, name, records, pointers, bool(archived), created_at, updated_at)

@@ -1,0 +1,157 @@
+"""Who is signed in, what they may do, and whether a form really came from our page.
+
+Route parameters:
+
+- ``Viewer`` / ``Editor`` / ``Admin``: the signed-in session, with at least that scope. No
+  session: ``SignInRequired`` (a redirect to the sign-in page, back here afterwards). A session
+  without the scope: ``UiForbidden`` (a 403 page).
+- ``EditorForm`` / ``AdminForm``: for unsafe methods (POST): the scope as above, then the CSRF
+  check, then the form's fields. The CSRF token is per session, sent in the hidden field
+  ``csrf_token`` of every form (or the ``X-CSRF-Token`` header htmx adds); a request without it,
+  or with another session's, is refused with 403 before anything is written. With the session
+  cookie being ``SameSite=Lax``, a cross-site POST does not even carry the session.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+from starlette.datastructures import FormData
+from starlette.responses import Response
+
+from registry.limits import LimitExceeded, Limits
+from registry.ui.sessions import SignedIn, UiSessionStore
+
+SESSION_COOKIE = "mcpr_ui_session"
+CSRF_FIELD = "csrf_token"
+CSRF_HEADER = "x-csrf-token"
+#: Most fields one form may have (the largest form, a prompt editor, has a few hundred).
+FORM_FIELDS = 1000
+
+
+class SignInRequired(Exception):
+    """No live session: send the browser to the sign-in page, then back to ``next_path``."""
+
+    def __init__(self, next_path: str, reason: str | None = None) -> None:
+        super().__init__(next_path)
+        self.next_path = next_path
+        self.reason = reason
+
+
+class UiForbidden(Exception):
+    """Signed in, but not allowed (scope or CSRF): a 403 page saying why."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def is_https(request: Request) -> bool:
+    return request.url.scheme == "https"
+
+
+def set_session_cookie(response: Response, request: Request, secret: str, max_age: int) -> None:
+    response.set_cookie(
+        SESSION_COOKIE,
+        secret,
+        max_age=max_age,
+        path="/ui",
+        httponly=True,
+        samesite="lax",
+        secure=is_https(request),
+    )
+
+
+def clear_session_cookie(response: Response, request: Request) -> None:
+    response.delete_cookie(SESSION_COOKIE, path="/ui", httponly=True, samesite="lax", secure=is_https(request))
+
+
+def _store(request: Request) -> UiSessionStore:
+    store: UiSessionStore = request.app.state.ui_sessions
+    return store
+
+
+def _here(request: Request) -> str:
+    """Where to come back to after signing in: this page (a form post cannot be replayed)."""
+    if request.method != "GET":
+        return "/ui/"
+    return request.url.path + ("?" + request.url.query if request.url.query else "")
+
+
+def signed_in(request: Request) -> SignedIn | None:
+    """The live session of this request, if any (read once per request)."""
+    if hasattr(request.state, "ui"):
+        found: SignedIn | None = request.state.ui
+        return found
+    secret = request.cookies.get(SESSION_COOKIE, "")
+    found = _store(request).find(secret) if secret else None
+    request.state.ui = found
+    return found
+
+
+def require(scope: str) -> Callable[[Request], SignedIn]:
+    def dependency(request: Request) -> SignedIn:
+        ui = signed_in(request)
+        if ui is None:
+            had_cookie = bool(request.cookies.get(SESSION_COOKIE))
+            raise SignInRequired(_here(request), "Your session has ended; sign in again." if had_cookie else None)
+        if not ui.principal.has(scope):
+            raise UiForbidden(
+                f"Your token ({ui.principal.name}) has the {', '.join(sorted(ui.principal.scopes))} scope; "
+                f"this needs {scope}."
+            )
+        return ui
+
+    return dependency
+
+
+def _limits(request: Request) -> Limits:
+    limits: Limits = request.app.state.registry.settings.limits
+    return limits
+
+
+async def read_form(request: Request) -> FormData:
+    """The request's form fields, its body bounded by ``REGISTRY_LIMIT_BODY_BYTES`` as it is read
+    (a declared length over it never gets here; see ``registry.ui.security``)."""
+    cached: FormData | None = getattr(request.state, "form", None)
+    if cached is not None:
+        return cached
+    limit = _limits(request).body_bytes
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise LimitExceeded("body_bytes", f"the form is larger than {limit} bytes")
+    request._body = bytes(body)  # what request.form() parses (Starlette reads it from here)
+    form = await request.form(max_files=0, max_fields=FORM_FIELDS, max_part_size=limit)
+    request.state.form = form
+    return form
+
+
+def check_csrf(ui: SignedIn, sent: str | None) -> None:
+    if not sent or not hmac.compare_digest(sent.encode(), ui.csrf_token.encode()):
+        raise UiForbidden(
+            "This form is missing its security token, or the token belongs to another session "
+            "(the page may be from before you signed in again). Reload the page and try again."
+        )
+
+
+def require_form(scope: str) -> Callable[[Request, SignedIn], Coroutine[Any, Any, tuple[SignedIn, FormData]]]:
+    # A default, not ``Annotated[...]``: with postponed annotations FastAPI could not see ``scope``.
+    async def dependency(request: Request, ui: SignedIn = Depends(require(scope))) -> tuple[SignedIn, FormData]:
+        form = await read_form(request)
+        field = form.get(CSRF_FIELD)
+        check_csrf(ui, request.headers.get(CSRF_HEADER) or (field if isinstance(field, str) else None))
+        return ui, form
+
+    return dependency
+
+
+Viewer = Annotated[SignedIn, Depends(require("viewer"))]
+Editor = Annotated[SignedIn, Depends(require("editor"))]
+Admin = Annotated[SignedIn, Depends(require("admin"))]
+EditorForm = Annotated[tuple[SignedIn, FormData], Depends(require_form("editor"))]
+AdminForm = Annotated[tuple[SignedIn, FormData], Depends(require_form("admin"))]

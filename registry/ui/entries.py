@@ -1,0 +1,240 @@
+"""``/ui/{prompts,resources,tools}``: lists, an entry's page, its history and diffs, and the
+writes that need no editor: moving a label (promote, roll back), archiving and restoring.
+
+Thin like the REST routers: the catalog service reads, checks and writes; these functions pick
+the page and its values. Every write is a POST with the session's CSRF token, behind a
+confirmation page (reachable with JavaScript off), and answers with a redirect to the entry
+(post/redirect/get) carrying a one-time notice.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Request
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import RedirectResponse, Response
+
+from registry.catalog.errors import Invalid
+from registry.catalog.service import CatalogService
+from registry.catalog.specs import NAME_PATTERN, TAG_PATTERN, is_label
+from registry.limits import LimitExceeded
+from registry.ui.auth import Editor, EditorForm, Viewer, is_https
+from registry.ui.diffview import diff_specs
+from registry.ui.templating import Pages, set_flash
+
+#: Entries per list page.
+PAGE_SIZE = 50
+#: Labels offered when promoting, besides those the entry already has.
+COMMON_LABELS = ("production", "staging")
+INT32_MAX = 2**31 - 1
+
+EntryName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=128)]
+VersionQuery = Annotated[int | None, Query(ge=1, le=INT32_MAX)]
+
+
+def _catalog(request: Request) -> CatalogService:
+    catalog: CatalogService = request.app.state.registry.catalog
+    return catalog
+
+
+def _field(form: Any, name: str) -> str:
+    value = form.get(name)
+    return value.strip() if isinstance(value, str) else ""
+
+
+def _version_field(form: Any, name: str = "version") -> int:
+    raw = _field(form, name)
+    if not raw.isdigit() or not 1 <= int(raw) <= INT32_MAX:
+        raise Invalid(f"the version must be a whole number from 1 (got {raw!r})")
+    return int(raw)
+
+
+def entry_router(pages: Pages, collection: str, kind: str, title: str) -> APIRouter:
+    routes = APIRouter(prefix=f"/{collection}")
+    base = f"/ui/{collection}"
+    common = {"collection": collection, "kind": kind, "kind_title": title, "nav": collection}
+
+    def entry_url(name: str) -> str:
+        return f"{base}/{name}"
+
+    def redirect_with_notice(request: Request, target: str, notice: str) -> Response:
+        response = RedirectResponse(target, status_code=303)
+        set_flash(response, notice, secure=is_https(request))
+        return response
+
+    @routes.get("")
+    def list_entries(
+        request: Request,
+        ui: Viewer,
+        q: Annotated[str | None, Query(max_length=4096)] = None,
+        tag: Annotated[str | None, Query(max_length=256)] = None,
+        archived: Annotated[str | None, Query(max_length=8)] = None,
+        page: Annotated[int, Query(ge=1, le=INT32_MAX)] = 1,
+    ) -> Response:
+        catalog = _catalog(request)
+        q = (q or "").strip() or None
+        tag = (tag or "").strip() or None
+        show_archived = archived not in (None, "", "0")
+        filters = {"q": q or "", "tag": tag or "", "archived": "1" if show_archived else ""}
+        error = None
+        if q is not None and len(q) > catalog.limits.search_chars:
+            error = str(
+                LimitExceeded(
+                    "search_chars",
+                    f"the search has {len(q)} characters; at most {catalog.limits.search_chars} are searched",
+                )
+            )
+        elif tag is not None and not _matches(TAG_PATTERN, tag):
+            error = f"{tag!r} is not a tag: tags are 1-64 of A-Z a-z 0-9 _ . : -"
+        items: list[dict[str, Any]] = []
+        total, exact = 0, True
+        if error is None:
+            result = catalog.list_entries(
+                kind, q=q, tag=tag, archived=show_archived, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE
+            )
+            items, total = result.items, result.total
+            exact = getattr(result, "total_exact", True)
+        pages_total = max(1, -(-total // PAGE_SIZE))
+        context = {
+            **common,
+            "title": title + "s",
+            "items": items,
+            "total": total,
+            "total_exact": exact,
+            "page": page,
+            "pages_total": pages_total,
+            "filters": filters,
+            "error": error,
+        }
+        return pages.render(request, "list.html", context, status=400 if error else 200, partial="_list_results.html")
+
+    @routes.get("/{name}")
+    def entry(request: Request, ui: Viewer, name: EntryName, version: VersionQuery = None) -> Response:
+        view = _catalog(request).get(kind, name, version=version)
+        context = {
+            **common,
+            "title": f"{title} {name}",
+            "entry": view.as_dict(),
+            "viewing_old": view.version != view.latest_version,
+            "label_choices": _label_choices(view.labels),
+            "tab": "entry",
+        }
+        return pages.render(request, "entry.html", context)
+
+    @routes.get("/{name}/history")
+    def history(request: Request, ui: Viewer, name: EntryName) -> Response:
+        catalog = _catalog(request)
+        view = catalog.get(kind, name)
+        versions = catalog.versions(kind, name)
+        context = {
+            **common,
+            "title": f"History of {title.lower()} {name}",
+            "entry": view.as_dict(),
+            "versions": versions,
+            "production": view.labels.get("production"),
+            "tab": "history",
+        }
+        return pages.render(request, "history.html", context)
+
+    @routes.get("/{name}/diff")
+    def diff(
+        request: Request,
+        ui: Viewer,
+        name: EntryName,
+        from_: Annotated[int | None, Query(alias="from", ge=1, le=INT32_MAX)] = None,
+        to: VersionQuery = None,
+    ) -> Response:
+        catalog = _catalog(request)
+        newest = catalog.get(kind, name)
+        to_version = to or newest.latest_version
+        from_version = from_ if from_ is not None else max(1, to_version - 1)
+        old = catalog.get(kind, name, version=from_version)
+        new = catalog.get(kind, name, version=to_version)
+        changed, same = diff_specs(old.spec, new.spec)
+        context = {
+            **common,
+            "title": f"{title} {name}: v{from_version} → v{to_version}",
+            "entry": newest.as_dict(),
+            "from_version": from_version,
+            "to_version": to_version,
+            "changed": changed,
+            "same": same,
+            "tab": "diff",
+        }
+        return pages.render(request, "diff.html", context)
+
+    # ------------------------------------------------------------------ writes (editor scope)
+    @routes.get("/{name}/promote")
+    def promote_confirm(
+        request: Request,
+        ui: Editor,
+        name: EntryName,
+        version: VersionQuery = None,
+        label: Annotated[str | None, Query(max_length=64)] = None,
+    ) -> Response:
+        view = _catalog(request).get(kind, name)
+        label = (label or "production").strip()
+        if not is_label(label):
+            raise Invalid(f"{label!r} is not a label name: 1-64 of a-z 0-9 _ . -, starting with a letter or digit")
+        target = version or view.latest_version
+        _catalog(request).get(kind, name, version=target)  # 404 page for a version that does not exist
+        current = view.labels.get(label)
+        context = {
+            **common,
+            "title": f"Point {label} at v{target}?",
+            "entry": view.as_dict(),
+            "label": label,
+            "version": target,
+            "current": current,
+            "rollback": current is not None and target < current,
+        }
+        return pages.render(request, "confirm_label.html", context)
+
+    @routes.post("/{name}/promote")
+    async def promote(request: Request, form: EditorForm, name: EntryName) -> Response:
+        ui, fields = form
+        label = _field(fields, "label")
+        version = _version_field(fields)
+        result = await run_in_threadpool(
+            _catalog(request).set_label, kind, name, label, version, actor=ui.principal.name
+        )
+        notice = (
+            f"{label} now serves v{version} of {name}." if result.changed else f"{label} already served v{version}."
+        )
+        return redirect_with_notice(request, entry_url(name), notice)
+
+    @routes.get("/{name}/archive")
+    def archive_confirm(request: Request, ui: Editor, name: EntryName) -> Response:
+        view = _catalog(request).get(kind, name)
+        context = {**common, "title": f"Archive {name}?", "entry": view.as_dict(), "action": "archive"}
+        return pages.render(request, "confirm_archive.html", context)
+
+    @routes.get("/{name}/restore")
+    def restore_confirm(request: Request, ui: Editor, name: EntryName) -> Response:
+        view = _catalog(request).get(kind, name)
+        context = {**common, "title": f"Restore {name}?", "entry": view.as_dict(), "action": "restore"}
+        return pages.render(request, "confirm_archive.html", context)
+
+    @routes.post("/{name}/archive")
+    async def archive(request: Request, form: EditorForm, name: EntryName) -> Response:
+        ui, _fields = form
+        await run_in_threadpool(_catalog(request).set_archived, kind, name, True, actor=ui.principal.name)
+        return redirect_with_notice(request, entry_url(name), f"{name} is archived: agents no longer see it.")
+
+    @routes.post("/{name}/restore")
+    async def restore(request: Request, form: EditorForm, name: EntryName) -> Response:
+        ui, _fields = form
+        await run_in_threadpool(_catalog(request).set_archived, kind, name, False, actor=ui.principal.name)
+        return redirect_with_notice(request, entry_url(name), f"{name} is restored: agents see it again.")
+
+    return routes
+
+
+def _label_choices(labels: dict[str, int]) -> list[str]:
+    return sorted(set(COMMON_LABELS) | {name for name in labels if name != "latest"})
+
+
+def _matches(pattern: str, value: str) -> bool:
+    return re.fullmatch(pattern.removeprefix("^").removesuffix("$"), value) is not None

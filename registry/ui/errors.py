@@ -1,0 +1,134 @@
+"""Every failure of a ``/ui/`` request becomes a page that says what went wrong, never a traceback.
+
+The admin API answers problem+json; people in a browser get the same words on an HTML page, with
+the status code kept (404, 403, 413, 422, 503, ...) so tools and tests can tell them apart.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from typing import Any
+
+import psycopg
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from sqlalchemy.exc import SQLAlchemyError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.types import ASGIApp
+
+from registry.catalog.errors import CatalogError
+from registry.db.engine import DatabaseUnavailable, is_unavailable, warn_unavailable
+from registry.limits import LimitExceeded
+from registry.tokens import TokenRejected
+from registry.ui.auth import SignInRequired, UiForbidden, clear_session_cookie
+from registry.ui.templating import Pages
+
+log = logging.getLogger("registry.ui")
+
+_TITLES = {
+    400: "Bad request",
+    403: "Not allowed",
+    404: "Not found",
+    405: "Method not allowed",
+    409: "Conflict",
+    412: "Changed meanwhile",
+    413: "Too large",
+    422: "Invalid input",
+    500: "Something went wrong",
+    503: "Temporarily unavailable",
+}
+
+
+def error_page(pages: Pages, request: Request, status: int, message: str, **extra: Any) -> HTMLResponse:
+    title = _TITLES.get(status, "Error")
+    return pages.render(
+        request, "error.html", {"title": title, "status": status, "message": message, **extra}, status=status
+    )
+
+
+def sign_in_redirect(request: Request, next_path: str, reason: str | None) -> Response:
+    from urllib.parse import urlencode
+
+    params = {"next": next_path}
+    if reason:
+        params["ended"] = "1"
+    target = "/ui/signin?" + urlencode(params)
+    response: Response
+    if request.headers.get("hx-request") == "true":
+        response = Response(status_code=200, headers={"HX-Redirect": target})
+    else:
+        response = RedirectResponse(target, status_code=303)
+    if reason:
+        clear_session_cookie(response, request)
+    return response
+
+
+def refusal_app(pages: Pages) -> Any:
+    """What ``UiGuard`` answers a body over the limit with."""
+
+    def build(error: LimitExceeded) -> ASGIApp:
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            request = Request(scope, receive)
+            await error_page(pages, request, 413, str(error))(scope, receive, send)
+
+        return app
+
+    return build
+
+
+def install(ui: FastAPI, pages: Pages) -> None:
+    @ui.exception_handler(SignInRequired)
+    async def _sign_in(request: Request, exc: SignInRequired) -> Response:
+        return sign_in_redirect(request, exc.next_path, exc.reason)
+
+    @ui.exception_handler(UiForbidden)
+    async def _forbidden(request: Request, exc: UiForbidden) -> Response:
+        return error_page(pages, request, 403, exc.message)
+
+    @ui.exception_handler(CatalogError)
+    async def _catalog(request: Request, exc: CatalogError) -> Response:
+        details = [str(e.get("msg", e)) for e in exc.errors or []]
+        return error_page(pages, request, exc.status, exc.detail, details=details)
+
+    @ui.exception_handler(LimitExceeded)
+    async def _limit(request: Request, exc: LimitExceeded) -> Response:
+        status = 413 if exc.limit in ("body_bytes", "bundle_bytes") else 400
+        return error_page(pages, request, status, str(exc))
+
+    @ui.exception_handler(TokenRejected)
+    async def _token(request: Request, exc: TokenRejected) -> Response:
+        return error_page(pages, request, 403, exc.reason)
+
+    @ui.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> Response:
+        details = [
+            f"{'.'.join(str(p) for p in err.get('loc', ())[1:]) or 'request'}: {err.get('msg', '')}"
+            for err in exc.errors()[:10]
+        ]
+        return error_page(pages, request, 400, "Some of the request's values are not valid.", details=details)
+
+    @ui.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        message = {404: "There is no such page.", 405: "This page does not take that kind of request."}.get(
+            exc.status_code, str(exc.detail)
+        )
+        return error_page(pages, request, exc.status_code, message)
+
+    async def _database(request: Request, exc: Exception) -> Response:
+        if is_unavailable(exc):
+            warn_unavailable(log, "web UI answers 503", exc)
+            return error_page(
+                pages, request, 503, "The catalog's database cannot be reached right now. Try again in a moment."
+            )
+        log.error("database error handling %s %s", request.method, request.url.path, exc_info=exc)
+        return error_page(pages, request, 500, "The server could not complete the request (see its log).")
+
+    for error_type in (DatabaseUnavailable, SQLAlchemyError, psycopg.Error, sqlite3.Error):
+        ui.add_exception_handler(error_type, _database)
+
+    @ui.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> Response:
+        # Starlette logs the traceback (it re-raises after this answer); the page shows none.
+        return error_page(pages, request, 500, "The server could not complete the request (see its log).")

@@ -1,0 +1,104 @@
+"""``/ui/`` (home: counts, the newest changes, where agents connect) and ``/ui/activity`` (the
+change log, newest first, filtered by kind, entry and author, each row linking to its diff)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Request
+from starlette.responses import Response
+
+from registry.catalog.activity import ChangeFilter, recent_changes
+from registry.catalog.service import CatalogService
+from registry.catalog.specs import KIND_BY_COLLECTION
+from registry.ui.auth import Viewer
+from registry.ui.templating import COLLECTIONS, Pages
+
+COLLECTION_BY_KIND = {kind: collection for collection, kind in KIND_BY_COLLECTION.items()}
+#: Changes on the home page, and per activity page.
+HOME_CHANGES = 10
+ACTIVITY_PAGE = 50
+#: A label move's note: "production: 3 -> 2" (the old version may be "-": the label was new).
+_LABEL_NOTE = re.compile(r"^[a-z0-9][a-z0-9_.\-]*: (\d+|-) -> (\d+)$")
+
+
+def _catalog(request: Request) -> CatalogService:
+    catalog: CatalogService = request.app.state.registry.catalog
+    return catalog
+
+
+def change_link(change: dict[str, Any]) -> tuple[str, str] | None:
+    """(where a change row links, what the link says): its diff when there is one to show."""
+    collection = COLLECTION_BY_KIND.get(change["kind"])
+    if collection is None:
+        return None
+    base = f"/ui/{collection}/{change['name']}"
+    version = change.get("version")
+    action = change["action"]
+    if action == "updated" and isinstance(version, int) and version > 1:
+        return f"{base}/diff?from={version - 1}&to={version}", f"diff v{version - 1} → v{version}"
+    if action == "label_moved" and isinstance(version, int):
+        match = _LABEL_NOTE.match(change.get("note") or "")
+        if match and match.group(1) != "-" and int(match.group(1)) != version:
+            old = int(match.group(1))
+            return f"{base}/diff?from={old}&to={version}", f"diff v{old} → v{version}"
+    if isinstance(version, int):
+        return f"{base}?version={version}", f"v{version}"
+    return base, "entry"
+
+
+def _with_links(changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for change in changes:
+        link = change_link(change)
+        collection = COLLECTION_BY_KIND.get(change["kind"], "")
+        rows.append({**change, "link": link, "entry_url": f"/ui/{collection}/{change['name']}"})
+    return rows
+
+
+def router(pages: Pages) -> APIRouter:
+    routes = APIRouter()
+
+    @routes.get("/")
+    def home(request: Request, ui: Viewer) -> Response:
+        catalog = _catalog(request)
+        counts = []
+        for collection, title in COLLECTIONS:
+            kind = KIND_BY_COLLECTION[collection]
+            active = catalog.list_entries(kind, limit=1).total
+            archived = catalog.list_entries(kind, archived=True, limit=1).total
+            counts.append({"collection": collection, "title": title, "active": active, "archived": archived})
+        changes = recent_changes(catalog, limit=HOME_CHANGES).items
+        base = f"{request.url.scheme}://{request.url.netloc}"
+        context = {
+            "title": "Home",
+            "nav": "home",
+            "counts": counts,
+            "changes": _with_links(changes),
+            "mcp_url": base + "/mcp",
+        }
+        return pages.render(request, "home.html", context)
+
+    @routes.get("/activity")
+    def activity(
+        request: Request,
+        ui: Viewer,
+        kind: Annotated[Literal["", "prompt", "resource", "tool"], Query()] = "",
+        name: Annotated[str, Query(max_length=128)] = "",
+        author: Annotated[str, Query(max_length=128)] = "",
+        before: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None,
+    ) -> Response:
+        where = ChangeFilter(kind=kind or None, name=name.strip() or None, actor=author.strip() or None)
+        page = recent_changes(_catalog(request), where, before=before, limit=ACTIVITY_PAGE)
+        context = {
+            "title": "Activity",
+            "nav": "activity",
+            "changes": _with_links(page.items),
+            "filters": {"kind": kind, "name": name.strip(), "author": author.strip()},
+            "next_before": page.next_before,
+            "paged": before is not None,
+        }
+        return pages.render(request, "activity.html", context, partial="_activity_results.html")
+
+    return routes

@@ -1,0 +1,79 @@
+"""What every ``/ui/`` response carries, and what every ``/ui/`` request may send.
+
+``UiGuard`` is one ASGI middleware around the UI application:
+
+- **Headers.** A strict Content-Security-Policy (scripts, styles, images, connections and form
+  targets from this origin only; no inline script or style, no eval, no framing), ``nosniff``,
+  ``Referrer-Policy: same-origin``; HTML pages are ``Cache-Control: no-store`` (a shown token
+  value or a signed-in page must not be kept by the browser or a proxy). ``Server-Timing`` says
+  how long the page took to start answering (``benchmarks/ui_pages.py`` reads it). The vendored
+  htmx runs under that policy: the ``htmx-config`` meta tag in ``base.html`` turns off its eval,
+  script tags in swapped content, inline indicator styles and its history cache (which would keep
+  page content, a new token's value included, in localStorage).
+- **Body size.** The admin API's request guard does not cover ``/ui/`` (it authenticates bearer
+  tokens, and answers problem+json); form posts are bounded by the same
+  ``REGISTRY_LIMIT_BODY_BYTES``: a declared length over it is refused here before anything is
+  read; a body without a length is counted as it is read (``registry.ui.auth.read_form``). The
+  refusal is an HTML page naming the limit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from registry.limits import LimitExceeded
+
+#: No inline script, no inline style attribute or element, nothing from other origins.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; font-src 'self'; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'"
+)
+_ALWAYS = [
+    (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+    (b"x-frame-options", b"DENY"),
+]
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+class UiGuard:
+    """ASGI middleware: security headers on every answer, a bound on every request body.
+
+    ``refusal(error)`` builds the ASGI app that answers a body over the limit (an HTML page).
+    """
+
+    def __init__(self, app: ASGIApp, *, body_bytes: int, refusal: Callable[[LimitExceeded], ASGIApp]) -> None:
+        self.app = app
+        self.body_bytes = body_bytes
+        self.refusal = refusal
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started_at = time.perf_counter()
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                names = {name.lower() for name, _ in headers}
+                headers.extend(h for h in _ALWAYS if h[0] not in names)
+                content_type = next((v for n, v in headers if n.lower() == b"content-type"), b"")
+                if content_type.startswith(b"text/html"):
+                    headers.append((b"cache-control", b"no-store"))
+                elapsed_ms = (time.perf_counter() - started_at) * 1000
+                headers.append((b"server-timing", f"app;dur={elapsed_ms:.2f}".encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        if scope["method"] in _BODY_METHODS:
+            declared = dict(scope.get("headers", [])).get(b"content-length", b"")
+            if declared.isdigit() and int(declared) > self.body_bytes:
+                refused = LimitExceeded("body_bytes", f"the form is larger than {self.body_bytes} bytes")
+                await self.refusal(refused)(scope, receive, send_with_headers)
+                return
+        await self.app(scope, receive, send_with_headers)

@@ -1,0 +1,132 @@
+"""``/ui/signin`` and ``/ui/signout``: a pasted API token becomes a session cookie, and back.
+
+The sign-in form has a CSRF token of its own (there is no session yet): a random value in a
+short-lived cookie and in a hidden field, which must match (double submit). It stops another
+site from signing a visitor in as someone else ("login CSRF").
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from datetime import UTC, datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import RedirectResponse, Response
+
+from registry.tokens import EXPIRED_TOKEN, INVALID_TOKEN, TokenRejected
+from registry.ui.auth import (
+    CSRF_FIELD,
+    SESSION_COOKIE,
+    check_csrf,
+    clear_session_cookie,
+    is_https,
+    read_form,
+    set_session_cookie,
+    signed_in,
+)
+from registry.ui.sessions import UiSessionStore
+from registry.ui.templating import Pages
+
+SIGNIN_COOKIE = "mcpr_ui_signin"
+_REASONS = {
+    INVALID_TOKEN: "That token is not valid: it is unknown or has been revoked.",
+    EXPIRED_TOKEN: "That token has expired. Ask an admin for a new one.",
+}
+
+
+def safe_next(value: str | None) -> str:
+    """Only a path of this UI: never another site (``//evil``, ``/\\evil``, ``https://...``)."""
+    if not value or not value.startswith("/ui/") or value.startswith("//"):
+        return "/ui/"
+    if any(c in value for c in "\\\r\n\t") or len(value) > 2000:
+        return "/ui/"
+    return value
+
+
+def router(pages: Pages) -> APIRouter:
+    routes = APIRouter()
+
+    def form_page(
+        request: Request, next_path: str, *, error: str | None = None, notice: str | None = None, status: int = 200
+    ) -> Response:
+        nonce = secrets.token_urlsafe(24)
+        response = pages.render(
+            request,
+            "signin.html",
+            {"next": next_path, "signin_nonce": nonce, "error": error, "notice": notice, "title": "Sign in"},
+            status=status,
+        )
+        response.set_cookie(
+            SIGNIN_COOKIE,
+            nonce,
+            max_age=3600,
+            path="/ui/signin",
+            httponly=True,
+            samesite="lax",
+            secure=is_https(request),
+        )
+        return response
+
+    @routes.get("/signin")
+    def signin_form(
+        request: Request,
+        next: Annotated[str | None, Query(max_length=2000)] = None,
+        ended: Annotated[str | None, Query(max_length=8)] = None,
+        signed_out: Annotated[str | None, Query(max_length=8)] = None,
+    ) -> Response:
+        target = safe_next(next)
+        if signed_in(request) is not None:
+            return RedirectResponse(target, status_code=303)
+        notice = None
+        if ended:
+            notice = "Your session has ended. Sign in again to continue."
+        elif signed_out:
+            notice = "You are signed out."
+        return form_page(request, target, notice=notice)
+
+    @routes.post("/signin")
+    async def signin(request: Request) -> Response:
+        form = await read_form(request)
+        target = safe_next(_text(form.get("next")))
+        nonce = _text(form.get("signin_nonce"))
+        expected = request.cookies.get(SIGNIN_COOKIE, "")
+        if not nonce or not expected or not hmac.compare_digest(nonce.encode(), expected.encode()):
+            return form_page(
+                request,
+                target,
+                status=400,
+                error="The sign-in form had expired (or cookies are off). Paste your token again.",
+            )
+        store: UiSessionStore = request.app.state.ui_sessions
+        try:
+            secret, session = await run_in_threadpool(store.sign_in, _text(form.get("token")))
+        except TokenRejected as exc:
+            return form_page(request, target, status=401, error=_REASONS.get(exc.reason, exc.reason))
+        response = RedirectResponse(target, status_code=303)
+        max_age = max(1, int((session.expires_at - datetime.now(UTC)).total_seconds()))
+        set_session_cookie(response, request, secret, max_age)
+        response.delete_cookie(
+            SIGNIN_COOKIE, path="/ui/signin", httponly=True, samesite="lax", secure=is_https(request)
+        )
+        return response
+
+    @routes.post("/signout")
+    async def signout(request: Request) -> Response:
+        ui = await run_in_threadpool(signed_in, request)
+        response = RedirectResponse("/ui/signin?signed_out=1", status_code=303)
+        if ui is not None:
+            form = await read_form(request)
+            check_csrf(ui, request.headers.get("x-csrf-token") or _text(form.get(CSRF_FIELD)))
+            store: UiSessionStore = request.app.state.ui_sessions
+            await run_in_threadpool(store.sign_out, request.cookies.get(SESSION_COOKIE, ""))
+        clear_session_cookie(response, request)
+        return response
+
+    return routes
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""

@@ -1,0 +1,124 @@
+"""Jinja2 for the web UI's pages (``admin_ui/templates/``): one environment, autoescaped.
+
+Pages are rendered on the server, whole, so reading works with JavaScript off; htmx (when it is
+on) asks for the same URL with ``HX-Request`` and gets just the part that changes (the template
+named ``partial``). Templates get the signed-in session, its CSRF token and a one-time notice
+("flash") besides their own values; undefined names are errors, so a typo fails the tests
+instead of showing an empty space.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote, unquote, urlencode
+
+import yaml
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+
+from registry import __version__
+from registry.paths import admin_ui_dir
+from registry.ui.sessions import SignedIn
+
+#: A one-time notice for the next page (set before a redirect, shown once, then cleared).
+FLASH_COOKIE = "mcpr_ui_flash"
+COLLECTIONS = (("prompts", "Prompts"), ("resources", "Resources"), ("tools", "Tools"))
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """YAML that shows multi-line text as literal blocks (templates stay readable)."""
+
+
+def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    if "\n" in value:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value)
+
+
+_BlockDumper.add_representer(str, _str_representer)
+
+
+def as_yaml(value: Any) -> str:
+    """A JSON-like value as readable YAML (schemas, annotations, headers)."""
+    if value is None:
+        return ""
+    text = yaml.dump(value, Dumper=_BlockDumper, sort_keys=False, allow_unicode=True, width=100)
+    return text.removesuffix("...\n")
+
+
+def when(value: str | datetime | None) -> str:
+    """A timestamp as people read it: ``2026-12-03 14:05 UTC``."""
+    if value is None or value == "":
+        return "—"
+    moment = datetime.fromisoformat(value) if isinstance(value, str) else value
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def query(base: Mapping[str, Any], **changes: Any) -> str:
+    """``?a=1&b=2`` from ``base`` with ``changes`` applied (None or "" drops a parameter)."""
+    merged = {**base, **changes}
+    pairs = [(k, str(v)) for k, v in merged.items() if v is not None and v != "" and v is not False]
+    return "?" + urlencode(pairs) if pairs else ""
+
+
+class Pages:
+    """Renders the templates into responses."""
+
+    def __init__(self) -> None:
+        self.env = Environment(
+            loader=FileSystemLoader(str(admin_ui_dir() / "templates")),
+            autoescape=select_autoescape(["html"]),
+            undefined=StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+            auto_reload=False,
+        )
+        self.env.filters.update(
+            when=when, yaml=as_yaml, url=lambda v: quote(str(v), safe=""), tojson_compact=json.dumps
+        )
+        self.env.globals.update(version=__version__, collections=COLLECTIONS, query=query)
+
+    def render(
+        self,
+        request: Request,
+        template: str,
+        context: Mapping[str, Any] | None = None,
+        *,
+        status: int = 200,
+        partial: str | None = None,
+        signed_in: SignedIn | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> HTMLResponse:
+        """The page (or, for an htmx request when ``partial`` is given, just that part)."""
+        ui = signed_in if signed_in is not None else getattr(request.state, "ui", None)
+        flash = request.cookies.get(FLASH_COOKIE)
+        values = {
+            "request": request,
+            "ui": ui,
+            "csrf_token": ui.csrf_token if ui is not None else "",
+            "flash": unquote(flash)[:500] if flash else None,
+            "nav": "",
+            **(context or {}),
+        }
+        name = partial if partial is not None and request.headers.get("hx-request") == "true" else template
+        html = self.env.get_template(name).render(values)
+        response = HTMLResponse(html, status_code=status, headers=dict(headers or {}))
+        if flash:
+            clear_flash(response)
+        return response
+
+
+def set_flash(response: Response, message: str, *, secure: bool) -> None:
+    response.set_cookie(
+        FLASH_COOKIE, quote(message[:500]), max_age=60, path="/ui", httponly=True, samesite="lax", secure=secure
+    )
+
+
+def clear_flash(response: Response) -> None:
+    response.delete_cookie(FLASH_COOKIE, path="/ui", httponly=True, samesite="lax")

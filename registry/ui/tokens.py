@@ -1,0 +1,113 @@
+"""``/ui/tokens`` (admin): create a token (its value shown once), list them, revoke one.
+
+The value of a new token is on the answer to the POST only: it is never stored (only its hash)
+and the page is ``no-store``, so going back or reloading does not show it again.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Request
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import RedirectResponse, Response
+
+from registry.catalog.errors import CatalogError, Invalid
+from registry.tokens import SCOPES, TokenService
+from registry.ui.auth import Admin, AdminForm, is_https
+from registry.ui.templating import Pages, set_flash
+
+#: Longest expiry offered (days); the service accepts any future instant.
+MAX_EXPIRY_DAYS = 3650
+TokenId = Annotated[int, Path(ge=1, le=2**63 - 1)]
+
+
+def _tokens(request: Request) -> TokenService:
+    tokens: TokenService = request.app.state.registry.tokens
+    return tokens
+
+
+def router(pages: Pages) -> APIRouter:
+    routes = APIRouter(prefix="/tokens")
+
+    def tokens_page(
+        request: Request, *, values: dict[str, Any] | None = None, error: str | None = None, status: int = 200
+    ) -> Response:
+        items = _tokens(request).list_tokens()
+        items.reverse()  # newest first
+        context = {
+            "title": "Tokens",
+            "nav": "tokens",
+            "tokens": items,
+            "scopes": SCOPES,
+            "values": values or {"name": "", "scopes": [], "label": "", "expires_in_days": ""},
+            "error": error,
+            "max_days": MAX_EXPIRY_DAYS,
+        }
+        return pages.render(request, "tokens.html", context, status=status)
+
+    @routes.get("")
+    def list_tokens(request: Request, ui: Admin) -> Response:
+        return tokens_page(request)
+
+    @routes.post("")
+    async def create_token(request: Request, form: AdminForm) -> Response:
+        ui, fields = form
+        name, label, days = (_text(fields.get(key)) for key in ("name", "label", "expires_in_days"))
+        scopes = [s for s in fields.getlist("scopes") if isinstance(s, str)]
+        values = {"name": name, "scopes": scopes, "label": label, "expires_in_days": days}
+        try:
+            expires_at = _expiry(days)
+            token, info = await run_in_threadpool(
+                _tokens(request).create,
+                name,
+                scopes,
+                label=label or None,
+                created_by=ui.principal.name,
+                expires_at=expires_at,
+            )
+        except CatalogError as exc:
+            detail = exc.detail
+            return await run_in_threadpool(lambda: tokens_page(request, values=values, error=detail, status=422))
+        context = {"title": "Token created", "nav": "tokens", "token": token, "info": info}
+        return pages.render(request, "token_created.html", context, status=201)
+
+    @routes.get("/{token_id}/revoke")
+    def revoke_confirm(request: Request, ui: Admin, token_id: TokenId) -> Response:
+        found = next((t for t in _tokens(request).list_tokens() if t["id"] == token_id), None)
+        if found is None:
+            return pages.render(
+                request,
+                "error.html",
+                {"title": "Not found", "status": 404, "message": f"There is no token {token_id}.", "details": []},
+                status=404,
+            )
+        context = {
+            "title": f"Revoke token {found['name']}?",
+            "nav": "tokens",
+            "token": found,
+            "own": found["id"] == ui.principal.token_id,
+        }
+        return pages.render(request, "confirm_revoke.html", context)
+
+    @routes.post("/{token_id}/revoke")
+    async def revoke(request: Request, form: AdminForm, token_id: TokenId) -> Response:
+        info = await run_in_threadpool(_tokens(request).revoke, token_id)
+        response = RedirectResponse("/ui/tokens", status_code=303)
+        set_flash(response, f"Token {info['name']} is revoked: it is refused from now on.", secure=is_https(request))
+        return response
+
+    return routes
+
+
+def _text(value: object) -> str:
+    return value.strip() if isinstance(value, str) else ""
+
+
+def _expiry(days: str) -> datetime | None:
+    if not days:
+        return None
+    if not days.isdigit() or not 1 <= int(days) <= MAX_EXPIRY_DAYS:
+        raise Invalid(f"expiry must be a whole number of days from 1 to {MAX_EXPIRY_DAYS} (got {days!r})")
+    return datetime.now(UTC) + timedelta(days=int(days))
