@@ -2,11 +2,14 @@
 
 Agents call ``prompts/get`` far more often than admins edit, so serving never touches SQL: each
 label agents use has a ``CatalogSnapshot``, built once in a worker thread (at start-up, or the
-first time an agent asks for that label), then kept current by applying the change log to it:
-for a batch of changes, one query reads the changed entries' served versions (``served_rows_of``)
-in a worker thread, and one synchronous step on the event loop swaps them in. An edit costs the
-entries it touches, not the size of the catalog; a request never waits for it and never sees half
-a batch (the swap has no ``await`` in it; list orders are replaced, not edited in place). A full
+first time an agent asks for that label), then kept current by applying the change log to it,
+in slices of a few hundred changes (``SnapshotCache.APPLY_SLICE``): for each slice, one query
+reads the changed entries' served versions (``served_rows_of``) and the new list orders are
+merged, in a worker thread, then one synchronous step on the event loop swaps them in, and the
+loop takes a turn before the next slice. An edit costs the entries it touches, not the size of
+the catalog; a request never waits for it and never sees half a change (a swap has no ``await``
+in it; list orders are replaced, not edited in place), and a 1,000-change batch never holds the
+loop (or the worker thread the interpreter) for more than one slice's worth of work. A full
 rebuild happens only at start-up, for a new label, or when applying failed for a reason other
 than the database (a gap): it runs in the background while the current snapshot keeps serving.
 While the database is unreachable the feed retries the batch and the last good snapshot serves.
@@ -288,7 +291,7 @@ LISTS = {"prompts": "prompt", "resources": "resource", "resourceTemplates": "res
 class CatalogSnapshot:
     """What one label serves. Entries by name per kind, plus each list's keys in order.
 
-    Mutated only by ``SnapshotCache`` on the event loop, in one synchronous step per batch of
+    Mutated only by ``SnapshotCache`` on the event loop, in one synchronous step per slice of
     changes; list orders (``keys``) and ``templates`` are replaced, never edited in place, so a
     page or a template match running in a worker thread sees one state or the other.
     """
@@ -559,6 +562,10 @@ class SnapshotCache:
     RETRY_MAX_S = 5.0
     #: How long a write made through this process waits for its change to be served here.
     WRITE_WAIT_S = 2.0
+    #: Changes applied per step: a batch (up to 1,000 changes from the feed) is read, parsed and
+    #: swapped in slices of this many, with a turn of the event loop between them, so neither the
+    #: worker thread's hold on the interpreter nor the swap on the loop grows with the batch.
+    APPLY_SLICE = 250
 
     def __init__(self, catalog: CatalogService) -> None:
         self.catalog = catalog
@@ -642,6 +649,9 @@ class SnapshotCache:
     async def apply(self, events: list[ChangeEvent]) -> None:
         """Bring every snapshot up to date with ``events`` (a batch the change feed read, in order).
 
+        Applied in order, ``APPLY_SLICE`` changes at a time (each slice swapped in without an
+        ``await``, so readers see whole changes; writers waiting for a change are released once
+        its slice is in). Returns once the whole batch is served: the notifier tells clients only then.
         Raises when the database cannot be read (nothing changed; the feed retries the batch
         while the snapshots keep serving). Any other failure is logged and the labels concerned
         are rebuilt in the background.
@@ -653,23 +663,40 @@ class SnapshotCache:
         for label, pending in self._building.items():
             pending.extend(event for event in events if label in event.labels)
         async with self._lock():
-            touched = set().union(*(event.labels for event in events))
-            targets = [self._snapshots[label] for label in sorted(touched) if label in self._snapshots]
-            if targets:
-                try:
-                    loop = asyncio.get_running_loop()
-                    patches = await loop.run_in_executor(_apply_thread(), self._prepare_all, targets, events)
-                except Exception as exc:
-                    if is_unavailable(exc):
-                        raise
-                    log.exception("applying changes %d-%d to the served snapshots failed", events[0].id, events[-1].id)
+            loop = asyncio.get_running_loop()
+            for start in range(0, len(events), self.APPLY_SLICE):
+                if start:
+                    await asyncio.sleep(0)  # a turn for requests between slices
+                part = events[start : start + self.APPLY_SLICE]
+                touched = set().union(*(event.labels for event in part))
+                targets = [self._snapshots[label] for label in sorted(touched) if label in self._snapshots]
+                if targets:
+                    try:
+                        patches = await loop.run_in_executor(_apply_thread(), self._prepare_all, targets, part)
+                    except Exception as exc:
+                        # Unavailable: earlier slices stay applied (idempotent), the feed retries the batch.
+                        if is_unavailable(exc):
+                            raise
+                        log.exception(
+                            "applying changes %d-%d to the served snapshots failed", events[0].id, events[-1].id
+                        )
+                        # Rebuilt in the background (reading the log after this whole batch):
+                        # every label the rest of the batch concerns, whose slices are not applied.
+                        part = events[start:]
+                        targets = [
+                            self._snapshots[label]
+                            for label in sorted(set().union(*(event.labels for event in part)))
+                            if label in self._snapshots
+                        ]
+                        for snapshot in targets:
+                            self._rebuild_in_background(snapshot.label)
+                            snapshot.position = max(snapshot.position, events[-1].id)
+                        break
+                    for snapshot, patch in patches:  # one synchronous step per slice: no await in it
+                        snapshot.apply(patch)
                     for snapshot in targets:
-                        self._rebuild_in_background(snapshot.label)
-                    patches = []
-                for snapshot, patch in patches:  # one synchronous step: no await from here on
-                    snapshot.apply(patch)
-                for snapshot in targets:
-                    snapshot.position = max(snapshot.position, events[-1].id)
+                        snapshot.position = max(snapshot.position, part[-1].id)
+                self._applied(part[-1].id)
             self._applied(events[-1].id)
 
     def _prepare_all(

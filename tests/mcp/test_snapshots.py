@@ -9,6 +9,7 @@ the snapshots in O(changed entries) and a request never waits for it. What is ch
 - a change that lands while a label's snapshot is being built is not lost;
 - when the database cannot be read the batch is retried and the last good snapshot keeps
   serving; any other failure rebuilds the label in the background;
+- a large batch is applied in slices, whole changes in order, with the event loop free between them;
 - parsed definitions are kept for the most recently used entries only (memory at 100,000 entries);
 - on a live server with 20,000 prompts, a write through the admin API is served by the very next
   MCP request, which does not wait for any rebuild (before: seconds per request);
@@ -407,6 +408,72 @@ def test_unreadable_database_keeps_the_last_good_snapshot(registry: Registry, mo
         await cache.apply(events)  # the feed's retry
         assert snapshot.prompts["p"].version == 2
         assert cache.applied == events[-1].id
+
+    asyncio.run(scenario())
+
+
+def test_a_large_batch_is_applied_in_slices_with_loop_turns_between(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch is applied ``APPLY_SLICE`` changes at a time, in order, with the event loop free
+    between slices (at 100,000 entries one 1,000-change step paused every agent): a task running
+    meanwhile sees whole slices only, each a prefix of the batch; a writer waiting for an early
+    change is released before the batch ends; a database outage mid-batch keeps the slices
+    already in (the retry finishes the batch) and the result equals a fresh build."""
+    catalog = registry.catalog
+    names = [f"p{i:02d}" for i in range(10)]
+
+    async def scenario() -> None:
+        cache = SnapshotCache(catalog)
+        cache.APPLY_SLICE = 3
+        snapshot = await cache.get("production")
+        for name in names:
+            catalog.create("prompt", _prompt(name, "v1"), actor=ACTOR)
+        events = _events_after(registry, 0)
+        assert [event.name for event in events] == names
+        seen: list[list[str]] = []
+        stop = False
+
+        async def reader() -> None:
+            while True:
+                current = sorted(snapshot.prompts)
+                if not seen or seen[-1] != current:
+                    seen.append(current)
+                if stop:
+                    return
+                await asyncio.sleep(0)
+
+        released: list[int] = []
+
+        async def writer() -> None:
+            await cache._wait_applied(events[1].id)
+            released.append(len(snapshot.prompts))
+
+        real = catalog.served_rows_of
+        calls = 0
+
+        def fails_on_the_third_slice(*args: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == 3:
+                raise DatabaseUnavailable("the database is not answering")
+            return real(*args)
+
+        monkeypatch.setattr(catalog, "served_rows_of", fails_on_the_third_slice)
+        task, waiting = asyncio.create_task(reader()), asyncio.create_task(writer())
+        with pytest.raises(DatabaseUnavailable):
+            await cache.apply(events)
+        assert sorted(snapshot.prompts) == names[:6]  # two whole slices stay served
+        assert cache.applied == events[5].id
+        await cache.apply(events)  # the feed's retry
+        stop = True
+        await task
+        await waiting
+        assert calls == 7  # 2 slices, the failure, then 4 slices: a read per slice
+        assert seen == [names[:k] for k in (0, 3, 6, 9, 10)], f"each slice swapped in whole, in order: {seen}"
+        assert released and 3 <= released[0] < 10, "the writer waits for its change, not for the batch"
+        assert cache.applied == events[-1].id and snapshot.position >= events[-1].id
+        _assert_current(catalog, cache)
 
     asyncio.run(scenario())
 
