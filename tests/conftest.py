@@ -174,6 +174,24 @@ class LiveServer:
         return httpx.Client(base_url=self.url, headers=headers, timeout=30)
 
 
+def start_live_server(settings: Settings, **overrides: Any) -> tuple[Registry, LiveServer]:
+    """Another live server (and its registry) with some settings changed; the caller stops both."""
+    registry = Registry(Settings(**{**settings.__dict__, **overrides}))
+    registry.prepare()
+    server = LiveServer(registry)
+    server.start()
+    return registry, server
+
+
+@pytest.fixture
+def hooked(settings: Settings) -> Iterator[LiveServer]:
+    """A registry whose webhooks may reach loopback, where the test webhook server listens."""
+    registry, server = start_live_server(settings, webhook_allowed_networks="127.0.0.0/8")
+    yield server
+    server.stop()
+    registry.close()
+
+
 @pytest.fixture
 def live_server(registry: Registry) -> Iterator[LiveServer]:
     server = LiveServer(registry)

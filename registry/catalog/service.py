@@ -826,7 +826,7 @@ class CatalogService:
         sections: dict[str, str] = {}
         for key in sorted(set(old) | set(new)):
             if old.get(key) != new.get(key):
-                old_text, new_text = _field_text(old.get(key)), _field_text(new.get(key))
+                old_text, new_text = field_text(old.get(key)), field_text(new.get(key))
                 if old_text == new_text:  # they differ in a final newline only: show both as JSON strings
                     old_text, new_text = json.dumps(old.get(key)) + "\n", json.dumps(new.get(key)) + "\n"
                 sections[key] = _unified_text(old_text, new_text, f"v{from_version}/{key}", f"v{to_version}/{key}")
@@ -1078,7 +1078,7 @@ def _unified(old: Any, new: Any, from_name: str, to_name: str) -> str:
     return _unified_text(old_text, new_text, from_name, to_name)
 
 
-def _field_text(value: Any) -> str:
+def field_text(value: Any) -> str:
     """One field as a reader compares it: text as itself (a template line by line), objects and
     lists as YAML, other scalars as JSON; never YAML's ``...`` document end marker, which a bare
     scalar would get."""

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from registry.ui.templating import as_yaml
+from registry.catalog.service import field_text
 
 #: Unchanged lines kept around each change; longer unchanged runs fold into one "n lines" row.
 CONTEXT_LINES = 3
@@ -56,20 +56,6 @@ class FieldDiff:
     rows: list[Row] = field(default_factory=list)
     added: int = 0
     removed: int = 0
-
-
-def field_text(value: Any) -> str:
-    """A field as people compare it: text as itself (a template line by line), objects and lists
-    as YAML, other values as JSON."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        text = value
-    elif isinstance(value, dict | list):
-        text = as_yaml(value)
-    else:
-        text = json.dumps(value)
-    return text if text.endswith("\n") or not text else text + "\n"
 
 
 def _intraline(old: str, new: str) -> tuple[tuple[Segment, ...], tuple[Segment, ...]]:

@@ -15,12 +15,12 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, unquote, urlencode
 
-import yaml
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from registry import __version__
+from registry.catalog.service import to_yaml
 from registry.paths import admin_ui_dir
 from registry.ui.sessions import SignedIn
 
@@ -29,25 +29,11 @@ FLASH_COOKIE = "mcpr_ui_flash"
 COLLECTIONS = (("prompts", "Prompts"), ("resources", "Resources"), ("tools", "Tools"))
 
 
-class _BlockDumper(yaml.SafeDumper):
-    """YAML that shows multi-line text as literal blocks (templates stay readable)."""
-
-
-def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    if "\n" in value:
-        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value)
-
-
-_BlockDumper.add_representer(str, _str_representer)
-
-
 def as_yaml(value: Any) -> str:
     """A JSON-like value as readable YAML (schemas, annotations, headers)."""
     if value is None:
         return ""
-    text = yaml.dump(value, Dumper=_BlockDumper, sort_keys=False, allow_unicode=True, width=100)
-    return text.removesuffix("...\n")
+    return to_yaml(value).removesuffix("...\n")  # the bundles' and diffs' YAML, minus a bare scalar's end marker
 
 
 def when(value: str | datetime | None) -> str:

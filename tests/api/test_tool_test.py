@@ -6,37 +6,17 @@ mapping and outputSchema check; it answers the CallToolResult plus the notificat
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pytest
 
 from registry.config import Settings
-from registry.runtime import Registry
 from registry.webhooks import verify
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, start_live_server
 from tests.interop.mcp_wire import StreamableHttpClient
 from tests.webhooks.conftest import WebhookServer
 
 SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
-
-
-def _server(settings: Settings, **overrides: Any) -> tuple[Registry, LiveServer]:
-    registry = Registry(Settings(**{**settings.__dict__, **overrides}))
-    registry.prepare()
-    server = LiveServer(registry)
-    server.start()
-    return registry, server
-
-
-@pytest.fixture
-def hooked(settings: Settings) -> Iterator[LiveServer]:
-    """A registry whose webhooks may reach loopback, where the test webhook server listens."""
-    registry, server = _server(settings, webhook_allowed_networks="127.0.0.0/8")
-    yield server
-    server.stop()
-    registry.close()
 
 
 def tool(name: str, url: str, **extra: Any) -> dict[str, Any]:
@@ -146,7 +126,7 @@ def test_the_ssrf_guard_applies(hooked: LiveServer, settings: Settings, webhook_
     is refused at connect time, as an agent's would be, and nothing reaches the target."""
     create(hooked, tool("internal", webhook_server.url("/inspect")))
     hits = webhook_server.state.hits["/inspect"]
-    registry, strict = _server(settings, webhook_allowed_networks="")
+    registry, strict = start_live_server(settings, webhook_allowed_networks="")
     try:
         result = run(strict, "internal", {"text": "x"})["result"]
         assert result["isError"] is True and "refused" in result["content"][0]["text"]

@@ -6,35 +6,15 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pytest
 
 from registry.config import Settings
-from registry.runtime import Registry
 from registry.webhooks import verify
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, start_live_server
 from tests.interop.mcp_wire import StreamableHttpClient, parse_sse_body
 from tests.webhooks.conftest import WebhookServer
-
-
-def _server(settings: Settings, **overrides: Any) -> tuple[Registry, LiveServer]:
-    registry = Registry(Settings(**{**settings.__dict__, **overrides}))
-    registry.prepare()
-    server = LiveServer(registry)
-    server.start()
-    return registry, server
-
-
-@pytest.fixture
-def hooked(settings: Settings) -> Iterator[LiveServer]:
-    """A registry whose webhooks may reach loopback, where the test webhook server listens."""
-    registry, server = _server(settings, webhook_allowed_networks="127.0.0.0/8")
-    yield server
-    server.stop()
-    registry.close()
 
 
 def _tool(name: str, url: str, **extra: Any) -> dict[str, Any]:
@@ -196,7 +176,7 @@ def test_ssrf_guard_at_save_time_and_at_call_time(
     assert _create(hooked, "tools", _tool("internal", webhook_server.url("/inspect"))).status_code == 201
     hits_before = webhook_server.state.hits["/inspect"]
     # ...served by a replica on the same database that does not: refused when called.
-    registry, strict = _server(settings, webhook_allowed_networks="")
+    registry, strict = start_live_server(settings, webhook_allowed_networks="")
     try:
         refused = _create(strict, "tools", _tool("sneaky", webhook_server.url("/inspect", host="localhost")))
         assert refused.status_code == 422
