@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Web UI pages with 10,000 entries: server-side time of the list, entry, history and diff pages.
+"""Web UI pages with 10,000 entries: server-side time of the list, entry, history, diff and editor pages.
 
 1. Writes a bundle of ``--entries`` prompts (varied descriptions and tags) and loads it with
    ``mcp-registry import`` into a fresh database (SQLite in a temporary folder, or a fresh schema of
@@ -17,6 +17,9 @@
    - ``entry``: ``/ui/prompts/{name}`` of random prompts (the newest version, fields, labels)
    - ``history``: ``/ui/prompts/{name}/history`` of the edited prompts
    - ``diff``: ``/ui/prompts/{name}/diff?from=1&to=N`` of the edited prompts (side by side)
+   - ``editor``: ``/ui/prompts/{name}/edit`` of random prompts (the whole form)
+   - ``live check``: ``POST /ui/prompts/-/check`` with a looping template and a sample value (what
+     the editor sends on every pause in typing: every problem listed, the preview rendered)
 
 The time reported is the server's own (its ``Server-Timing: app;dur=`` header: from the request
 reaching the UI until its answer starts, the page fully rendered), p50 / p95 / max per page, next
@@ -156,15 +159,22 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
-def measure(http: httpx.Client, paths: list[str], samples: int, warmup: int) -> dict[str, Any]:
+def measure(
+    http: httpx.Client, paths: list[str], samples: int, warmup: int, form: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """GET each path in turn (or, with ``form``, POST it there, as the editor's live check does)."""
+
+    def ask(path: str) -> httpx.Response:
+        return http.post(path, data=form) if form is not None else http.get(path)
+
     for path in paths[:warmup]:
-        http.get(path).raise_for_status()
+        ask(path).raise_for_status()
     server_ms: list[float] = []
     client_ms: list[float] = []
     for i in range(samples):
         path = paths[i % len(paths)]
         started = time.perf_counter()
-        answer = http.get(path)
+        answer = ask(path)
         client_ms.append((time.perf_counter() - started) * 1000)
         answer.raise_for_status()
         timing = _DUR.search(answer.headers.get("server-timing", ""))
@@ -204,6 +214,7 @@ def run(kind: str, args: argparse.Namespace) -> dict[str, Any]:
                 "entry": [f"/ui/prompts/{n}" for n in rng.sample(names, 50)],
                 "history": [f"/ui/prompts/{n}/history" for n in edited],
                 "diff": [f"/ui/prompts/{n}/diff?from=1&to={last}" for n in edited],
+                "editor": [f"/ui/prompts/{n}/edit" for n in rng.sample(names, 50)],
             }
             results: dict[str, Any] = {"entries": args.entries, "import_s": round(seconds, 1), "pages": {}}
             with httpx.Client(base_url=server.url, timeout=30) as http:
@@ -211,6 +222,24 @@ def run(kind: str, args: argparse.Namespace) -> dict[str, Any]:
                 for page, paths in pages.items():
                     results["pages"][page] = measure(http, paths, args.samples, warmup=min(len(paths), 10))
                     log(f"{kind}: {page}: {results['pages'][page]}")
+                # The editor's live check: validation plus the preview, on every pause in typing.
+                csrf = re.search(r'name="csrf_token" value="([^"]+)"', http.get(pages["editor"][0]).text)
+                assert csrf
+                form = {
+                    "csrf_token": csrf.group(1),
+                    "editing": names[0],
+                    "base_version": "1",
+                    "arg-0-name": "topic",
+                    "arg-0-required": "1",
+                    "msg-0-role": "user",
+                    "msg-0-type": "text",
+                    "msg-0-text": "You help.\n{% for w in topic.split() %}- {{ w|upper }}\n{% endfor %}Be brief.",
+                    "sample-names": "topic",
+                    "sample-topic": "quarterly revenue by region",
+                }
+                check = measure(http, ["/ui/prompts/-/check"], args.samples, warmup=10, form=form)
+                results["pages"]["live check"] = check
+                log(f"{kind}: live check: {check}")
     return results
 
 

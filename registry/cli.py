@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,6 +22,8 @@ from registry.config import Settings
 from registry.db.engine import describe
 
 if TYPE_CHECKING:
+    import asyncio
+
     from registry.catalog.bundle_secrets import ExportSecrets, ImportSecrets
     from registry.catalog.service import CatalogService
     from registry.runtime import Registry
@@ -111,14 +116,56 @@ def cmd_stdio(args: argparse.Namespace) -> int:
         notifier.direct.append((client, transport.write))
         feed = ChangeFeed(registry.db, notifier.dispatch)
         await feed.start()
+        loop = asyncio.get_running_loop()
+        # Until stdin closes (the host's way to stop its child) or SIGTERM (the host's next step).
+        serving = asyncio.create_task(transport.run(await open_stdin_reader()))
+        loop.add_signal_handler(signal.SIGTERM, _stop_serving, serving)
         try:
-            await transport.run(await open_stdin_reader())
+            await asyncio.wait({serving})
         finally:
+            _exit_within(STDIO_EXIT_DEADLINE_S)
+            loop.remove_signal_handler(signal.SIGTERM)  # from now on SIGTERM ends the process at once
+            serving.cancel()
+            await transport.finish()  # the requests still running at SIGTERM
             await feed.stop()
             await server.aclose()
+        if not serving.cancelled():
+            serving.result()  # an error of the transport's own
 
     asyncio.run(run())
     return 0
+
+
+#: After stdin closes or SIGTERM, the stdio process is gone within this, whatever is stuck: the
+#: host waits for its child to exit. It covers the transport's drain (``DRAIN_S`` plus the cancel
+#: grace), the change feed's stop (``ChangeFeed.STOP_S``) and the end of ``asyncio.run``.
+STDIO_EXIT_DEADLINE_S = 4.0
+
+
+def _stop_serving(serving: asyncio.Task[None]) -> None:
+    logging.getLogger("registry.cli").info("stdio: SIGTERM, shutting down")
+    serving.cancel()
+
+
+def _exit_within(seconds: float) -> None:
+    """End the process within ``seconds`` from now, even if its shutdown is stuck.
+
+    Every shutdown stage is bounded on its own; this is the backstop for what is not (a task that
+    swallows its cancellation is still awaited by ``asyncio.run``, an executor thread blocked in a
+    call is joined at exit). A daemon timer: a normal exit comes first and never sees it. When it
+    fires, it logs, writes every thread's stack to stderr (to find what hung) and exits with 1.
+    """
+
+    def expire() -> None:
+        logging.getLogger("registry.cli").error(
+            "stdio: shutdown did not finish within %.1fs; exiting anyway. Thread stacks follow.", seconds
+        )
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        os._exit(1)
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
 
 
 def cmd_db_upgrade(args: argparse.Namespace) -> int:

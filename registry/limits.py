@@ -97,6 +97,9 @@ class Limits:
     #: Seconds a server-to-client stream may wait for its client to take a write; then the client
     #: is taken as not reading and its stream is dropped (it resumes with Last-Event-ID).
     stream_stall_seconds: float = 30.0
+    #: Web UI pages of this process listening for saves of the entry they show (the "someone
+    #: else saved" banner); one server-sent event stream each.
+    ui_event_streams: int = 1_000
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Limits:

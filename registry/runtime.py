@@ -12,6 +12,7 @@ from registry.catalog.bundles import apply_import
 from registry.catalog.errors import Conflict
 from registry.catalog.secrets import SecretBox, load_or_create_key
 from registry.catalog.service import CatalogService
+from registry.catalog.watchers import EntryWatchers
 from registry.config import Settings
 from registry.db import migrate
 from registry.db.engine import Database, deadline
@@ -49,6 +50,8 @@ class Registry:
         self.secrets = SecretBox(load_or_create_key(settings.secret_key, settings.data_dir))
         self.catalog = CatalogService(self.db, self.secrets, url_guard=self._url_guard(), limits=settings.limits)
         self.tokens = TokenService(self.db)
+        #: Pages waiting for saves of one entry (fed by the MCP runtime's change feed).
+        self.watchers = EntryWatchers(settings.limits.ui_event_streams)
 
     def _url_guard(self) -> Callable[[str], None]:
         allowed = parse_networks(self.settings.webhook_allowed_networks)

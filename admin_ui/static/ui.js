@@ -29,8 +29,44 @@
     });
   }
 
+  // The "saved meanwhile" banner: an entry's pages listen (server-sent events) for newer versions.
+  function setUpLiveBanner() {
+    var banner = document.getElementById("live-banner");
+    if (!banner || !window.EventSource) { return; }
+    var shown = 0;
+    var source = new EventSource(banner.getAttribute("data-events"));
+    source.addEventListener("saved", function (event) {
+      var saved;
+      try { saved = JSON.parse(event.data); } catch (e) { return; }
+      if (typeof saved.version !== "number" || saved.version <= shown) { return; }
+      shown = saved.version;
+      var who = saved.by_you ? "You (in another window or tab)" : saved.author;
+      var text = who + " saved version " + saved.version + (saved.note ? " (\u201c" + saved.note + "\u201d)" : "") + ". ";
+      text += banner.getAttribute("data-editing") === "yes"
+        ? "Your edits are not lost: saving now shows their change and keeps your text."
+        : "This page shows an older version.";
+      banner.textContent = "";
+      banner.appendChild(document.createTextNode(text + " "));
+      var diff = document.createElement("a");
+      diff.href = banner.getAttribute("data-diff") + saved.version;
+      diff.textContent = "See what changed";
+      banner.appendChild(diff);
+      if (banner.getAttribute("data-editing") !== "yes") {
+        banner.appendChild(document.createTextNode(" \u00b7 "));
+        var reload = document.createElement("a");
+        reload.href = banner.getAttribute("data-entry");
+        reload.textContent = "Show the newest version";
+        banner.appendChild(reload);
+      }
+      banner.hidden = false;
+    });
+    source.addEventListener("gone", function () { source.close(); });
+    window.addEventListener("pagehide", function () { source.close(); });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     setUpCopyButtons(document);
     setUpSelectOnFocus(document);
+    setUpLiveBanner();
   });
 })();

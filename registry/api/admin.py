@@ -1,4 +1,4 @@
-"""Tokens and the change log."""
+"""Tokens, the change log and the connected agents."""
 
 from __future__ import annotations
 
@@ -8,8 +8,17 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request
 
 from registry.api.auth import AdminPrincipal, ViewerPrincipal
-from registry.api.models import INT64_MAX, ChangePage, TokenCreated, TokenInfo, TokenList, TokenRequest
+from registry.api.models import (
+    INT64_MAX,
+    AgentList,
+    ChangePage,
+    TokenCreated,
+    TokenInfo,
+    TokenList,
+    TokenRequest,
+)
 from registry.api.problems import ALWAYS, WITH_BODY, documented
+from registry.catalog.agents import MAX_AGENTS, connected_agents
 from registry.catalog.errors import Invalid
 from registry.tokens import TokenService
 
@@ -87,3 +96,21 @@ def list_changes(
 ) -> dict[str, Any]:
     items = request.app.state.registry.catalog.changes(after=after, limit=limit)
     return {"items": items, "next_after": items[-1]["id"] if items else after}
+
+
+@router.get(
+    "/agents",
+    tags=["agents"],
+    summary="The MCP sessions open now on every replica (client, protocol, transport, label, token)",
+    operation_id="listAgents",
+    response_model=AgentList,
+    responses=documented(*ALWAYS, 422),
+)
+def list_agents(
+    request: Request,
+    _p: ViewerPrincipal,
+    limit: Annotated[int, Query(ge=1, le=MAX_AGENTS, description="most sessions listed")] = 100,
+) -> dict[str, Any]:
+    registry = request.app.state.registry
+    found = connected_agents(registry.db, idle_timeout_s=registry.settings.session_idle_timeout_s, limit=limit)
+    return found.as_dict()

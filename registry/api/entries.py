@@ -6,7 +6,6 @@ it (bodies, ``If-Match``, ``ETag``) and declares the contract (named models, bou
 
 # No ``from __future__ import annotations``: each router's body types are made per kind, inside
 # ``entry_router``, and FastAPI reads annotations at definition time.
-import secrets
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Path, Query, Request, Response
@@ -20,10 +19,11 @@ from registry.api.problems import ALWAYS, WITH_BODY, InvalidParameter, documente
 from registry.catalog.errors import Invalid
 from registry.catalog.preconditions import parse_if_match
 from registry.catalog.service import CatalogService, EntryView
-from registry.catalog.specs import LABEL_PATTERN, NAME_PATTERN, TAG_PATTERN, ToolSpec
-from registry.catalog.tool_calls import call_tool, prepare_tool
+from registry.catalog.specs import LABEL_PATTERN, NAME_PATTERN, TAG_PATTERN
+from registry.catalog.tool_calls import resolve_tool_test
+from registry.catalog.tool_calls import run_tool_test as run_tool_test_call
 from registry.limits import LimitExceeded, env_name
-from registry.webhooks import make_guarded_client, parse_networks
+from registry.webhooks import parse_networks
 
 _META_KEYS = ("change_note", "labels")
 #: Longest ``If-Match`` accepted: a list of some 80 version tags.
@@ -417,39 +417,17 @@ def entry_router(collection: str, kind: str) -> APIRouter:
 
 
 async def run_tool_test(request: Request, name: str, body: models.ToolTestRequest) -> dict[str, Any]:
-    """One tools/call through the shared code path (registry/catalog/tool_calls.py), its
-    notifications collected instead of streamed."""
+    """One tools/call through the shared test-call runner (registry/catalog/tool_calls.py, which
+    the web UI's test page uses too), its notifications collected instead of streamed."""
     catalog = _catalog(request)
-    version, label, revealed = await run_in_threadpool(
-        catalog.tool_to_call, name, version=body.version, label=body.label
-    )
-    tool = prepare_tool(ToolSpec.model_validate(revealed), catalog.limits)
-    progress_token = "test"
+    test = await run_in_threadpool(resolve_tool_test, catalog, name, version=body.version, label=body.label)
     notifications: list[dict[str, Any]] = []
 
-    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-        params: dict[str, Any] = {"progressToken": progress_token, "progress": progress}
-        if total is not None:
-            params["total"] = total
-        if message is not None:
-            params["message"] = message
-        notifications.append({"method": "notifications/progress", "params": params})
-
-    async def on_log(level: str, data: Any) -> None:
-        notifications.append(
-            {"method": "notifications/message", "params": {"level": level, "logger": name, "data": data}}
-        )
+    async def collect(notification: dict[str, Any]) -> None:
+        notifications.append(notification)
 
     allowed = parse_networks(request.app.state.registry.settings.webhook_allowed_networks)
-    async with make_guarded_client(allowed, timeout=30.0) as client:
-        result = await call_tool(
-            name,
-            tool,
-            body.arguments,
-            client=client,
-            limits=catalog.limits,
-            request_id=f"test-{secrets.token_hex(8)}",
-            on_progress=on_progress,
-            on_log=on_log,
-        )
-    return {"result": result, "notifications": notifications, "version": version, "label": label}
+    result = await run_tool_test_call(
+        test, body.arguments, allowed_networks=allowed, limits=catalog.limits, on_notification=collect
+    )
+    return {"result": result, "notifications": notifications, "version": test.version, "label": test.label}

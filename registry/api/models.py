@@ -942,6 +942,48 @@ class ChangePage(BaseModel):
     next_after: int = Field(ge=0, le=INT64_MAX, description="pass as `after` to continue")
 
 
+# ------------------------------------------------------------------ connected agents
+
+_AGENT_EXAMPLE: dict[str, Any] = {
+    "id_prefix": "q3V1f0",
+    "client_name": "claude-code",
+    "client_version": "2.1.0",
+    "protocol_version": "2025-11-25",
+    "transport": "streamable-http",
+    "label": "production",
+    "principal": "ci-agent",
+    "since": "2025-06-02T09:12:00+00:00",
+    "last_seen": "2025-06-02T10:30:00+00:00",
+}
+
+
+class AgentSession(BaseModel):
+    """One MCP session open now (Streamable HTTP or HTTP+SSE; stdio sessions are not shared)."""
+
+    id_prefix: str = Field(description="the first characters of the session id (never the whole id)")
+    client_name: str | None = Field(description="`clientInfo.name` the client sent (null: none)")
+    client_version: str | None = Field(description="`clientInfo.version` the client sent (null: none)")
+    protocol_version: str = Field(description="the MCP protocol version negotiated")
+    transport: Literal["streamable-http", "sse", "unknown"] = Field(
+        description="streamable-http, sse (HTTP+SSE), or unknown (a session older than the server's recording it)"
+    )
+    label: str = Field(description="the label the session is served")
+    principal: str = Field(description="the name of the token that opened it, or `anonymous`")
+    since: datetime = Field(description="when the session was initialized")
+    last_seen: datetime = Field(description="its last activity (written at most once a minute)")
+
+
+class AgentList(BaseModel):
+    """The MCP sessions open now on every replica, most recently active first."""
+
+    model_config = _examples({"items": [_AGENT_EXAMPLE], "total": 1, "limit": 100, "idle_timeout_s": 3600.0})
+
+    items: list[AgentSession]
+    total: int = Field(ge=0, description="every open session, also those past `limit`")
+    limit: int = Field(ge=0, description="most sessions listed")
+    idle_timeout_s: float = Field(description="sessions idle this long expire (REGISTRY_SESSION_IDLE_TIMEOUT_S)")
+
+
 # ------------------------------------------------------------------ health
 
 

@@ -687,7 +687,21 @@ def apply_import(
     new entries but never overwrites an existing one, so a restart does not undo what admins
     edited since. ``labels`` apply to an entry bundle's new versions (a history bundle brings its own)."""
     plan = [entry for _item, entry in plan_import(service, directory, secrets=secrets, only_missing=only_missing)]
-    note = f"imported from {directory.name}"
+    return apply_plan(service, plan, actor=actor, labels=labels, source=directory.name)
+
+
+def apply_plan(
+    service: CatalogService,
+    plan: list[PlannedEntry],
+    *,
+    actor: str,
+    labels: list[str] | None = None,
+    source: str,
+) -> list[ImportPlanItem]:
+    """Write a plan ``plan_import`` made, in one transaction (all or nothing); ``source`` names the
+    bundle in the change notes. For callers that show the plan first and write exactly what was
+    shown (the web UI): an update whose entry moved on since its plan is refused (``Conflict``)."""
+    note = f"imported from {source}"
     histories = [entry for entry in plan if entry.history is not None]
     if histories:
         if labels:
@@ -704,7 +718,7 @@ def apply_import(
         service.restore_histories(
             [e.history for e in histories if e.action == "restore" and e.history is not None],
             actor=actor,
-            note=f"restored from {directory.name}",
+            note=f"restored from {source}",
         )
         return [entry.item for entry in plan]
     writes = [

@@ -157,7 +157,7 @@ class _BaseMoved(Exception):
     """Internal: another save landed between a merge patch's read and its write."""
 
 
-def _validation_errors(exc: ValidationError) -> list[dict[str, Any]]:
+def validation_errors(exc: ValidationError) -> list[dict[str, Any]]:
     errors = []
     for err in exc.errors():
         item = {"loc": ".".join(str(p) for p in err["loc"]), "msg": err["msg"].removeprefix("Value error, ")}
@@ -203,7 +203,7 @@ class CatalogService:
         try:
             spec = SPEC_MODELS[kind].model_validate(dict(raw), context={"limits": self.limits})
         except ValidationError as exc:
-            errors = _validation_errors(exc)
+            errors = validation_errors(exc)
             summary = "; ".join(f"{e['loc'] or kind}: {e['msg']}" for e in errors[:5])
             raise Invalid(f"invalid {kind}: {summary}", errors=errors) from None
         try:

@@ -1,18 +1,26 @@
-"""Running a tool: the one code path behind MCP ``tools/call`` and the admin API's tool test.
+"""Running a tool: the one code path behind MCP ``tools/call`` and the tool test calls.
 
-A test run from the admin API (``POST /api/v1/tools/{name}/test``) must behave exactly as an
-agent's call: the same argument validation against ``inputSchema`` (a failure is an ``isError``
-result naming the problem, so a model can correct itself), the same webhook call (signed, under
-the SSRF guard of the client it is given, within the tool's timeout, progress and logs relayed at
-the bounded rate), the same result mapping and the same ``outputSchema`` check. Both callers go
-through :func:`call_tool`; they differ only in where progress and log notifications go.
+A test run (the admin API's ``POST /api/v1/tools/{name}/test``, the web UI's
+``/ui/tools/{name}/test``) must behave exactly as an agent's call: the same argument validation
+against ``inputSchema`` (a failure is an ``isError`` result naming the problem, so a model can
+correct itself), the same webhook call (signed, under the SSRF guard of the client it is given,
+within the tool's timeout, progress and logs relayed at the bounded rate), the same result mapping
+and the same ``outputSchema`` check. Every caller goes through :func:`call_tool`; they differ only
+in where progress and log notifications go.
+
+The two test surfaces share more than that: :func:`resolve_tool_test` picks the version a test
+runs (the ``production`` label's unless told otherwise) and :func:`run_tool_test` runs it with a
+fresh guarded client, handing each notification, shaped as the MCP notification an agent would
+get, to a callback. The REST endpoint collects them into a list; the web UI streams them to the
+browser as they come.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import secrets
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 from jsonschema.protocols import Validator
@@ -20,7 +28,18 @@ from jsonschema.protocols import Validator
 from registry.catalog.schemas import safe_validator
 from registry.catalog.specs import ToolSpec
 from registry.limits import DEFAULT_LIMITS, Limits
-from registry.webhooks import LogCallback, ProgressCallback, WebhookTarget, call_webhook, error_result
+from registry.webhooks import (
+    IPNetwork,
+    LogCallback,
+    ProgressCallback,
+    WebhookTarget,
+    call_webhook,
+    error_result,
+    make_guarded_client,
+)
+
+if TYPE_CHECKING:
+    from registry.catalog.service import CatalogService
 
 #: At most this many argument problems are named in one result (a model reads them all).
 MAX_ARGUMENT_PROBLEMS = 5
@@ -108,3 +127,83 @@ async def call_tool(
             )
     result.setdefault("isError", False)
     return result
+
+
+# ------------------------------------------------------------------ test calls (admin API, web UI)
+
+#: The ``progressToken`` a test call's progress notifications carry (there is no agent to pick one).
+TEST_PROGRESS_TOKEN = "test"
+#: Connect/read timeout of a test call's client; the tool's own ``timeout_s`` bounds the whole call.
+TEST_CLIENT_TIMEOUT_S = 30.0
+
+#: ``await on_notification(notification)``: one ``notifications/progress`` or ``notifications/message``
+#: (``{"method": ..., "params": ...}``), as it happens.
+NotificationCallback = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolTest:
+    """A tool picked for a test call: which version runs, the label that picked it (None: picked
+    by version number), its ``inputSchema`` (the web UI builds its form from it) and how to call it
+    (write-only values decrypted; never shown)."""
+
+    name: str
+    version: int
+    label: str | None
+    input_schema: dict[str, Any]
+    tool: PreparedTool
+
+
+def resolve_tool_test(
+    catalog: CatalogService, name: str, *, version: int | None = None, label: str | None = None
+) -> ToolTest:
+    """The version of tool ``name`` a test call runs: ``version``, else ``label``'s, else
+    ``production``'s (what agents call). Blocking (reads the database): call it off the event loop.
+    ``NotFound`` for a tool, version or label that does not exist; ``Invalid`` for both given."""
+    number, picked_by, revealed = catalog.tool_to_call(name, version=version, label=label)
+    spec = ToolSpec.model_validate(revealed)
+    return ToolTest(name, number, picked_by, dict(spec.inputSchema), prepare_tool(spec, catalog.limits))
+
+
+async def run_tool_test(
+    test: ToolTest,
+    arguments: Mapping[str, Any],
+    *,
+    allowed_networks: Iterable[IPNetwork],
+    limits: Limits = DEFAULT_LIMITS,
+    on_notification: NotificationCallback | None = None,
+) -> dict[str, Any]:
+    """Run ``test`` with ``arguments`` as ``tools/call`` would: its ``CallToolResult``.
+
+    The webhook gets a ``test-...`` request id and no session. ``on_notification`` receives the
+    call's progress and log notifications in the shape MCP sends them (at the relay's bounded
+    rate), while the call runs; cancelling the caller cancels the webhook call.
+    """
+    name = test.name
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        params: dict[str, Any] = {"progressToken": TEST_PROGRESS_TOKEN, "progress": progress}
+        if total is not None:
+            params["total"] = total
+        if message is not None:
+            params["message"] = message
+        if on_notification is not None:
+            await on_notification({"method": "notifications/progress", "params": params})
+
+    async def on_log(level: str, data: Any) -> None:
+        if on_notification is not None:
+            await on_notification(
+                {"method": "notifications/message", "params": {"level": level, "logger": name, "data": data}}
+            )
+
+    async with make_guarded_client(allowed_networks, timeout=TEST_CLIENT_TIMEOUT_S) as client:
+        return await call_tool(
+            name,
+            test.tool,
+            arguments,
+            client=client,
+            limits=limits,
+            request_id=f"test-{secrets.token_hex(8)}",
+            on_progress=on_progress,
+            on_log=on_log,
+        )

@@ -19,6 +19,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -221,6 +222,9 @@ class McpSession(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_seen_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
     ended_at: Mapped[datetime | None] = mapped_column()
+    #: How the client connects: ``streamable-http`` or ``sse`` (HTTP+SSE); None for rows made
+    #: before migration 0007 recorded it. Shown on the connected-agents page.
+    transport: Mapped[str | None] = mapped_column(String(16))
 
 
 class UiSession(Base):
@@ -240,4 +244,24 @@ class UiSession(Base):
     csrf_token: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     #: Absolute end of the session (REGISTRY_UI_SESSION_HOURS after sign-in, or the token's expiry).
+    expires_at: Mapped[datetime] = mapped_column(index=True)
+
+
+class UiUpload(Base):
+    """A bundle uploaded in the web UI, held between its import plan and "Apply" (``/ui/bundles``).
+
+    In the database, not in the process: behind a load balancer without affinity the plan page and
+    the apply may be served by different replicas. Bounded: one per UI session (a new upload
+    replaces it), ``REGISTRY_LIMIT_BUNDLE_BYTES`` each, kept for a short while (``expires_at``).
+    """
+
+    __tablename__ = "ui_uploads"
+
+    #: Random; named in the plan page's URL.
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    #: Which UI session uploaded it (a digest derived from the session, never the session itself).
+    owner: Mapped[str] = mapped_column(String(64), index=True)
+    filename: Mapped[str] = mapped_column(String(255))
+    content: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
     expires_at: Mapped[datetime] = mapped_column(index=True)

@@ -122,8 +122,19 @@ def parse_event_id(value: str | None) -> tuple[int, int] | None:
         return None
 
 
+def _where(task: asyncio.Task[Any]) -> str:
+    """Where a task is suspended (its innermost frame), for a log line."""
+    frames = task.get_stack()
+    if not frames:
+        return "?"
+    frame = frames[-1]
+    return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+
+
 class ChangeFeed:
     POLL_S = 2.0
+    #: How long ``stop`` waits for the follower and the listener to end.
+    STOP_S = 1.0
 
     def __init__(
         self, db: Database, on_changes: Callable[[list[ChangeEvent], Callable[[int], None]], Awaitable[None]]
@@ -151,11 +162,11 @@ class ChangeFeed:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self.position = await asyncio.to_thread(self._last_id)
-        self._tasks.append(asyncio.create_task(self._follow()))
+        self._tasks.append(asyncio.create_task(self._follow(), name="change-feed-follow"))
         if self.db.is_postgres:
             channels = {NOTIFY_CHANNEL: self._on_notify, **self.extra_channels}
             listener = listen_forever(self.db.url, channels, self._on_listening, options=self.db.libpq_options())
-            self._tasks.append(asyncio.create_task(listener))
+            self._tasks.append(asyncio.create_task(listener, name="change-feed-listen"))
 
     def _on_notify(self, payload: str) -> None:
         self._wake.set()
@@ -165,12 +176,39 @@ class ChangeFeed:
         self._wake.set()  # catch up on whatever was committed while not listening
 
     async def stop(self) -> None:
-        for task in self._tasks:
+        """Cancel the follower and the listener and wait for them, at most ``STOP_S``.
+
+        Shutdown must not hang on them (a stdio host waits for its child to exit): a task that
+        lost its cancellation is cancelled again half-way, and one still running at the deadline
+        is logged, with where it waits, and left behind.
+        """
+        tasks, self._tasks = self._tasks, []
+        if not tasks:
+            return
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._tasks.clear()
+        done, pending = await asyncio.wait(tasks, timeout=self.STOP_S / 2)
+        if pending:
+            log.warning(
+                "change feed task(s) %s still running %.1fs after being cancelled (a lost cancellation?); "
+                "cancelling again",
+                ", ".join(sorted(task.get_name() for task in pending)),
+                self.STOP_S / 2,
+            )
+            for task in pending:
+                task.cancel()
+            more, pending = await asyncio.wait(pending, timeout=self.STOP_S / 2)
+            done |= more
+        for task in done:
+            if not task.cancelled() and task.exception() is not None:
+                log.warning("change feed task %s ended with %r", task.get_name(), task.exception())
+        for task in pending:
+            log.error(
+                "change feed task %s still running %.1fs after stop, left behind; it waits at %s",
+                task.get_name(),
+                self.STOP_S,
+                _where(task),
+            )
 
     def _last_id(self) -> int:
         with self.db.session() as session:
@@ -192,13 +230,25 @@ class ChangeFeed:
             after = batch[-1].id
         return events
 
+    async def _woken_or_polled(self) -> None:
+        """Until poked, or ``POLL_S`` passed.
+
+        Not ``asyncio.wait_for``: on Python 3.11 it drops a cancellation that arrives in the loop
+        turn in which the wait ends (CPython gh-86296, fixed in 3.12 only), and ``_follow`` then
+        polls forever: ``stop`` never returned when the LISTEN connection came up (and poked the
+        feed) just as stdin closed, so the stdio child hung instead of exiting. ``asyncio.timeout``
+        tells its own cancellation from the caller's.
+        """
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.POLL_S):
+                await self._wake.wait()
+
     async def _follow(self) -> None:
         # While the database is down every poll fails: say so once when it starts and once when it
         # ends, not with a traceback per poll.
         failing_since: float | None = None
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self.POLL_S)
+            await self._woken_or_polled()
             self._wake.clear()
             try:
                 while True:

@@ -85,6 +85,7 @@ class McpRuntime:
         self.metrics.notification_lag.observe(seconds)
 
     async def _dispatch(self, events: list[ChangeEvent], advance: Callable[[int], None]) -> None:
+        self.registry.watchers.publish((event.kind, event.name) for event in events)
         await self.notifier.dispatch(events, advance)
 
     async def _save_state(self, client: ClientState) -> None:

@@ -1,8 +1,10 @@
 """MCP sessions: who a connection is, which label it is served, what it asked for.
 
-The dispatcher only sees ``ClientState``; Streamable HTTP and legacy SSE keep it in a database
-row (``mcp_sessions``) with a per-process cache, so any replica serves any session and a
-restart loses none. stdio keeps it in memory: the host owns that process.
+The dispatcher only sees ``ClientState``; Streamable HTTP keeps it in a database row
+(``mcp_sessions``) with a per-process cache, so any replica serves any session and a restart
+loses none. Legacy HTTP+SSE serves a session from memory (it lives on its stream, on one
+replica) and only records a row, so that every replica can list it among the connected agents.
+stdio keeps it in memory: the host owns that process.
 """
 
 from __future__ import annotations
@@ -54,6 +56,9 @@ class Session(ClientState):
 
 #: PostgreSQL channel on which a replica announces a session it ended, so the others drop it.
 SESSION_END_CHANNEL = "registry_session_ended"
+#: ``mcp_sessions.transport`` values.
+STREAMABLE_HTTP = "streamable-http"
+LEGACY_SSE = "sse"
 
 
 def new_session_id() -> str:
@@ -74,9 +79,20 @@ class SessionStore:
         self._cache: OrderedDict[str, Session] = OrderedDict()
 
     # -- writes -------------------------------------------------------------------------
-    async def create(self, session: Session) -> Session:
+    async def create(self, session: Session, *, transport: str = STREAMABLE_HTTP) -> Session:
         session.id = new_session_id()
         session.last_touch = time.monotonic()
+        await self._insert(session, transport)
+        self._remember(session)
+        return session
+
+    async def record(self, session: Session, *, transport: str) -> None:
+        """A row for a session its transport serves from memory (HTTP+SSE, whose id it made):
+        listed with the connected agents on every replica, never served from this store."""
+        session.last_touch = time.monotonic()
+        await self._insert(session, transport)
+
+    async def _insert(self, session: Session, transport: str) -> None:
         row = McpSession(
             id=session.id,
             protocol_version=session.protocol_version or "",
@@ -87,6 +103,7 @@ class SessionStore:
             client_capabilities=session.client_capabilities,
             log_level=session.log_level,
             subscriptions=sorted(session.subscriptions),
+            transport=transport,
         )
 
         def insert() -> None:
@@ -94,8 +111,6 @@ class SessionStore:
                 db_session.add(row)
 
         await asyncio.to_thread(insert)
-        self._remember(session)
-        return session
 
     async def save_state(self, session: Session) -> None:
         """Persist what a client changed (log level, subscriptions, initialized)."""
@@ -182,7 +197,8 @@ class SessionStore:
                 return db_session.get(McpSession, session_id)
 
         row = await asyncio.to_thread(load)
-        if row is None or row.ended_at is not None:
+        # An HTTP+SSE session's row is a listing only: its id does not open a Streamable HTTP session.
+        if row is None or row.ended_at is not None or row.transport == LEGACY_SSE:
             return None
         last_seen = row.last_seen_at if row.last_seen_at.tzinfo else row.last_seen_at.replace(tzinfo=UTC)
         if datetime.now(UTC) - last_seen > timedelta(seconds=self.idle_timeout_s):

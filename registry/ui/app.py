@@ -14,16 +14,23 @@ from starlette.types import ASGIApp
 from registry.catalog.specs import KIND_BY_COLLECTION
 from registry.paths import admin_ui_dir
 from registry.runtime import Registry
-from registry.ui import entries, errors, overview, signin, tokens
+from registry.ui import agents, bundles, entries, errors, overview, signin, tokens, tool_test
+from registry.ui.auth import UPLOAD_FORM_BYTES
+from registry.ui.editor import EntryForm, editor_router
+from registry.ui.prompt_form import PromptForm
+from registry.ui.resource_form import ResourceForm
 from registry.ui.security import UiGuard
 from registry.ui.sessions import UiSessionStore
 from registry.ui.templating import COLLECTIONS, Pages
+from registry.ui.tool_form import ToolForm
+from registry.ui.uploads import UploadStore
 
 
 def build_ui(registry: Registry) -> ASGIApp:
     ui = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
     ui.state.registry = registry
     ui.state.ui_sessions = UiSessionStore(registry.db, registry.tokens, hours=registry.settings.ui_session_hours)
+    ui.state.ui_uploads = UploadStore(registry.db)
     pages = Pages()
     errors.install(ui, pages)
 
@@ -36,7 +43,24 @@ def build_ui(registry: Registry) -> ASGIApp:
     ui.include_router(signin.router(pages))
     ui.include_router(overview.router(pages))
     ui.include_router(tokens.router(pages))
+    ui.include_router(agents.router(pages))
+    ui.include_router(bundles.router(pages))
+    ui.include_router(tool_test.router(pages))
     titles = dict(COLLECTIONS)
+    forms: dict[str, EntryForm] = {"prompt": PromptForm(), "resource": ResourceForm(), "tool": ToolForm()}
+    pages.env.globals["editable_kinds"] = frozenset(forms)
     for collection, kind in KIND_BY_COLLECTION.items():
-        ui.include_router(entries.entry_router(pages, collection, kind, titles[collection].removesuffix("s")))
-    return UiGuard(ui, body_bytes=registry.settings.limits.body_bytes, refusal=errors.refusal_app(pages))
+        title = titles[collection].removesuffix("s")
+        form = forms.get(kind)
+        if form is not None:
+            ui.include_router(editor_router(pages, collection, kind, title, form))
+        ui.include_router(entries.entry_router(pages, collection, kind, title))
+    limits = registry.settings.limits
+    return UiGuard(
+        ui,
+        body_bytes=limits.body_bytes,
+        refusal=errors.refusal_app(pages),
+        upload_paths=frozenset({bundles.UPLOAD_PATH}),
+        upload_bytes=limits.bundle_bytes,
+        upload_form_bytes=UPLOAD_FORM_BYTES,
+    )

@@ -6,7 +6,8 @@ Route parameters:
   session: ``SignInRequired`` (a redirect to the sign-in page, back here afterwards). A session
   without the scope: ``UiForbidden`` (a 403 page).
 - ``EditorForm`` / ``AdminForm``: for unsafe methods (POST): the scope as above, then the CSRF
-  check, then the form's fields. The CSRF token is per session, sent in the hidden field
+  check, then the form's fields. ``AdminUpload``: the same for a form with one file (a bundle
+  upload), bounded by ``REGISTRY_LIMIT_BUNDLE_BYTES`` instead. The CSRF token is per session, sent in the hidden field
   ``csrf_token`` of every form (or the ``X-CSRF-Token`` header htmx adds); a request without it,
   or with another session's, is refused with 403 before anything is written. With the session
   cookie being ``SameSite=Lax``, a cross-site POST does not even carry the session.
@@ -30,6 +31,11 @@ CSRF_FIELD = "csrf_token"
 CSRF_HEADER = "x-csrf-token"
 #: Most fields one form may have (the largest form, a prompt editor, has a few hundred).
 FORM_FIELDS = 1000
+#: An upload form's body may pass ``bundle_bytes`` by this much: its other fields and the
+#: multipart framing (the file itself is held to ``bundle_bytes``).
+UPLOAD_FORM_BYTES = 64 * 1024
+#: Fields besides the file an upload form may have.
+UPLOAD_FIELDS = 8
 
 
 class SignInRequired(Exception):
@@ -126,7 +132,29 @@ async def read_form(request: Request) -> FormData:
         if len(body) > limit:
             raise LimitExceeded("body_bytes", f"the form is larger than {limit} bytes")
     request._body = bytes(body)  # what request.form() parses (Starlette reads it from here)
-    form = await request.form(max_files=0, max_fields=FORM_FIELDS, max_part_size=limit)
+    # One file: a resource editor's upload (its blob); the whole body is bounded above.
+    form = await request.form(max_files=1, max_fields=FORM_FIELDS, max_part_size=limit)
+    request.state.form = form
+    return form
+
+
+async def read_upload(request: Request) -> FormData:
+    """A form with (at most) one file, for the bundle upload: its body bounded by
+    ``REGISTRY_LIMIT_BUNDLE_BYTES`` (plus ``UPLOAD_FORM_BYTES`` for the other fields) as it is read;
+    a declared length over that never gets here (``registry.ui.security``)."""
+    cached: FormData | None = getattr(request.state, "form", None)
+    if cached is not None:
+        return cached
+    bundle_bytes = _limits(request).bundle_bytes
+    limit = bundle_bytes + UPLOAD_FORM_BYTES
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise LimitExceeded("bundle_bytes", f"the upload is larger than {bundle_bytes} bytes")
+    request._body = bytes(body)
+    del body
+    form = await request.form(max_files=1, max_fields=UPLOAD_FIELDS, max_part_size=UPLOAD_FORM_BYTES)
     request.state.form = form
     return form
 
@@ -150,8 +178,16 @@ def require_form(scope: str) -> Callable[[Request, SignedIn], Coroutine[Any, Any
     return dependency
 
 
+async def _admin_upload(request: Request, ui: SignedIn = Depends(require("admin"))) -> tuple[SignedIn, FormData]:
+    form = await read_upload(request)
+    field = form.get(CSRF_FIELD)
+    check_csrf(ui, request.headers.get(CSRF_HEADER) or (field if isinstance(field, str) else None))
+    return ui, form
+
+
 Viewer = Annotated[SignedIn, Depends(require("viewer"))]
 Editor = Annotated[SignedIn, Depends(require("editor"))]
 Admin = Annotated[SignedIn, Depends(require("admin"))]
 EditorForm = Annotated[tuple[SignedIn, FormData], Depends(require_form("editor"))]
 AdminForm = Annotated[tuple[SignedIn, FormData], Depends(require_form("admin"))]
+AdminUpload = Annotated[tuple[SignedIn, FormData], Depends(_admin_upload)]

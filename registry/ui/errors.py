@@ -35,6 +35,7 @@ _TITLES = {
     409: "Conflict",
     412: "Changed meanwhile",
     413: "Too large",
+    429: "Too many at once",
     422: "Invalid input",
     500: "Something went wrong",
     503: "Temporarily unavailable",

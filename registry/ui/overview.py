@@ -1,5 +1,6 @@
-"""``/ui/`` (home: counts, the newest changes, where agents connect) and ``/ui/activity`` (the
-change log, newest first, filtered by kind, entry and author, each row linking to its diff)."""
+"""``/ui/`` (home: counts, the newest changes, the newest connected agents, where agents connect)
+and ``/ui/activity`` (the change log, newest first, filtered by kind, entry and author, each row
+linking to its diff)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from registry.catalog.activity import ChangeFilter, recent_changes
+from registry.catalog.agents import TRANSPORT_TITLES
 from registry.catalog.service import CatalogService
 from registry.catalog.specs import KIND_BY_COLLECTION
+from registry.ui.agents import home_agents
 from registry.ui.auth import Viewer
 from registry.ui.templating import COLLECTIONS, Pages
 
@@ -77,6 +80,8 @@ def router(pages: Pages) -> APIRouter:
             "counts": counts,
             "changes": _with_links(changes),
             "mcp_url": base + "/mcp",
+            "agents": home_agents(request),
+            "transports": TRANSPORT_TITLES,
         }
         return pages.render(request, "home.html", context)
 

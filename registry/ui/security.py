@@ -14,7 +14,9 @@
   tokens, and answers problem+json); form posts are bounded by the same
   ``REGISTRY_LIMIT_BODY_BYTES``: a declared length over it is refused here before anything is
   read; a body without a length is counted as it is read (``registry.ui.auth.read_form``). The
-  refusal is an HTML page naming the limit.
+  refusal is an HTML page naming the limit. The bundle upload (``upload_paths``) is the one
+  exception: its bound is ``REGISTRY_LIMIT_BUNDLE_BYTES`` (``upload_bytes``; counted the same way
+  by ``registry.ui.auth.read_upload``).
 """
 
 from __future__ import annotations
@@ -46,10 +48,24 @@ class UiGuard:
     ``refusal(error)`` builds the ASGI app that answers a body over the limit (an HTML page).
     """
 
-    def __init__(self, app: ASGIApp, *, body_bytes: int, refusal: Callable[[LimitExceeded], ASGIApp]) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        body_bytes: int,
+        refusal: Callable[[LimitExceeded], ASGIApp],
+        upload_paths: frozenset[str] = frozenset(),
+        upload_bytes: int = 0,
+        upload_form_bytes: int = 0,
+    ) -> None:
         self.app = app
         self.body_bytes = body_bytes
         self.refusal = refusal
+        #: Paths (within the UI app, e.g. ``/bundles``) whose POST is a file upload: the file may
+        #: have ``upload_bytes``, the whole body ``upload_form_bytes`` more (other fields, framing).
+        self.upload_paths = upload_paths
+        self.upload_bytes = upload_bytes
+        self.upload_form_bytes = upload_form_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -72,8 +88,17 @@ class UiGuard:
 
         if scope["method"] in _BODY_METHODS:
             declared = dict(scope.get("headers", [])).get(b"content-length", b"")
-            if declared.isdigit() and int(declared) > self.body_bytes:
-                refused = LimitExceeded("body_bytes", f"the form is larger than {self.body_bytes} bytes")
+            path: str = scope["path"]
+            root: str = scope.get("root_path", "")
+            if root and path.startswith(root):
+                path = path[len(root) :]
+            upload = scope["method"] == "POST" and path in self.upload_paths
+            allowed = self.upload_bytes + self.upload_form_bytes if upload else self.body_bytes
+            if declared.isdigit() and int(declared) > allowed:
+                if upload:
+                    refused = LimitExceeded("bundle_bytes", f"the upload is larger than {self.upload_bytes} bytes")
+                else:
+                    refused = LimitExceeded("body_bytes", f"the form is larger than {self.body_bytes} bytes")
                 await self.refusal(refused)(scope, receive, send_with_headers)
                 return
         await self.app(scope, receive, send_with_headers)

@@ -10,6 +10,7 @@ instead of showing an empty space.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -46,6 +47,21 @@ def when(value: str | datetime | None) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
+_WHERE_ROW = re.compile(r"(messages|arguments)\.(\d+)(?:\.(.*))?")
+
+
+def friendly_where(where: str) -> str:
+    """``messages.0.content.text`` as people say it: ``Message 1``; ``arguments.1.name``:
+    ``Argument 2, name``."""
+    found = _WHERE_ROW.fullmatch(where)
+    if found is None:
+        return where
+    what = "Message" if found.group(1) == "messages" else "Argument"
+    rest = found.group(3) or ""
+    rest = "" if rest in ("content.text", "content") else rest.replace("content.", "").replace(".", " ")
+    return f"{what} {int(found.group(2)) + 1}" + (f", {rest}" if rest else "")
+
+
 def query(base: Mapping[str, Any], **changes: Any) -> str:
     """``?a=1&b=2`` from ``base`` with ``changes`` applied (None or "" drops a parameter)."""
     merged = {**base, **changes}
@@ -66,7 +82,11 @@ class Pages:
             auto_reload=False,
         )
         self.env.filters.update(
-            when=when, yaml=as_yaml, url=lambda v: quote(str(v), safe=""), tojson_compact=json.dumps
+            when=when,
+            yaml=as_yaml,
+            friendly_where=friendly_where,
+            url=lambda v: quote(str(v), safe=""),
+            tojson_compact=json.dumps,
         )
         self.env.globals.update(version=__version__, collections=COLLECTIONS, query=query)
 

@@ -2,7 +2,10 @@
 
 ``GET /sse`` opens the stream and announces, in an ``endpoint`` event, where to POST messages;
 answers come back on the stream. The session lives as long as its stream, in this process:
-the transport ties both halves to one connection, so it cannot move between replicas.
+the transport ties both halves to one connection, so it cannot move between replicas. Once
+initialized it is also recorded in ``mcp_sessions`` (transport ``sse``), kept fresh by the
+stream's keepalives and ended with the stream, so every replica lists it among the connected
+agents; that row is a listing only (best effort: a failure to write it does not affect the session).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import logging
 from typing import Any
 
 from registry.config import Settings
+from registry.db.engine import is_unavailable, warn_unavailable
 from registry.mcp.http_common import (
     HttpError,
     Receive,
@@ -34,7 +38,7 @@ from registry.mcp.protocol import (
     parse_message,
 )
 from registry.mcp.server import McpServer, RequestContext
-from registry.mcp.sessions import Session, SessionStore, new_session_id
+from registry.mcp.sessions import LEGACY_SSE, Session, SessionStore, new_session_id
 from registry.mcp.streams import StreamHub
 from registry.tokens import TokenService
 
@@ -46,10 +50,13 @@ class LegacySseTransport:
         self, server: McpServer, sessions: SessionStore, tokens: TokenService, settings: Settings, hub: StreamHub
     ) -> None:
         self.server = server
+        self.sessions = sessions
         self.tokens = tokens
         self.settings = settings
         self.hub = hub
         self._sessions: dict[str, Session] = {}
+        #: Sessions with an ``mcp_sessions`` row (listed as connected agents), ended with their stream.
+        self._recorded: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
 
     async def stream(self, scope: Scope, receive: Receive, send: SendFn) -> None:
@@ -69,13 +76,49 @@ class LegacySseTransport:
         endpoint = f"{scope.get('root_path', '')}/messages?session_id={session.id}"
         try:
             await self.hub.serve_stream(
-                session.id, session, receive, send, first_events=[(None, "endpoint", endpoint.encode())]
+                session.id,
+                session,
+                receive,
+                send,
+                first_events=[(None, "endpoint", endpoint.encode())],
+                on_keepalive=lambda: self._keep_listed(session),
             )
         finally:
             self._sessions.pop(session.id, None)
+            if session.id in self._recorded:
+                await self._unlist(session.id)
 
     def session(self, session_id: str) -> Session | None:
         return self._sessions.get(session_id)
+
+    # -- the listing row (connected agents) ---------------------------------------------------
+    async def _list(self, session: Session) -> None:
+        """Record the initialized session (client, protocol version, label, principal)."""
+        try:
+            await self.sessions.record(session, transport=LEGACY_SSE)
+        except Exception as exc:
+            if is_unavailable(exc):
+                warn_unavailable(log, "listing an HTTP+SSE session", exc)
+            else:
+                log.warning("could not list HTTP+SSE session among the connected agents", exc_info=True)
+            return
+        self._recorded.add(session.id)
+        if session.id not in self._sessions:  # the stream ended while the row was written
+            await self._unlist(session.id)
+
+    def _keep_listed(self, session: Session) -> None:
+        if session.id in self._recorded:
+            self.sessions.touch(session)
+
+    async def _unlist(self, session_id: str) -> None:
+        self._recorded.discard(session_id)
+        try:
+            await self.sessions.end(session_id)
+        except Exception as exc:  # the row then expires with the idle timeout
+            if is_unavailable(exc):
+                warn_unavailable(log, "ending an HTTP+SSE session's listing", exc)
+            else:
+                log.warning("could not end an HTTP+SSE session's listing", exc_info=True)
 
     async def messages(self, scope: Scope, receive: Receive, send: SendFn) -> None:
         headers = header_map(scope)
@@ -128,4 +171,6 @@ class LegacySseTransport:
             return
         finally:
             session.in_flight.pop(message.id, None)
+        if message.method == "initialize" and "result" in answer and session.id not in self._recorded:
+            await self._list(session)
         self.hub.publish(session.id, answer)

@@ -7,6 +7,7 @@ to stderr only (stdout belongs to the protocol).
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 from collections.abc import AsyncIterator
 from typing import Any, BinaryIO
@@ -25,8 +26,16 @@ from registry.mcp.protocol import (
 from registry.mcp.server import McpServer, RequestContext
 from registry.mcp.sessions import ClientState
 
+log = logging.getLogger("registry.mcp")
+
 #: How much is read from stdin at a time (a line may span many reads).
 READ_CHUNK = 64 * 1024
+#: After stdin closes, how long requests still running may take to answer before they are
+#: cancelled (``echo REQUEST | mcp-registry stdio`` still gets its answer); not longer, since the
+#: host waits for the process to exit, and kills it if that takes too long.
+DRAIN_S = 2.0
+#: How long cancelled requests get to unwind.
+CANCEL_GRACE_S = 0.5
 
 
 class StdioTransport:
@@ -72,8 +81,32 @@ class StdioTransport:
                 task = asyncio.create_task(self._handle(item))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.finish(DRAIN_S)
+
+    async def finish(self, grace: float = 0.0) -> None:
+        """Let the requests still running answer for up to ``grace`` seconds, then cancel the rest.
+
+        Bounded both ways, so stdin EOF or SIGTERM ends the process promptly whatever a request
+        is waiting on; a request that does not unwind even when cancelled is logged and left.
+        """
+        tasks = set(self._tasks)
+        pending = tasks
+        if pending and grace > 0:
+            _done, pending = await asyncio.wait(pending, timeout=grace)
+        if pending:
+            log.info("stdio: cancelling %d request(s) still running at shutdown", len(pending))
+            for task in pending:
+                task.cancel()
+            _done, pending = await asyncio.wait(pending, timeout=CANCEL_GRACE_S)
+        for task in tasks - pending:  # as gather(return_exceptions=True) did: no "never retrieved" noise
+            if not task.cancelled() and task.exception() is not None:
+                log.debug("stdio: a request ended with %r", task.exception())
+        if pending:
+            log.error(
+                "stdio: %d request(s) did not end %.1fs after being cancelled; left behind",
+                len(pending),
+                CANCEL_GRACE_S,
+            )
 
     async def lines(self, reader: asyncio.StreamReader) -> AsyncIterator[bytes | None]:
         """The lines of ``reader``, none held beyond ``max_line`` bytes.

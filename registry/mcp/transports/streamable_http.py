@@ -45,7 +45,7 @@ from registry.mcp.protocol import (
     parse_message,
 )
 from registry.mcp.server import McpServer, RequestContext
-from registry.mcp.sessions import Session, SessionStore
+from registry.mcp.sessions import STREAMABLE_HTTP, Session, SessionStore
 from registry.mcp.streams import StreamHub
 from registry.tokens import Principal, TokenService
 
@@ -244,7 +244,7 @@ class StreamableHttpTransport:
         session.initialized = False
         try:
             with database_errors_as_503(log, "MCP initialize answers 503"):
-                await self.sessions.create(session)
+                await self.sessions.create(session, transport=STREAMABLE_HTTP)
         except HttpError as exc:  # the session cannot be stored: answer this request's id
             await send_json(
                 send, exc.status, error_message(message.id, JsonRpcError(exc.code, exc.message)), exc.headers

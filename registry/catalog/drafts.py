@@ -1,0 +1,335 @@
+"""Unsaved definitions: every problem a draft has, a prompt draft rendered, and re-applying one
+person's edits on top of another's save.
+
+The web UI's editors ask these questions while someone types, before anything is saved. The
+answers come from the same code that a save and ``prompts/get`` use (the spec models, the template
+checks, the renderer), so what the editor says is what a save or an agent would meet; only the
+collection differs: a save stops at the first problem, a draft lists them all, each with where it
+is (and the template line when there is one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from pydantic import ValidationError
+
+from registry.catalog.errors import CatalogError, Invalid
+from registry.catalog.listing import tool_listing
+from registry.catalog.rendering import ArgumentError, PromptRenderer, ResourceRenderer, check_resource_templates
+from registry.catalog.service import CatalogService, validation_errors
+from registry.catalog.specs import ARGUMENT_PATTERN, SPEC_MODELS, PromptSpec, ResourceSpec, dump_spec
+from registry.catalog.templates import TemplateError, check_template
+from registry.limits import LimitExceeded, Limits
+from registry.webhooks import HttpResourceCache, IPNetwork, ResourceFetchError, make_guarded_client
+
+_LINE = re.compile(r"line (\d+): (.*)", re.DOTALL)
+_ARGUMENT_NAME = re.compile(ARGUMENT_PATTERN)
+#: Most problems listed for one draft (a pasted megabyte of nonsense must not list thousands).
+MAX_ISSUES = 50
+#: The name a draft without one is previewed under.
+UNNAMED = "untitled"
+
+
+@dataclass(frozen=True)
+class DraftIssue:
+    #: Which part: ``name``, ``arguments.1.name``, ``messages.0.content.text``, ...
+    where: str
+    message: str
+    #: The template line, for template problems.
+    line: int | None = None
+
+
+def draft_issues(catalog: CatalogService, kind: str, raw: Mapping[str, Any]) -> list[DraftIssue]:
+    """Every problem that would stop ``raw`` from being saved as a ``kind`` (empty: it saves)."""
+    issues: list[DraftIssue] = []
+    spec = None
+    try:
+        spec = SPEC_MODELS[kind].model_validate(dict(raw), context={"limits": catalog.limits})
+    except ValidationError as exc:
+        issues.extend(DraftIssue(e["loc"] or kind, e["msg"]) for e in validation_errors(exc))
+    if kind == "prompt":
+        issues.extend(_prompt_template_issues(raw, catalog))
+    elif isinstance(spec, ResourceSpec):
+        try:
+            check_resource_templates(spec, limits=catalog.limits)
+        except TemplateError as exc:
+            issues.append(_template_issue("text", str(exc)))
+    if spec is not None and not issues:
+        try:
+            catalog.parse_spec(kind, raw)  # what a save adds: the outbound-URL guard
+        except CatalogError as exc:
+            issues.append(DraftIssue(kind, exc.detail))
+    return issues[:MAX_ISSUES]
+
+
+def _prompt_template_issues(raw: Mapping[str, Any], catalog: CatalogService) -> list[DraftIssue]:
+    """Each text message checked on its own, so that every broken one is listed with its line."""
+    arguments = raw.get("arguments")
+    declared = [
+        a["name"]
+        for a in (arguments if isinstance(arguments, list) else [])
+        if isinstance(a, dict) and isinstance(a.get("name"), str) and _ARGUMENT_NAME.fullmatch(a["name"])
+    ]
+    messages = raw.get("messages")
+    issues = []
+    for index, message in enumerate(messages if isinstance(messages, list) else []):
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, dict) or content.get("type") != "text" or not isinstance(content.get("text"), str):
+            continue
+        where = f"messages.{index}.content.text"
+        try:
+            check_template(content["text"], declared, where=where, limits=catalog.limits)
+        except TemplateError as exc:
+            issues.append(_template_issue(where, str(exc)))
+    return issues
+
+
+def _template_issue(where: str, text: str) -> DraftIssue:
+    text = text.removeprefix(f"{where}: ")
+    found = _LINE.fullmatch(text)
+    if found:
+        return DraftIssue(where, found.group(2), int(found.group(1)))
+    return DraftIssue(where, text)
+
+
+def preview_prompt(
+    catalog: CatalogService, raw: Mapping[str, Any], arguments: Mapping[str, Any], *, label: str = "production"
+) -> dict[str, Any]:
+    """The ``GetPromptResult`` an agent would get for this draft with these arguments (embedded
+    resources resolved as ``label`` serves them). ``Invalid`` when the draft or the arguments
+    are not acceptable; run it off the event loop (it renders, within the render budget)."""
+    draft = dict(raw)
+    if not draft.get("name"):
+        draft["name"] = UNNAMED
+    spec = catalog.parse_spec("prompt", draft)
+    assert isinstance(spec, PromptSpec)
+    try:
+        return PromptRenderer(spec).render(
+            arguments, lambda uri: catalog.read_resource(uri, label=label), limits=catalog.limits
+        )
+    except (ArgumentError, TemplateError) as exc:
+        raise Invalid(str(exc)) from None
+
+
+# ---------------------------------------------------------------------- re-applying edits
+
+_MISSING = object()
+
+
+@dataclass
+class Reapplied:
+    """``mine`` re-applied on top of ``theirs`` (both edits of ``base``)."""
+
+    merged: dict[str, Any]
+    #: Fields only I changed: my value is in ``merged``.
+    mine: list[str]
+    #: Fields only they changed: their value is in ``merged``.
+    theirs: list[str]
+    #: Fields we both changed, differently: my value is in ``merged`` (theirs is in their diff).
+    both: list[str]
+
+
+def reapply(base: Mapping[str, Any], theirs: Mapping[str, Any], mine: Mapping[str, Any]) -> Reapplied:
+    """A field-by-field three-way merge: what I changed since ``base`` goes on top of their
+    version; what they changed and I did not stays theirs. Messages are merged one by one when
+    neither side added or removed any, so two people editing different messages both keep theirs."""
+    result = Reapplied({}, [], [], [])
+    for key in sorted(set(base) | set(theirs) | set(mine), key=_field_order(theirs, mine)):
+        old, their, my = base.get(key, _MISSING), theirs.get(key, _MISSING), mine.get(key, _MISSING)
+        if my == old:
+            value = their
+            if their != old:
+                result.theirs.append(key)
+        elif their in (old, my):
+            value = my
+            if their != my:
+                result.mine.append(key)
+        elif key == "messages" and _same_length_lists(old, their, my):
+            value, clashes = _merge_items(old, their, my)
+            result.both.extend(f"messages.{index}" for index in clashes)
+            if not clashes:
+                result.mine.append(key)
+        else:
+            value = my
+            result.both.append(key)
+        if value is not _MISSING:
+            result.merged[key] = value
+    return result
+
+
+def _merge_items(old: list[Any], their: list[Any], my: list[Any]) -> tuple[list[Any], list[int]]:
+    """Item by item: mine where only I changed it (or we both did: then it is a clash)."""
+    merged, clashes = [], []
+    for index, (o, t, m) in enumerate(zip(old, their, my, strict=True)):
+        if m == o:
+            merged.append(t)
+        else:
+            merged.append(m)
+            if t not in (o, m):
+                clashes.append(index)
+    return merged, clashes
+
+
+def _same_length_lists(*values: Any) -> bool:
+    return all(isinstance(v, list) for v in values) and len({len(v) for v in values}) == 1
+
+
+def _field_order(*specs: Mapping[str, Any]) -> Any:
+    order: dict[str, int] = {}
+    for spec in specs:
+        for key in spec:
+            order.setdefault(key, len(order))
+    return lambda key: order.get(key, len(order))
+
+
+# ---------------------------------------------------------------------- resource drafts
+
+
+def resource_template_issues(catalog: CatalogService, raw: Mapping[str, Any]) -> list[DraftIssue]:
+    """The template problems of a ``template`` resource draft, found even while other fields do
+    not validate yet (``draft_issues`` reaches the templates only once the rest of the draft is
+    valid): the same check, so the same issue as ``draft_issues`` reports once it gets there."""
+    template, text = raw.get("uriTemplate"), raw.get("text")
+    limits = catalog.limits
+    if raw.get("kind") != "template" or not isinstance(template, str) or not template or not isinstance(text, str):
+        return []
+    if len(template) > limits.uri_chars or len(text) > limits.template_chars:
+        return []  # the spec's own size checks name these
+    try:
+        check_resource_templates(
+            ResourceSpec.model_construct(kind="template", uriTemplate=template, text=text), limits=limits
+        )
+    except TemplateError as exc:
+        return [_template_issue("text", str(exc))]
+    return []
+
+
+def _resource_draft(catalog: CatalogService, raw: Mapping[str, Any]) -> ResourceSpec:
+    draft = dict(raw)
+    if not draft.get("name"):
+        draft["name"] = UNNAMED
+    spec = catalog.parse_spec("resource", draft)
+    assert isinstance(spec, ResourceSpec)
+    return spec
+
+
+def preview_resource(catalog: CatalogService, raw: Mapping[str, Any], uri: str) -> list[dict[str, Any]]:
+    """The ``contents`` that ``resources/read`` returns for ``uri`` from this static or template
+    draft: the same renderer, URI bound and render budget as MCP. ``Invalid`` when the draft does
+    not save, the URI matches nothing, or the template fails; run it off the event loop (it renders)."""
+    cap = catalog.limits.uri_chars
+    if len(uri) > cap:
+        raise Invalid(str(LimitExceeded("uri_chars", f"the URI has {len(uri)} characters; at most {cap}")))
+    spec = _resource_draft(catalog, raw)
+    if spec.kind == "http":
+        raise Invalid("an http resource's content comes from its URL: fetch it to see it")
+    try:
+        contents = ResourceRenderer(spec).read(uri, limits=catalog.limits)
+    except TemplateError as exc:
+        raise Invalid(f"resource {uri} could not be rendered: {exc}") from None
+    if contents is None:
+        pattern = f"the URI template {spec.uriTemplate}" if spec.uriTemplate else f"this resource's URI {spec.uri}"
+        raise Invalid(f"resource not found: {uri} does not match {pattern}")
+    return contents
+
+
+@dataclass(frozen=True)
+class FetchedResource:
+    """What fetching an ``http`` draft now gave: the contents ``resources/read`` would return, or
+    why there are none (the message an agent would get)."""
+
+    contents: list[dict[str, Any]] | None
+    #: The upstream's answer (``200 OK``), when one came.
+    status: str | None
+    error: str | None
+    seconds: float
+
+
+def fetch_resource_draft(
+    catalog: CatalogService,
+    raw: Mapping[str, Any],
+    *,
+    editing: str | None,
+    allowed_networks: Iterable[IPNetwork],
+) -> FetchedResource:
+    """Fetch this ``http`` draft once, as ``resources/read`` would: the same fetcher
+    (``HttpResourceCache``: SSRF-guarded client, no redirects, ``http_resource_bytes`` and
+    ``http_resource_seconds``), with the headers a save would store. A masked header
+    (``********``) is the stored value of ``editing``'s newest version, kept under the rule a save
+    applies (``CatalogService.seal``: only while the URL keeps its origin), so a preview cannot
+    send stored credentials anywhere a save could not. Never cached: a preview always fetches.
+
+    Blocking: it reads the database, then runs the fetch on an event loop of its own
+    (``asyncio.run``). Call it from a worker thread, never on the event loop. Why not an async
+    path: the editor's checks are synchronous (``EntryForm.check`` runs in a worker thread), the
+    fetch happens only when someone presses "Fetch now", and it is over within
+    ``http_resource_seconds``; a private loop keeps that thread's work in one place and the
+    fetcher exactly the one agents are served by.
+    """
+    spec = _resource_draft(catalog, raw)
+    if spec.kind != "http":
+        raise Invalid(f"a {spec.kind} resource is not fetched; only http resources are")
+    previous = catalog.latest_stored("resource", editing) if editing else None
+    sealed = catalog.seal("resource", dump_spec(spec), previous[1] if previous is not None else None)
+    revealed = ResourceSpec.model_validate(catalog.reveal("resource", sealed))
+    return asyncio.run(_fetch_now(revealed, catalog.limits, tuple(allowed_networks)))
+
+
+async def _fetch_now(spec: ResourceSpec, limits: Limits, allowed: tuple[IPNetwork, ...]) -> FetchedResource:
+    answers: list[str] = []
+
+    async def heard(response: httpx.Response) -> None:
+        answers.append(f"{response.status_code} {response.reason_phrase}".strip())
+
+    started = time.perf_counter()
+    async with make_guarded_client(allowed, timeout=limits.http_resource_seconds) as client:
+        client.event_hooks = {"request": [], "response": [heard]}
+        fetcher = HttpResourceCache(lambda: client, limits)  # headers are already revealed
+        try:
+            contents = await fetcher.read(spec.uri or "", spec)
+        except ResourceFetchError as exc:
+            return FetchedResource(None, answers[-1] if answers else None, str(exc), time.perf_counter() - started)
+    return FetchedResource(contents, answers[-1] if answers else None, None, time.perf_counter() - started)
+
+
+# ---------------------------------------------------------------------- tool drafts
+
+
+def preview_tool(catalog: CatalogService, raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The item ``tools/list`` would show for this tool draft (``registry.catalog.listing``: its
+    webhook, with the write-only values, is never part of it). ``Invalid`` when the draft does not
+    validate. The outbound-URL guard is not consulted: the URL is not part of the listing."""
+    draft = dict(raw)
+    if not draft.get("name"):
+        draft["name"] = UNNAMED
+    try:
+        spec = SPEC_MODELS["tool"].model_validate(draft, context={"limits": catalog.limits})
+    except ValidationError as exc:
+        raise Invalid("invalid tool", errors=validation_errors(exc)) from None
+    return tool_listing(dump_spec(spec))
+
+
+def kept_value_issues(
+    catalog: CatalogService, kind: str, raw: Mapping[str, Any], editing: str | None
+) -> list[DraftIssue]:
+    """What a save would say of the draft's masked write-only values (``********``: "keep the
+    stored one"): that there is no stored value to keep, or that the URL moved to another origin so
+    they must be typed again (``CatalogService.seal``, the rule a save applies, against the newest
+    stored version of ``editing``). Empty when the draft does not validate: ``draft_issues`` speaks."""
+    try:
+        spec = SPEC_MODELS[kind].model_validate(dict(raw), context={"limits": catalog.limits})
+    except ValidationError:
+        return []
+    previous = catalog.latest_stored(kind, editing) if editing else None
+    try:
+        catalog.seal(kind, dump_spec(spec), previous[1] if previous is not None else None)
+    except CatalogError as exc:
+        return [DraftIssue("webhook" if kind == "tool" else "headers", exc.detail)]
+    return []

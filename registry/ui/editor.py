@@ -1,0 +1,435 @@
+"""Creating and editing entries in the browser: the editor pages, saving, conflicts, live checks
+and the "saved meanwhile" banner.
+
+One router per kind; what differs by kind (the form's fields, how they become a definition,
+what the live panel shows) is an ``EntryForm`` (``registry.ui.prompt_form`` and its siblings).
+The rest is shared:
+
+- **Pages.** ``/ui/{collection}/-/new`` and ``/ui/{collection}/{name}/edit``. ``-`` cannot be
+  mistaken for an entry: no entry page has a second path segment called ``new``. A form's buttons
+  that add or remove a row post the whole form back (``op``) and get it again, changed, so the
+  editor works without JavaScript too; nothing is saved until "Save".
+- **Saving** goes through the catalog service, as the REST API's PUT does: the form carries the
+  version it was based on (``base_version``), sent as ``If-Match``; the change note, and which
+  label the save publishes to (production, or only staging).
+- **No lost work.** When someone saved meanwhile, the save is refused (412) and the page comes
+  back as a conflict view: their change as a diff against the base, and the form holding my edits
+  re-applied on top of their version (``registry.catalog.drafts.reapply``), its base moved to
+  theirs, so "Save" now saves mine on top. Fields we both changed keep my text and are named.
+- **Live checks.** While someone types, htmx posts the form to ``/-/check`` and swaps in the
+  kind's panel (problems with template line numbers; for prompts the rendered preview).
+- **Banner.** ``/{name}/events`` is a server-sent event stream (``sse-starlette``) that tells an
+  open page when a newer version of its entry exists, whichever replica saved it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Protocol
+
+from fastapi import APIRouter, Query, Request
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
+from starlette.responses import RedirectResponse, Response
+
+from registry.catalog.drafts import DraftIssue, draft_issues, reapply
+from registry.catalog.errors import CatalogError, Invalid, NotFound, PreconditionFailed
+from registry.catalog.preconditions import make_etag
+from registry.catalog.service import CatalogService, EntryView
+from registry.catalog.specs import dump_spec, is_label
+from registry.limits import LimitExceeded, Limits
+from registry.runtime import Registry
+from registry.ui.auth import Editor, EditorForm, UiForbidden, Viewer, is_https
+from registry.ui.diffview import diff_specs
+from registry.ui.entries import EntryName
+from registry.ui.sessions import SignedIn
+from registry.ui.templating import Pages, friendly_where, set_flash
+
+#: Where a save publishes: the label it moves besides ``latest``.
+PUBLISH_CHOICES = (("production", "production (agents get it now)"), ("staging", "staging only"))
+#: Open "saved meanwhile" streams one signed-in session may hold (tabs of one person).
+STREAMS_PER_SESSION = 16
+#: How often an idle event stream sends a comment, so proxies keep it open.
+PING_SECONDS = 15
+INT32_MAX = 2**31 - 1
+
+
+@dataclass
+class Draft:
+    """What a posted form holds: ``state`` re-renders the form exactly as it was sent (text that
+    is not valid yet included); ``spec`` is the definition it makes, as the REST API takes it."""
+
+    state: dict[str, Any]
+    spec: dict[str, Any]
+    #: Problems found reading the form itself (a JSON field that is not JSON, too many rows).
+    problems: list[DraftIssue] = field(default_factory=list)
+
+
+class EntryForm(Protocol):
+    """What one kind's editor adds to the shared one."""
+
+    kind: str
+    #: Included in ``editor.html``: the kind's own fields (they read ``state``).
+    fields_template: str
+    #: The live panel, swapped in by the checks (it reads ``check``).
+    check_template: str
+
+    def state_from_spec(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """The form's values for a stored (masked) definition; ``{}`` for a new entry."""
+        ...
+
+    def read(self, form: FormData, limits: Limits) -> Draft:
+        """The kind's fields of a posted form (the shared ones are read by the editor)."""
+        ...
+
+    def apply_op(self, state: dict[str, Any], op: str) -> bool:
+        """Apply a row button (``add-argument``, ``remove-message-2``, ...); False if unknown."""
+        ...
+
+    def check(self, request: Request, draft: Draft, form: FormData, issues: list[DraftIssue]) -> dict[str, Any]:
+        """Values for ``check_template`` (called in a worker thread: it may render or fetch)."""
+        ...
+
+
+def _registry(request: Request) -> Registry:
+    registry: Registry = request.app.state.registry
+    return registry
+
+
+def _catalog(request: Request) -> CatalogService:
+    return _registry(request).catalog
+
+
+def _text(form: FormData, key: str) -> str:
+    value = form.get(key)
+    return value if isinstance(value, str) else ""
+
+
+def _read_common(form: FormData, *, name: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(state, spec fields) of the fields every kind has; ``name`` when editing an entry."""
+    state = {
+        "name": name if name is not None else _text(form, "name").strip(),
+        "title": _text(form, "title"),
+        "description": _text(form, "description"),
+        "tags": _text(form, "tags"),
+        "change_note": _text(form, "change_note"),
+        "publish": _text(form, "publish") or "production",
+        "base_version": _text(form, "base_version"),
+    }
+    spec: dict[str, Any] = {"name": state["name"]}
+    if state["title"].strip():
+        spec["title"] = state["title"].strip()
+    if state["description"].strip():
+        spec["description"] = state["description"].strip()
+    tags = [t.strip() for t in state["tags"].replace("\n", ",").split(",") if t.strip()]
+    if tags:
+        spec["tags"] = tags
+    return state, spec
+
+
+def _common_state(spec: Mapping[str, Any], version: int | None) -> dict[str, Any]:
+    return {
+        "name": spec.get("name", ""),
+        "title": spec.get("title") or "",
+        "description": spec.get("description") or "",
+        "tags": ", ".join(spec.get("tags") or []),
+        "change_note": "",
+        "publish": "production",
+        "base_version": str(version) if version is not None else "",
+    }
+
+
+class EditorPages:
+    """The editor of one kind, mounted at ``/ui/{collection}``."""
+
+    def __init__(self, pages: Pages, collection: str, kind: str, title: str, form: EntryForm) -> None:
+        self.pages = pages
+        self.collection = collection
+        self.kind = kind
+        self.title = title
+        self.form = form
+        self.common = {"collection": collection, "kind": kind, "kind_title": title, "nav": collection}
+
+    # ------------------------------------------------------------------ reading a post
+    def read(self, form: FormData, limits: Limits, *, name: str | None) -> Draft:
+        state, spec = _read_common(form, name=name)
+        draft = self.form.read(form, limits)
+        draft.state = {**state, **draft.state}
+        draft.spec = {**spec, **draft.spec}
+        return draft
+
+    def labels(self, state: Mapping[str, Any]) -> list[str]:
+        publish = state.get("publish") or "production"
+        if publish not in dict(PUBLISH_CHOICES) or not is_label(publish):
+            raise Invalid(f"publish to {publish!r}? Choose production or staging")
+        return [publish]
+
+    # ------------------------------------------------------------------ rendering
+    def render(
+        self,
+        request: Request,
+        *,
+        state: dict[str, Any],
+        entry: EntryView | None,
+        status: int = 200,
+        error: str | None = None,
+        details: list[str] | None = None,
+        conflict: dict[str, Any] | None = None,
+        check: dict[str, Any] | None = None,
+    ) -> Response:
+        name = entry.name if entry is not None else None
+        action = f"/ui/{self.collection}/{name}/edit" if name else f"/ui/{self.collection}/-/new"
+        context = {
+            **self.common,
+            "title": f"Edit {self.title.lower()} {name}" if name else f"New {self.title.lower()}",
+            "entry": entry.as_dict() if entry is not None else None,
+            "state": state,
+            "action": action,
+            "check_url": f"/ui/{self.collection}/-/check",
+            "events_url": f"/ui/{self.collection}/{name}/events" if name else None,
+            "publish_choices": PUBLISH_CHOICES,
+            "fields_template": self.form.fields_template,
+            "check_template": self.form.check_template,
+            # A kind whose form uploads a file (a resource's blob) posts multipart/form-data.
+            "multipart": bool(getattr(self.form, "multipart", False)),
+            "error": error,
+            "details": details or [],
+            "conflict": conflict,
+            "check": check,
+            "tab": "edit",
+            "partial": False,
+        }
+        return self.pages.render(request, "editor.html", context, status=status)
+
+    def run_check(self, request: Request, draft: Draft, form: FormData) -> dict[str, Any]:
+        issues = list(draft.problems) or draft_issues(_catalog(request), self.kind, draft.spec)
+        return self.form.check(request, draft, form, issues)
+
+    # ------------------------------------------------------------------ conflict view
+    def conflict(self, request: Request, name: str, base: int, mine: dict[str, Any]) -> dict[str, Any]:
+        catalog = _catalog(request)
+        theirs = catalog.get(self.kind, name)
+        try:
+            base_spec = catalog.get(self.kind, name, version=base).spec
+        except NotFound:
+            base_spec = {}
+        # Compared in the stored form (defaults dropped), as both other sides are.
+        merged = reapply(base_spec, theirs.spec, dump_spec(catalog.parse_spec(self.kind, mine)))
+        changed, _same = diff_specs(base_spec, theirs.spec)
+        return {
+            "theirs": theirs,
+            "merged": merged.merged,
+            "mine": merged.mine,
+            "both": merged.both,
+            "their_fields": merged.theirs,
+            "from_version": base,
+            "to_version": theirs.latest_version,
+            "changed": changed,
+        }
+
+
+def editor_router(pages: Pages, collection: str, kind: str, title: str, form: EntryForm) -> APIRouter:
+    routes = APIRouter(prefix=f"/{collection}")
+    editor = EditorPages(pages, collection, kind, title, form)
+
+    def saved(request: Request, name: str, notice: str) -> Response:
+        response = RedirectResponse(f"/ui/{collection}/{name}", status_code=303)
+        set_flash(response, notice, secure=is_https(request))
+        return response
+
+    def refused(request: Request, draft: Draft, entry: EntryView | None, exc: CatalogError) -> Response:
+        details = [
+            f"{friendly_where(str(e['loc']))}: {e.get('msg', '')}" if e.get("loc") else str(e.get("msg", e))
+            for e in exc.errors or []
+        ]
+        return editor.render(
+            request, state=draft.state, entry=entry, status=exc.status, error=exc.detail, details=details[:20]
+        )
+
+    @routes.get("/-/new")
+    def new_page(request: Request, ui: Editor) -> Response:
+        state = {**_common_state({}, None), **form.state_from_spec({})}
+        return editor.render(request, state=state, entry=None)
+
+    @routes.post("/-/new")
+    async def create(request: Request, posted: EditorForm) -> Response:
+        ui, fields = posted
+        draft = editor.read(fields, _limits(request), name=None)
+        op = _text(fields, "op")
+        if op and op != "save":
+            return await _apply_op(request, draft, fields, None, op)
+        if draft.problems:
+            return _problems_page(request, draft, None)
+        try:
+            result = await run_in_threadpool(
+                _catalog(request).create,
+                kind,
+                draft.spec,
+                actor=ui.principal.name,
+                note=draft.state["change_note"].strip() or None,
+                labels=editor.labels(draft.state),
+            )
+        except CatalogError as exc:
+            return refused(request, draft, None, exc)
+        view = result.view
+        published = ", ".join(sorted(label for label in view.labels if label != "latest"))
+        return saved(request, view.name, f"Created {view.name} v1; {published} serves it.")
+
+    @routes.get("/{name}/edit")
+    def edit_page(request: Request, ui: Editor, name: EntryName) -> Response:
+        view = _catalog(request).get(kind, name)
+        if view.archived:
+            raise Invalid(f"{kind} {name!r} is archived; restore it before editing")
+        state = {**_common_state(view.spec, view.latest_version), **form.state_from_spec(view.spec)}
+        return editor.render(request, state=state, entry=view)
+
+    @routes.post("/{name}/edit")
+    async def save(request: Request, posted: EditorForm, name: EntryName) -> Response:
+        ui, fields = posted
+        catalog = _catalog(request)
+        current = await run_in_threadpool(catalog.get, kind, name)
+        draft = editor.read(fields, _limits(request), name=name)
+        op = _text(fields, "op")
+        if op and op != "save":
+            return await _apply_op(request, draft, fields, current, op)
+        if draft.problems:
+            return _problems_page(request, draft, current)
+        base = draft.state["base_version"]
+        if not base.isdigit() or not 1 <= int(base) <= INT32_MAX:
+            raise Invalid("the form does not say which version it was based on; reload the editor")
+        try:
+            result = await run_in_threadpool(
+                catalog.update,
+                kind,
+                name,
+                draft.spec,
+                actor=ui.principal.name,
+                if_match=make_etag(int(base)),
+                note=draft.state["change_note"].strip() or None,
+                labels=editor.labels(draft.state),
+            )
+        except PreconditionFailed:
+            conflict = await run_in_threadpool(editor.conflict, request, name, int(base), draft.spec)
+            theirs: EntryView = conflict["theirs"]
+            state = {
+                **draft.state,
+                **_common_state(conflict["merged"], theirs.latest_version),
+                **form.state_from_spec(conflict["merged"]),
+                "change_note": draft.state["change_note"],
+                "publish": draft.state["publish"],
+            }
+            return editor.render(request, state=state, entry=theirs, status=409, conflict=conflict)
+        except CatalogError as exc:
+            return refused(request, draft, current, exc)
+        view = result.view
+        if not result.changed:
+            return saved(request, name, f"Nothing to save: v{view.version} already says this.")
+        published = ", ".join(sorted(label for label, v in view.labels.items() if v == view.version))
+        return saved(request, name, f"Saved {name} v{view.version} ({published}).")
+
+    @routes.post("/-/check")
+    async def check(request: Request, posted: EditorForm) -> Response:
+        _ui, fields = posted
+        editing = _text(fields, "editing").strip()
+        draft = editor.read(fields, _limits(request), name=editing or None)
+        values = await run_in_threadpool(editor.run_check, request, draft, fields)
+        context = {**editor.common, "state": draft.state, "check": values, "partial": True}
+        return pages.render(request, form.check_template, context)
+
+    async def _apply_op(request: Request, draft: Draft, fields: FormData, entry: EntryView | None, op: str) -> Response:
+        # Besides "check", a kind may name buttons that are checks too (a resource's "fetch").
+        checking = op == "check" or op in getattr(form, "check_ops", frozenset())
+        if not checking and not form.apply_op(draft.state, op):
+            raise Invalid(f"unknown form action {op[:40]!r}")
+        values = await run_in_threadpool(editor.run_check, request, draft, fields) if checking else None
+        return editor.render(request, state=draft.state, entry=entry, check=values)
+
+    def _problems_page(request: Request, draft: Draft, entry: EntryView | None) -> Response:
+        messages = [f"{p.where}: {p.message}" for p in draft.problems]
+        return editor.render(
+            request, state=draft.state, entry=entry, status=422, error="The form has problems.", details=messages
+        )
+
+    @routes.get("/{name}/events")
+    async def events(
+        request: Request,
+        ui: Viewer,
+        name: EntryName,
+        since: Annotated[int, Query(ge=0, le=INT32_MAX)] = 0,
+    ) -> Response:
+        """``saved`` events: a version newer than ``since`` (or the stream's ``Last-Event-ID``,
+        after a reconnect) exists: which, who, the note."""
+        registry = _registry(request)
+        watchers = registry.watchers
+        if watchers.count >= watchers.capacity:
+            raise LimitExceeded(
+                "ui_event_streams", f"this server already follows {watchers.capacity} open pages; try again later"
+            )
+        counts = _stream_counts(request)
+        key = ui.csrf_token  # one per signed-in session, and not the session's secret
+        if counts.get(key, 0) >= STREAMS_PER_SESSION:
+            raise UiForbidden(f"This session already follows {STREAMS_PER_SESSION} open pages; close some tabs.")
+        resumed = request.headers.get("last-event-id", "")
+        seen = max(since, int(resumed) if resumed.isdigit() and len(resumed) <= 10 else 0)
+
+        async def saves() -> AsyncIterator[ServerSentEvent]:
+            latest = seen
+            counts[key] = counts.get(key, 0) + 1
+            try:
+                with watchers.watch(kind, name) as woken:
+                    while True:
+                        woken.clear()
+                        try:
+                            view = await run_in_threadpool(registry.catalog.get, kind, name)
+                        except NotFound:
+                            yield ServerSentEvent(event="gone", data=json.dumps({"name": name}))
+                            return
+                        except Exception:  # the database is away: look again when woken, or soon
+                            view = None
+                        if view is not None and view.latest_version > latest:
+                            latest = view.latest_version
+                            yield ServerSentEvent(
+                                event="saved", data=json.dumps(_saved_event(view, ui)), id=str(latest)
+                            )
+                        await _wait(woken, timeout=30.0)
+            finally:
+                left = counts.get(key, 0) - 1
+                if left > 0:
+                    counts[key] = left
+                else:
+                    counts.pop(key, None)
+
+        return EventSourceResponse(saves(), ping=PING_SECONDS, headers={"Cache-Control": "no-store"})
+
+    return routes
+
+
+def _saved_event(view: EntryView, ui: SignedIn) -> dict[str, Any]:
+    return {
+        "version": view.latest_version,
+        "author": view.author,
+        "by_you": view.author == ui.principal.name,
+        "note": (view.change_note or "")[:200],
+    }
+
+
+async def _wait(event: asyncio.Event, *, timeout: float) -> None:
+    # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation that lands
+    # in the turn the event is set (CPython gh-86296), and the stream would outlive its client.
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout):
+            await event.wait()
+
+
+def _limits(request: Request) -> Limits:
+    return _registry(request).settings.limits
+
+
+def _stream_counts(request: Request) -> dict[str, int]:
+    counts: dict[str, int] = request.app.state.__dict__.setdefault("_ui_event_streams", {})
+    return counts

@@ -1,0 +1,205 @@
+"""The prompt editor's own fields: the arguments table, the messages, and the live panel
+(problems with their template lines, and the preview: the messages exactly as ``prompts/get``
+returns them for the sample values typed in, with the raw JSON-RPC result a toggle away).
+
+Rows are numbered fields (``arg-0-name``, ``msg-1-text``, ...). The buttons that add or remove a
+row post the form back (see ``registry.ui.editor``), so the numbering is always dense when the
+page is drawn; when reading, rows are taken in the order of their numbers, whatever they are.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from starlette.datastructures import FormData
+from starlette.requests import Request
+
+from registry.catalog.drafts import DraftIssue, preview_prompt
+from registry.catalog.errors import CatalogError
+from registry.catalog.service import CatalogService
+from registry.limits import Limits
+from registry.ui.editor import Draft
+
+ROLES = ("user", "assistant")
+#: Message content types the form offers (audio like image: a MIME type and base64 data).
+CONTENT_TYPES = (("text", "Text template"), ("image", "Image"), ("audio", "Audio"), ("resource", "Embedded resource"))
+_ROW = re.compile(r"(arg|msg)-(\d{1,4})-([a-z]+)")
+#: Sample values for the preview: ``sample-<argument name>``.
+SAMPLE_PREFIX = "sample-"
+#: The JSON-RPC id shown in the raw result (any would do: the preview is not a real request).
+PREVIEW_ID = 1
+
+
+def _rows(form: FormData, prefix: str) -> list[dict[str, str]]:
+    found: dict[int, dict[str, str]] = {}
+    for key in form:
+        match = _ROW.fullmatch(key)
+        if match and match.group(1) == prefix:
+            value = form.get(key)
+            found.setdefault(int(match.group(2)), {})[match.group(3)] = value if isinstance(value, str) else ""
+    return [found[index] for index in sorted(found)]
+
+
+def _argument_state(argument: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "name": argument.get("name", ""),
+        "title": argument.get("title") or "",
+        "description": argument.get("description") or "",
+        "required": bool(argument.get("required")),
+        "enum": ", ".join(argument.get("enum") or []),
+        "default": argument.get("default") if argument.get("default") is not None else "",
+    }
+
+
+def _message_state(message: Mapping[str, Any]) -> dict[str, Any]:
+    content = message.get("content") or {}
+    return {
+        "role": message.get("role", "user"),
+        "type": content.get("type", "text"),
+        "text": content.get("text", ""),
+        "uri": content.get("uri", ""),
+        "mime": content.get("mimeType", ""),
+        "data": content.get("data", ""),
+    }
+
+
+def _empty_argument() -> dict[str, Any]:
+    return _argument_state({})
+
+
+def _empty_message() -> dict[str, Any]:
+    return _message_state({"role": "user", "content": {"type": "text", "text": ""}})
+
+
+class PromptForm:
+    kind = "prompt"
+    fields_template = "_prompt_fields.html"
+    check_template = "_prompt_check.html"
+
+    def state_from_spec(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+        messages = [_message_state(m) for m in spec.get("messages") or []] or [_empty_message()]
+        arguments = [_argument_state(a) for a in spec.get("arguments") or []]
+        return {"arguments": arguments, "messages": messages, "samples": {}, "show_raw": False}
+
+    def read(self, form: FormData, limits: Limits) -> Draft:
+        problems: list[DraftIssue] = []
+        arguments_state = [
+            {
+                "name": row.get("name", "").strip(),
+                "title": row.get("title", ""),
+                "description": row.get("description", ""),
+                "required": row.get("required") == "1",
+                "enum": row.get("enum", ""),
+                "default": row.get("default", ""),
+            }
+            for row in _rows(form, "arg")
+        ]
+        messages_state = [
+            {
+                "role": row.get("role", "user"),
+                "type": row.get("type", "text"),
+                "text": row.get("text", "").replace("\r\n", "\n"),
+                "uri": row.get("uri", "").strip(),
+                "mime": row.get("mime", "").strip(),
+                "data": "".join(row.get("data", "").split()),
+            }
+            for row in _rows(form, "msg")
+        ]
+        for what, rows, cap in (
+            ("arguments", arguments_state, limits.prompt_arguments),
+            ("messages", messages_state, limits.prompt_messages),
+        ):
+            if len(rows) > cap:
+                problems.append(
+                    DraftIssue(what, f"{len(rows)} {what}; at most {cap} (REGISTRY_LIMIT_PROMPT_{what.upper()})")
+                )
+        arguments = [_argument_spec(a) for a in arguments_state if any(_filled(v) for v in a.values())]
+        messages = [_message_spec(m) for m in messages_state]
+        samples = {
+            key.removeprefix(SAMPLE_PREFIX): value
+            for key, value in form.multi_items()
+            if key.startswith(SAMPLE_PREFIX) and key != "sample-names" and isinstance(value, str)
+        }
+        state = {
+            "arguments": arguments_state,
+            "messages": messages_state,
+            "samples": samples,
+            "show_raw": form.get("show_raw") == "1",
+        }
+        return Draft(state=state, spec={"arguments": arguments, "messages": messages}, problems=problems)
+
+    def apply_op(self, state: dict[str, Any], op: str) -> bool:
+        if op == "add-argument":
+            state["arguments"].append(_empty_argument())
+            return True
+        if op == "add-message":
+            state["messages"].append(_empty_message())
+            return True
+        for what in ("argument", "message"):
+            prefix = f"remove-{what}-"
+            if op.startswith(prefix) and op.removeprefix(prefix).isdigit():
+                rows = state[what + "s"]
+                index = int(op.removeprefix(prefix))
+                if 0 <= index < len(rows):
+                    del rows[index]
+                    return True
+        return False
+
+    def check(self, request: Request, draft: Draft, form: FormData, issues: list[DraftIssue]) -> dict[str, Any]:
+        catalog: CatalogService = request.app.state.registry.catalog
+        declared = [a["name"] for a in draft.spec["arguments"] if isinstance(a.get("name"), str)]
+        samples = {name: draft.state["samples"].get(name, "") for name in declared}
+        result: dict[str, Any] | None = None
+        preview_error = None
+        if not issues:
+            # An empty sample is "not given": the argument's default applies, or it is missing.
+            given = {name: value for name, value in samples.items() if value != ""}
+            try:
+                result = preview_prompt(catalog, draft.spec, given)
+            except CatalogError as exc:
+                preview_error = exc.detail
+        raw = json.dumps({"jsonrpc": "2.0", "id": PREVIEW_ID, "result": result}, indent=2, ensure_ascii=False)
+        return {
+            "issues": issues,
+            "declared": declared,
+            "samples": samples,
+            "result": result,
+            "raw": raw if result is not None else "",
+            "preview_error": preview_error,
+            # The page's sample fields are for other arguments: send new ones along.
+            "samples_changed": form.get("sample-names") != ",".join(declared),
+        }
+
+
+def _filled(value: Any) -> bool:
+    return bool(value.strip()) if isinstance(value, str) else bool(value)
+
+
+def _argument_spec(row: Mapping[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = {"name": row["name"]}
+    for key in ("title", "description"):
+        if row[key].strip():
+            spec[key] = row[key].strip()
+    if row["required"]:
+        spec["required"] = True
+    values = [v.strip() for v in row["enum"].split(",") if v.strip()]
+    if values:
+        spec["enum"] = values
+    if row["default"] != "":
+        spec["default"] = row["default"]
+    return spec
+
+
+def _message_spec(row: Mapping[str, Any]) -> dict[str, Any]:
+    kind = row["type"]
+    content: dict[str, Any]
+    if kind == "resource":
+        content = {"type": "resource", "uri": row["uri"]}
+    elif kind in ("image", "audio"):
+        content = {"type": kind, "mimeType": row["mime"], "data": row["data"]}
+    else:
+        content = {"type": kind, "text": row["text"]}
+    return {"role": row["role"], "content": content}

@@ -1,0 +1,310 @@
+"""The prompt editor at the HTTP level (a real server, no browser): creating and saving through
+the form, the live checks and preview, conflicts that keep the unsaved text, the "saved
+meanwhile" event stream, and what viewers and forged posts get."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.ui.conftest import UiServer
+from tests.ui.test_http import CSRF, sign_in
+
+BASE = re.compile(r'name="base_version" value="(\d+)"')
+RAW = re.compile(r'<pre class="raw-result"[^>]*>(.*?)</pre>', re.DOTALL)
+
+
+@pytest.fixture
+def editor(ui_server: UiServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=ui_server.url, timeout=30) as http:
+        assert sign_in(http, ui_server.editor_token).status_code == 303
+        yield http
+
+
+def csrf_of(http: httpx.Client, path: str) -> str:
+    page = http.get(path)
+    assert page.status_code == 200, page.text[:500]
+    match = CSRF.search(page.text)
+    assert match
+    return match.group(1)
+
+
+def prompt_form(
+    csrf: str, *, text: str, arguments: list[dict[str, Any]] | None = None, **fields: str
+) -> dict[str, str]:
+    form = {"csrf_token": csrf, "msg-0-role": "user", "msg-0-type": "text", "msg-0-text": text, **fields}
+    for index, arg in enumerate(arguments or []):
+        form[f"arg-{index}-name"] = arg["name"]
+        form[f"arg-{index}-description"] = arg.get("description", "")
+        if arg.get("required"):
+            form[f"arg-{index}-required"] = "1"
+        form[f"arg-{index}-enum"] = arg.get("enum", "")
+        form[f"arg-{index}-default"] = arg.get("default", "")
+    return form
+
+
+def stored(server: UiServer, name: str) -> dict[str, Any]:
+    with server.admin() as admin:
+        answer = admin.get(f"/api/v1/prompts/{name}")
+        assert answer.status_code == 200, answer.text
+        entry: dict[str, Any] = answer.json()
+        return entry
+
+
+def test_a_prompt_created_through_the_form_is_served_to_agents(ui_server: UiServer, editor: httpx.Client) -> None:
+    name = f"form-made-{time.monotonic_ns()}"
+    csrf = csrf_of(editor, "/ui/prompts/-/new")
+    form = prompt_form(
+        csrf,
+        text="Dear {{ who }}, welcome.",
+        arguments=[{"name": "who", "description": "the reader", "required": True}],
+        name=name,
+        title="Made in the form",
+        tags="ui, forms",
+        change_note="first draft",
+        publish="production",
+        op="save",
+    )
+    created = editor.post("/ui/prompts/-/new", data=form)
+    assert created.status_code == 303, created.text[:2000]
+    assert created.headers["location"] == f"/ui/prompts/{name}"
+    entry = stored(ui_server, name)
+    assert sorted(entry["spec"]["tags"]) == ["forms", "ui"] and entry["change_note"] == "first draft"
+    assert entry["author"] == "ui-editor" and entry["labels"]["production"] == 1
+    assert ui_server.prompt_text(name, {"who": "Ada"}) == "Dear Ada, welcome."
+
+
+def test_saving_creates_a_version_on_the_chosen_label(ui_server: UiServer, editor: httpx.Client) -> None:
+    name = ui_server.create_prompt("Hello {{ who }}")
+    page = editor.get(f"/ui/prompts/{name}/edit")
+    assert page.status_code == 200 and 'value="1"' in BASE.search(page.text).group(0)  # type: ignore[union-attr]
+    assert "Hello {{ who }}" in html.unescape(page.text)
+    csrf = CSRF.search(page.text).group(1)  # type: ignore[union-attr]
+    args = [{"name": "who", "description": "whom to greet", "required": True}]
+    staged = editor.post(
+        f"/ui/prompts/{name}/edit",
+        data=prompt_form(csrf, text="Hi {{ who }}!", arguments=args, base_version="1", publish="staging", op="save"),
+    )
+    assert staged.status_code == 303, staged.text[:2000]
+    entry = stored(ui_server, name)
+    assert entry["latest_version"] == 2 and entry["labels"] == {"latest": 2, "staging": 2, "production": 1}
+    assert ui_server.prompt_text(name, {"who": "Ada"}) == "Hello Ada"  # production unchanged
+    published = editor.post(
+        f"/ui/prompts/{name}/edit",
+        data=prompt_form(csrf, text="Hey {{ who }}.", arguments=args, base_version="2", op="save"),
+    )
+    assert published.status_code == 303
+    assert ui_server.prompt_text(name, {"who": "Ada"}) == "Hey Ada."
+
+
+def test_row_buttons_change_the_form_without_saving(ui_server: UiServer, editor: httpx.Client) -> None:
+    name = ui_server.create_prompt("Hello {{ who }}")
+    csrf = csrf_of(editor, f"/ui/prompts/{name}/edit")
+    args = [{"name": "who", "required": True}]
+    added = editor.post(
+        f"/ui/prompts/{name}/edit",
+        data=prompt_form(csrf, text="Hello {{ who }} (edited)", arguments=args, base_version="1", op="add-argument"),
+    )
+    assert added.status_code == 200
+    assert 'name="arg-1-name"' in added.text and 'name="arg-2-name"' not in added.text
+    assert "Hello {{ who }} (edited)" in html.unescape(added.text)  # the unsaved text is kept
+    more = editor.post(
+        f"/ui/prompts/{name}/edit",
+        data=prompt_form(csrf, text="x", arguments=args, base_version="1", op="add-message"),
+    )
+    assert 'name="msg-1-text"' in more.text
+    removed = editor.post(
+        f"/ui/prompts/{name}/edit",
+        data=prompt_form(csrf, text="x", arguments=args, base_version="1", op="remove-argument-0"),
+    )
+    assert 'name="arg-0-name"' not in removed.text
+    assert stored(ui_server, name)["latest_version"] == 1
+
+
+def test_checks_name_the_line_of_a_syntax_error_and_undeclared_variables(editor: httpx.Client) -> None:
+    csrf = csrf_of(editor, "/ui/prompts/-/new")
+    broken = editor.post(
+        "/ui/prompts/-/check",
+        data=prompt_form(csrf, text="line one\nline two {{ who \nline three", arguments=[{"name": "who"}], name="x"),
+    )
+    assert broken.status_code == 200
+    text = html.unescape(broken.text)
+    assert re.search(r"Message 1, line \d+</span>: ", text), text
+    undeclared = editor.post(
+        "/ui/prompts/-/check",
+        data=prompt_form(csrf, text="Hi {{ who }}\nand {{ whom }}", arguments=[{"name": "who"}], name="x"),
+    )
+    text = html.unescape(undeclared.text)
+    assert "Message 1, line 2" in text and "whom" in text and "declare them as arguments" in text
+    fine = editor.post(
+        "/ui/prompts/-/check", data=prompt_form(csrf, text="Hi {{ who }}", arguments=[{"name": "who"}], name="x")
+    )
+    assert "No problems: this saves." in fine.text
+
+
+def test_the_preview_is_what_prompts_get_returns(ui_server: UiServer, editor: httpx.Client) -> None:
+    template = "{% for w in who.split(',') %}Hi {{ w|trim }}! {% endfor %}({{ tone }})"
+    args = [{"name": "who", "required": True}, {"name": "tone", "enum": "warm, formal", "default": "warm"}]
+    name = ui_server.create_prompt("placeholder {{ who }}")
+    csrf = csrf_of(editor, f"/ui/prompts/{name}/edit")
+    form = prompt_form(csrf, text=template, arguments=args, base_version="1", editing=name)
+    form.update({"sample-who": "Ada, Grace", "sample-tone": "", "show_raw": "1"})
+    checked = editor.post("/ui/prompts/-/check", data=form)
+    match = RAW.search(checked.text)
+    assert match, checked.text[:3000]
+    preview = json.loads(html.unescape(match.group(1)))
+    assert preview["jsonrpc"] == "2.0"
+    saved = editor.post(f"/ui/prompts/{name}/edit", data={**form, "op": "save"})
+    assert saved.status_code == 303, saved.text[:2000]
+    client = ui_server.mcp()
+    try:
+        served = client.request("prompts/get", {"name": name, "arguments": {"who": "Ada, Grace"}})
+    finally:
+        client.http.close()
+    assert preview["result"] == served["result"]
+    assert served["result"]["messages"][0]["content"]["text"] == "Hi Ada! Hi Grace! (warm)"
+    missing = editor.post("/ui/prompts/-/check", data={**form, "sample-who": ""})
+    assert "missing required argument" in html.unescape(missing.text) or "who" in missing.text
+
+
+def test_a_conflict_keeps_my_text_and_reapplies_it_on_top(ui_server: UiServer, editor: httpx.Client) -> None:
+    name = ui_server.create_prompt("Hello {{ who }}")
+    csrf = csrf_of(editor, f"/ui/prompts/{name}/edit")
+    # Someone else saves v2 (a new description) while my editor still holds v1.
+    with ui_server.admin() as admin:
+        theirs = admin.patch(f"/api/v1/prompts/{name}", json={"description": "Their new description"})
+        assert theirs.status_code == 200, theirs.text
+    args = [{"name": "who", "description": "whom to greet", "required": True}]
+    mine = prompt_form(
+        csrf,
+        text="My unsaved text for {{ who }}",
+        arguments=args,
+        base_version="1",
+        title="UI probe",
+        description="A prompt the web UI tests change",
+        tags="ui-test",
+        change_note="mine",
+        op="save",
+    )
+    refused = editor.post(f"/ui/prompts/{name}/edit", data=mine)
+    assert refused.status_code == 409
+    page = html.unescape(refused.text)
+    assert "saved version 2 while you were editing version 1" in page
+    assert "My unsaved text for {{ who }}" in page  # my text is kept in the form
+    assert 'name="base_version" value="2"' in refused.text  # the form now builds on theirs
+    assert "Their new description" in page  # their field is in the form (and in their diff)
+    assert 'id="theirs-description"' in refused.text
+    assert stored(ui_server, name)["latest_version"] == 2  # nothing of mine was written
+    again = re.findall(r'<(?:input|textarea|select)[^>]*name="([^"]+)"[^>]*?(?:value="([^"]*)")?', refused.text)
+    assert again  # the page is a complete form
+    resubmit = {**mine, "base_version": "2", "description": "Their new description"}
+    saved = editor.post(f"/ui/prompts/{name}/edit", data=resubmit)
+    assert saved.status_code == 303
+    entry = stored(ui_server, name)
+    assert entry["latest_version"] == 3 and entry["spec"]["description"] == "Their new description"
+    assert entry["spec"]["messages"][0]["content"]["text"] == "My unsaved text for {{ who }}"
+
+
+def test_bad_input_is_explained_and_writes_nothing(ui_server: UiServer, editor: httpx.Client) -> None:
+    name = ui_server.create_prompt("Hello {{ who }}")
+    csrf = csrf_of(editor, f"/ui/prompts/{name}/edit")
+    broken = editor.post(
+        f"/ui/prompts/{name}/edit",
+        data=prompt_form(csrf, text="Hello {% if %}", arguments=[{"name": "who"}], base_version="1", op="save"),
+    )
+    assert broken.status_code == 422 and 'role="alert"' in broken.text
+    assert "Hello {% if %}" in html.unescape(broken.text)
+    duplicate = editor.post("/ui/prompts/-/new", data=prompt_form(csrf, text="x", name=name, op="save"))
+    assert duplicate.status_code == 409 and "already exists" in duplicate.text
+    bad_name = editor.post("/ui/prompts/-/new", data=prompt_form(csrf, text="x", name="no spaces allowed", op="save"))
+    assert bad_name.status_code == 422
+    assert stored(ui_server, name)["latest_version"] == 1
+    assert "Traceback" not in broken.text + duplicate.text + bad_name.text
+
+
+def test_viewers_get_no_editor_and_forged_posts_are_refused(ui_server: UiServer, editor: httpx.Client) -> None:
+    name = ui_server.create_prompt("Hello {{ who }}")
+    form = prompt_form("", text="forged {{ who }}", arguments=[{"name": "who"}], base_version="1", op="save")
+    no_csrf = editor.post(f"/ui/prompts/{name}/edit", data=form)
+    assert no_csrf.status_code == 403
+    with httpx.Client(base_url=ui_server.url, timeout=30) as viewer:
+        assert sign_in(viewer, ui_server.viewer_token).status_code == 303
+        entry_page = viewer.get(f"/ui/prompts/{name}")
+        assert f"/ui/prompts/{name}/edit" not in entry_page.text and "/-/new" not in viewer.get("/ui/prompts").text
+        assert viewer.get(f"/ui/prompts/{name}/edit").status_code == 403
+        csrf = CSRF.search(entry_page.text).group(1)  # type: ignore[union-attr]
+        forged = viewer.post(f"/ui/prompts/{name}/edit", data={**form, "csrf_token": csrf})
+        assert forged.status_code == 403
+    assert stored(ui_server, name)["latest_version"] == 1
+
+
+def test_an_open_page_hears_of_a_save_made_elsewhere(ui_server: UiServer, editor: httpx.Client) -> None:
+    name = ui_server.create_prompt("Hello {{ who }}")
+    events: list[tuple[str, str]] = []
+    opened = threading.Event()
+
+    def listen() -> None:
+        with editor.stream("GET", f"/ui/prompts/{name}/events?since=1", timeout=15) as stream:
+            assert stream.status_code == 200 and stream.headers["content-type"].startswith("text/event-stream")
+            opened.set()
+            kind = ""
+            for line in stream.iter_lines():
+                if line.startswith("event:"):
+                    kind = line.split(":", 1)[1].strip()
+                elif line.startswith("data:") and kind:
+                    events.append((kind, line.split(":", 1)[1].strip()))
+                    return
+
+    listener = threading.Thread(target=listen, daemon=True)
+    listener.start()
+    assert opened.wait(10)
+    time.sleep(0.3)
+    started = time.monotonic()
+    with ui_server.admin() as admin:
+        saved = admin.patch(f"/api/v1/prompts/{name}", json={"template": "Bye {{ who }}", "change_note": "elsewhere"})
+        assert saved.status_code == 200
+    listener.join(10)
+    assert events, "no event within 10 s"
+    kind, data = events[0]
+    assert kind == "saved"
+    payload = json.loads(data)
+    assert payload["version"] == 2 and payload["note"] == "elsewhere" and payload["by_you"] is False
+    assert time.monotonic() - started < 5
+
+
+def test_an_open_event_stream_does_not_hold_up_shutdown(tmp_path: Any) -> None:
+    """A browser tab left open on an entry must not keep a stopping server (a rolling deploy) alive."""
+    import signal
+
+    from tests.serve_process import ServerProcess
+
+    with (
+        ServerProcess(tmp_path / "data", name="ui-sse-shutdown") as process,
+        httpx.Client(base_url=process.url, timeout=30) as http,
+    ):
+        assert sign_in(http, process.admin_token).status_code == 303
+        opened = threading.Event()
+
+        def listen() -> None:
+            try:
+                with http.stream("GET", "/ui/prompts/summarize/events?since=1", timeout=30) as stream:
+                    opened.set()
+                    for _line in stream.iter_lines():
+                        pass
+            except httpx.HTTPError:
+                pass
+
+        threading.Thread(target=listen, daemon=True).start()
+        assert opened.wait(10)
+        started = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        process.wait_exit(timeout=10)
+        assert time.monotonic() - started < 8
