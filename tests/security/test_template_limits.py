@@ -308,7 +308,9 @@ def test_undeclared_argument_flood_is_refused_quickly(server: ServerProcess, mcp
             for _ in range(6):
                 started = time.perf_counter()
                 answer = get_prompt(mcp, "summarize", {"text": "x", **names})
-                assert time.perf_counter() - started < 1.0
+                # ~1.7 MB of JSON to read and parse: well under a second on an idle machine; the
+                # bound is loose because CI shares two cores with the rest of the suite.
+                assert time.perf_counter() - started < 3.0
                 error = answer["error"]
                 assert error["code"] == -32602, error
                 assert "'extra_000000'" in error["message"] and "79995 more" in error["message"], error["message"]

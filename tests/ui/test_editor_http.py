@@ -308,3 +308,40 @@ def test_an_open_event_stream_does_not_hold_up_shutdown(tmp_path: Any) -> None:
         process.send_signal(signal.SIGTERM)
         process.wait_exit(timeout=10)
         assert time.monotonic() - started < 8
+
+
+def test_a_save_through_one_replica_reaches_a_page_open_on_the_other(
+    tmp_path_factory: pytest.TempPathFactory, postgres_server_url: str | None
+) -> None:
+    """The banner's source is the change log as each replica's change feed reads it (PostgreSQL
+    NOTIFY), not the process that saved."""
+    from tests.conftest import replica_pair, require_postgres
+
+    server_url = require_postgres(postgres_server_url)
+    with (
+        replica_pair(server_url, tmp_path_factory.mktemp("editor-replicas")) as (a, b),
+        httpx.Client(base_url=b.url, timeout=30) as on_b,
+    ):
+        assert sign_in(on_b, b.admin_token).status_code == 303
+        events: list[str] = []
+        opened = threading.Event()
+
+        def listen() -> None:
+            with on_b.stream("GET", "/ui/prompts/summarize/events?since=1", timeout=20) as stream:
+                opened.set()
+                for line in stream.iter_lines():
+                    if line.startswith("data:"):
+                        events.append(line.split(":", 1)[1].strip())
+                        return
+
+        listener = threading.Thread(target=listen, daemon=True)
+        listener.start()
+        assert opened.wait(10)
+        time.sleep(0.3)
+        with a.admin() as admin:
+            saved = admin.patch("/api/v1/prompts/summarize", json={"description": "Saved through replica A"})
+            assert saved.status_code == 200, saved.text
+            version = saved.json()["version"]
+        listener.join(10)
+        assert events, "replica B's page heard nothing of a save made through replica A"
+        assert json.loads(events[0])["version"] == version
