@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Protocol
 
@@ -94,6 +94,21 @@ class EntryForm(Protocol):
     def check(self, request: Request, draft: Draft, form: FormData, issues: list[DraftIssue]) -> dict[str, Any]:
         """Values for ``check_template`` (called in a worker thread: it may render or fetch)."""
         ...
+
+
+def apply_row_op(state: dict[str, Any], op: str, rows: Mapping[str, Callable[[], dict[str, Any]]]) -> bool:
+    """The row buttons every form has: ``add-<row>`` appends a new row (``rows[<row>]()``) to
+    ``state["<row>s"]``, ``remove-<row>-<n>`` deletes the n-th. False for any other ``op``."""
+    for row, new in rows.items():
+        if op == f"add-{row}":
+            state[row + "s"].append(new())
+            return True
+        prefix = f"remove-{row}-"
+        index = op.removeprefix(prefix)
+        if op.startswith(prefix) and index.isdigit() and int(index) < len(state[row + "s"]):
+            del state[row + "s"][int(index)]
+            return True
+    return False
 
 
 def _registry(request: Request) -> Registry:

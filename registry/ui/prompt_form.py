@@ -21,7 +21,7 @@ from registry.catalog.drafts import DraftIssue, preview_prompt
 from registry.catalog.errors import CatalogError
 from registry.catalog.service import CatalogService
 from registry.limits import Limits
-from registry.ui.editor import Draft
+from registry.ui.editor import Draft, apply_row_op
 
 ROLES = ("user", "assistant")
 #: Message content types the form offers (audio like image: a MIME type and base64 data).
@@ -132,21 +132,7 @@ class PromptForm:
         return Draft(state=state, spec={"arguments": arguments, "messages": messages}, problems=problems)
 
     def apply_op(self, state: dict[str, Any], op: str) -> bool:
-        if op == "add-argument":
-            state["arguments"].append(_empty_argument())
-            return True
-        if op == "add-message":
-            state["messages"].append(_empty_message())
-            return True
-        for what in ("argument", "message"):
-            prefix = f"remove-{what}-"
-            if op.startswith(prefix) and op.removeprefix(prefix).isdigit():
-                rows = state[what + "s"]
-                index = int(op.removeprefix(prefix))
-                if 0 <= index < len(rows):
-                    del rows[index]
-                    return True
-        return False
+        return apply_row_op(state, op, {"argument": _empty_argument, "message": _empty_message})
 
     def check(self, request: Request, draft: Draft, form: FormData, issues: list[DraftIssue]) -> dict[str, Any]:
         catalog: CatalogService = request.app.state.registry.catalog

@@ -49,7 +49,7 @@ from registry.catalog.drafts import (
 from registry.catalog.errors import CatalogError
 from registry.catalog.service import CatalogService
 from registry.limits import LimitExceeded, Limits
-from registry.ui.editor import Draft
+from registry.ui.editor import Draft, apply_row_op
 from registry.webhooks import parse_networks
 
 KINDS = (
@@ -311,19 +311,10 @@ class ResourceForm:
 
     # ------------------------------------------------------------------ row buttons
     def apply_op(self, state: dict[str, Any], op: str) -> bool:
-        if op == "add-header":
-            state["headers"].append(_empty_header())
-            return True
         if op == "remove-file":
             state.update(blob="", blob_name="", has_blob=False, source="text")
             return True
-        prefix = "remove-header-"
-        if op.startswith(prefix) and op.removeprefix(prefix).isdigit():
-            index = int(op.removeprefix(prefix))
-            if 0 <= index < len(state["headers"]):
-                del state["headers"][index]
-                return True
-        return False
+        return apply_row_op(state, op, {"header": _empty_header})
 
     # ------------------------------------------------------------------ the live panel
     def check(self, request: Request, draft: Draft, form: FormData, issues: list[DraftIssue]) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from registry.catalog.errors import CatalogError
 from registry.catalog.secrets import MASK
 from registry.catalog.service import CatalogService
 from registry.limits import Limits, env_name
-from registry.ui.editor import Draft
+from registry.ui.editor import Draft, apply_row_op
 
 METHODS = ("POST", "PUT")
 #: The annotation hints, each "not said" / yes / no (``None`` is not ``False``: both are kept).
@@ -305,17 +305,7 @@ class ToolForm:
         return hook, state
 
     def apply_op(self, state: dict[str, Any], op: str) -> bool:
-        if op == "add-header":
-            state["headers"].append(_empty_header())
-            return True
-        prefix = "remove-header-"
-        if op.startswith(prefix) and op.removeprefix(prefix).isdigit():
-            rows = state["headers"]
-            index = int(op.removeprefix(prefix))
-            if 0 <= index < len(rows):
-                del rows[index]
-                return True
-        return False
+        return apply_row_op(state, op, {"header": _empty_header})
 
     def check(self, request: Request, draft: Draft, form: FormData, issues: list[DraftIssue]) -> dict[str, Any]:
         catalog: CatalogService = request.app.state.registry.catalog

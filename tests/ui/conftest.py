@@ -136,6 +136,37 @@ def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiServer]:
         yield UiServer(process)
 
 
+# ------------------------------------------------------------------ HTTP-level helpers
+
+NONCE = re.compile(r'name="signin_nonce" value="([^"]+)"')
+CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+
+
+def sign_in(http: httpx.Client, token: str) -> httpx.Response:
+    """Sign in through the form, as a browser does (the answer is a 303 to the home page)."""
+    form = http.get("/ui/signin")
+    match = NONCE.search(form.text)
+    assert match, form.text
+    return http.post("/ui/signin", data={"token": token, "signin_nonce": match.group(1), "next": "/ui/"})
+
+
+def csrf_of(http: httpx.Client, path: str) -> str:
+    """The CSRF token on the page at ``path`` (which must answer 200)."""
+    page = http.get(path)
+    assert page.status_code == 200, page.text[:500]
+    match = CSRF.search(page.text)
+    assert match
+    return match.group(1)
+
+
+@pytest.fixture
+def editor(ui_server: UiServer) -> Iterator[httpx.Client]:
+    """An HTTP client signed in with the editor token."""
+    with httpx.Client(base_url=ui_server.url, timeout=30) as http:
+        assert sign_in(http, ui_server.editor_token).status_code == 303
+        yield http
+
+
 # ------------------------------------------------------------------ browser
 
 

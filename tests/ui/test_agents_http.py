@@ -21,8 +21,7 @@ import pytest
 from tests.conftest import replica_pair, require_postgres
 from tests.interop.mcp_wire import SseEvent, StreamableHttpClient, iter_sse
 from tests.serve_process import ServerProcess
-from tests.ui.conftest import UiServer
-from tests.ui.test_http import sign_in
+from tests.ui.conftest import UiServer, sign_in
 
 
 def open_streamable(base_url: str, name: str, version: str, token: str | None = None) -> StreamableHttpClient:

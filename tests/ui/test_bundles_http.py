@@ -20,8 +20,7 @@ import yaml
 
 from registry.limits import Limits
 from registry.ui.security import CONTENT_SECURITY_POLICY
-from tests.ui.conftest import UiServer
-from tests.ui.test_http import CSRF, sign_in
+from tests.ui.conftest import CSRF, UiServer, sign_in
 
 LIMITS = Limits()  # the test server runs with the defaults
 

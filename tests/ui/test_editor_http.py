@@ -9,32 +9,15 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.ui.conftest import UiServer
-from tests.ui.test_http import CSRF, sign_in
+from tests.ui.conftest import CSRF, UiServer, csrf_of, sign_in
 
 BASE = re.compile(r'name="base_version" value="(\d+)"')
 RAW = re.compile(r'<pre class="raw-result"[^>]*>(.*?)</pre>', re.DOTALL)
-
-
-@pytest.fixture
-def editor(ui_server: UiServer) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=ui_server.url, timeout=30) as http:
-        assert sign_in(http, ui_server.editor_token).status_code == 303
-        yield http
-
-
-def csrf_of(http: httpx.Client, path: str) -> str:
-    page = http.get(path)
-    assert page.status_code == 200, page.text[:500]
-    match = CSRF.search(page.text)
-    assert match
-    return match.group(1)
 
 
 def prompt_form(

@@ -9,24 +9,7 @@ import httpx
 import pytest
 
 from registry.ui.security import CONTENT_SECURITY_POLICY
-from tests.ui.conftest import UiServer
-
-NONCE = re.compile(r'name="signin_nonce" value="([^"]+)"')
-CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
-
-
-def sign_in(http: httpx.Client, token: str) -> httpx.Response:
-    form = http.get("/ui/signin")
-    match = NONCE.search(form.text)
-    assert match, form.text
-    return http.post("/ui/signin", data={"token": token, "signin_nonce": match.group(1), "next": "/ui/"})
-
-
-@pytest.fixture
-def editor(ui_server: UiServer) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=ui_server.url, timeout=30) as http:
-        assert sign_in(http, ui_server.editor_token).status_code == 303
-        yield http
+from tests.ui.conftest import CSRF, NONCE, UiServer, sign_in
 
 
 def test_every_page_has_a_strict_csp_and_no_inline_script_or_style(editor: httpx.Client) -> None:

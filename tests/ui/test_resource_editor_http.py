@@ -23,8 +23,7 @@ import httpx
 import pytest
 
 from tests.interop.mcp_wire import StreamableHttpClient
-from tests.ui.conftest import UiServer
-from tests.ui.test_http import CSRF, sign_in
+from tests.ui.conftest import CSRF, UiServer, csrf_of, sign_in
 
 RAW = re.compile(r'<pre class="raw-result"[^>]*>(.*?)</pre>', re.DOTALL)
 #: What an empty file input sends: the form is multipart, as a browser posts it.
@@ -45,21 +44,6 @@ def png(width: int = 2, height: int = 1) -> bytes:
         + chunk(b"IDAT", zlib.compress(row * height))
         + chunk(b"IEND", b"")
     )
-
-
-@pytest.fixture
-def editor(ui_server: UiServer) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=ui_server.url, timeout=30) as http:
-        assert sign_in(http, ui_server.editor_token).status_code == 303
-        yield http
-
-
-def csrf_of(http: httpx.Client, path: str) -> str:
-    page = http.get(path)
-    assert page.status_code == 200, page.text[:500]
-    match = CSRF.search(page.text)
-    assert match
-    return match.group(1)
 
 
 def fresh(prefix: str) -> str:

@@ -29,8 +29,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from registry.webhooks.signing import SIGNATURE_HEADER, verify
-from tests.ui.conftest import UiServer
-from tests.ui.test_http import CSRF, sign_in
+from tests.ui.conftest import CSRF, UiServer, sign_in
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -90,13 +89,6 @@ def hook() -> Iterator[Hook]:
 
 
 # ------------------------------------------------------------------ helpers
-
-
-@pytest.fixture
-def editor(ui_server: UiServer) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=ui_server.url, timeout=30) as http:
-        assert sign_in(http, ui_server.editor_token).status_code == 303
-        yield http
 
 
 class _FormReader(HTMLParser):

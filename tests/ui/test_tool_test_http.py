@@ -40,8 +40,7 @@ from registry.ui.tool_test import (
     describe_notification,
 )
 from tests.serve_process import ServerProcess
-from tests.ui.conftest import UiServer
-from tests.ui.test_http import CSRF, sign_in
+from tests.ui.conftest import CSRF, UiServer, csrf_of, sign_in
 
 NDJSON = "application/x-ndjson"
 #: Seconds between the slow webhook's lines: long enough to see each one arrive on its own.
@@ -194,21 +193,6 @@ def make_tool(server: UiServer, url: str, *, schema: dict[str, Any] | None = Non
         created = admin.post("/api/v1/tools", json=body)
         assert created.status_code == 201, created.text
     return name
-
-
-@pytest.fixture
-def editor(ui_server: UiServer) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=ui_server.url, timeout=30) as http:
-        assert sign_in(http, ui_server.editor_token).status_code == 303
-        yield http
-
-
-def csrf_of(http: httpx.Client, path: str) -> str:
-    page = http.get(path)
-    assert page.status_code == 200, page.text
-    match = CSRF.search(page.text)
-    assert match
-    return match.group(1)
 
 
 def form_body(csrf: str, **fields: str) -> dict[str, str]:
