@@ -13,18 +13,24 @@ In one run (each server is a subprocess; this process is the client, on uvloop w
    and records, per stream, when ``notifications/prompts/list_changed`` arrived. Per round:
    p50 / p99 / max of (arrival - t0) over all N streams (a stream that never got it counts as
    infinitely late), how many got it, the trigger's own response time, the server's CPU time.
+   ``listen``: a third process, the same registry (SQLite, fresh data dir) with N
+   ``subscriptions/listen`` streams (protocol 2026-07-28: one POST each, no session, its SSE response
+   held open; ready once its acknowledgement arrived) instead of sessions and GET streams, measured in
+   the same rounds with the same edit, so the two eras' figures stand side by side.
 2. ``pg``: two registry replicas on one PostgreSQL schema (fresh, dropped afterwards). N sessions,
    initialized alternately through A and B; the GET streams are spread so that each replica holds
    N/2 and half of those belong to sessions initialized on the other replica. The edit goes through
-   A's admin API; all N arrival times are measured (reported overall and per replica).
+   A's admin API; all N arrival times are measured (reported overall and per replica). With
+   ``listen`` among the phases, the same again with N listen streams (half on each replica) once the
+   GET streams are closed (``pg_listen``).
 3. ``memory``: VmRSS of an idle server (started, 20 warm-up sessions so the MCP code path is
    loaded) and after M more sessions (initialize + initialized, no streams, a few keep-alive
    connections), for a fresh registry (SQLite) and a fresh peer: MiB above idle and KiB/session.
 
-Targets (issue): all N=1,000 within 100 ms p99 on one replica; within 300 ms p99 across two
-replicas on PostgreSQL; 10,000 idle sessions in <= 100 MB RSS above an idle server (here MiB,
-the stricter reading). The peer's figures are the reference the issue quotes (150-370 ms; ~38 KiB
-per session).
+Targets (issue): all N=1,000 within 100 ms p99 on one replica (GET streams and listen streams
+alike); within 300 ms p99 across two replicas on PostgreSQL; 10,000 idle sessions in <= 100 MB
+RSS above an idle server (here MiB, the stricter reading). The peer's figures are the reference the
+issue quotes (150-370 ms; ~38 KiB per session).
 
 Prints a table with PASS/MISS and writes ``benchmarks/results/fanout-<timestamp>.json``.
 Exit status 0 whatever the figures (non-zero only when it cannot run).
@@ -70,6 +76,7 @@ DEFAULT_PEER_SCRIPT = Path("/work/shared/bench/sdk_peer_server.py")
 DEFAULT_PEER_VENV = Path("/tmp/peer")
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 MARKER = b"notifications/prompts/list_changed"
+MODERN_VERSION = "2026-07-28"
 EDIT_PROMPT = "summarize"  # in the demo seed
 PROTOCOL_VERSION = "2025-11-25"  # the registry primes GET streams from this version on
 
@@ -432,6 +439,57 @@ async def open_streams(
     return time.perf_counter() - t_start
 
 
+def listen_request(port: int, k: int) -> bytes:
+    """A 2026-07-28 ``subscriptions/listen`` POST for prompts list changes (id ``listen-<k>``)."""
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": f"listen-{k}",
+            "method": "subscriptions/listen",
+            "params": {
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                    "io.modelcontextprotocol/clientInfo": {"name": "fanout-bench", "version": "1"},
+                },
+                "notifications": {"promptsListChanged": True},
+            },
+        }
+    ).encode()
+    head = (
+        f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+        f"Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: {MODERN_VERSION}\r\n"
+        f"Mcp-Method: subscriptions/listen\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+async def open_listens(group: Group, ports: list[int], n: int, concurrency: int = 100, timeout: float = 120.0) -> float:
+    """n listen streams, listen k on ports[k % len(ports)]; returns the seconds until every one was
+    acknowledged (the ack is the first SSE event, so ``Watch`` sees it as it sees a GET stream's
+    priming event)."""
+    loop = asyncio.get_running_loop()
+    sem = asyncio.Semaphore(concurrency)
+    t_start = time.perf_counter()
+
+    async def one(k: int) -> None:
+        port = ports[k % len(ports)]
+        watcher = Watch(group, listen_request(port, k), True, f"{port}/listen-{k}")
+        group.watchers.append(watcher)
+        async with sem:
+            await loop.create_connection(lambda: watcher, "127.0.0.1", port)
+
+    await asyncio.wait_for(asyncio.gather(*(one(k) for k in range(n))), timeout)
+    try:
+        await asyncio.wait_for(group.all_ready.wait(), timeout)
+    except TimeoutError:
+        raise RuntimeError(
+            f"{group.name}: only {group.ready_count}/{len(group.watchers)} listens acknowledged; "
+            f"failures: {group.failed[:5]}"
+        ) from None
+    return time.perf_counter() - t_start
+
+
 # --------------------------------------------------------------------------- one round
 def pct(sorted_values: list[float], q: float) -> float:
     """Nearest-rank percentile (inf entries stand for streams that never got the notification)."""
@@ -470,10 +528,13 @@ class Trigger:
     def request(self) -> tuple[str, str, dict[str, str], bytes]:
         self.count += 1
         if self.kind == "registry":
+            # A new description each time: a change of what prompts/list shows. (A template-only edit
+            # notifies nobody since issue 8: clients fetch content when they use it.)
+            edit = f"fan-out edit {self.count} {secrets.token_hex(4)}"
             body = json.dumps(
                 {
-                    "template": f"Summarize the following text (fan-out edit {self.count} {secrets.token_hex(4)}):"
-                    "\n\n{{ text }}",
+                    "description": f"Summarizes a text ({edit})",
+                    "template": f"Summarize the following text ({edit}):\n\n{{{{ text }}}}",
                     "arguments": [{"name": "text", "description": "The text to summarize", "required": True}],
                 }
             ).encode()
@@ -624,28 +685,41 @@ async def phase_single_and_peer(args: argparse.Namespace, workdir: Path, results
     admin_token, secret_key = secrets.token_urlsafe(24), secrets.token_urlsafe(32)
     servers: list[ManagedProcess] = []
     targets: list[tuple[str, ManagedProcess, Group, Trigger]] = []
+    keys: dict[int, str] = {}
     try:
         if "single" in args.phases:
             reg = registry_server("registry-sqlite", workdir, admin_token, secret_key)
             servers.append(reg)
+            keys[id(reg)] = "single"
+        if "listen" in args.phases:
+            listening = registry_server("registry-listen", workdir, admin_token, secret_key)
+            servers.append(listening)
+            keys[id(listening)] = "listen"
         if "peer" in args.phases:
             ensure_peer_venv(args.peer_venv)
             peer = peer_server("sdk-peer", workdir, args, max_sessions=max(10_000, 2 * args.sessions))
             servers.append(peer)
+            keys[id(peer)] = "peer"
         for s in servers:
             s.start(wait=False)
         for s in servers:
             await asyncio.to_thread(s.wait_ready, timeout=READY_TIMEOUT_S)
             log(f"{s.name} ready on :{s.port} (pid {s.pid}, VmRSS {rss_kib(s) / 1024:.1f} MiB)")
         for s in servers:
-            key = "single" if kind(s) == "registry" else "peer"
+            key = keys[id(s)]
             rss0 = rss_kib(s)
             t = time.perf_counter()
-            sessions = await create_sessions([s.port], args.sessions, conns=args.conns)
-            t_sessions = time.perf_counter() - t
-            rss1 = rss_kib(s)
             group = Group(key)
-            t_streams = await open_streams(group, sessions, need_priming=(kind(s) == "registry"))
+            if key == "listen":  # no sessions: each listen is one POST whose response stays open
+                sessions: list[tuple[int, str, str]] = []
+                t_sessions = 0.0
+                rss1 = rss0
+                t_streams = await open_listens(group, [s.port], args.sessions)
+            else:
+                sessions = await create_sessions([s.port], args.sessions, conns=args.conns)
+                t_sessions = time.perf_counter() - t
+                rss1 = rss_kib(s)
+                t_streams = await open_streams(group, sessions, need_priming=(kind(s) == "registry"))
             rss2 = rss_kib(s)
             log(
                 f"{s.name}: {len(sessions)} sessions in {t_sessions:.1f} s, {len(group.watchers)} streams ready in "
@@ -687,7 +761,7 @@ async def phase_single_and_peer(args: argparse.Namespace, workdir: Path, results
                     f"in {r['window_ms']} ms; load {r['loadavg_1m']:.1f})"
                 )
                 await asyncio.sleep(args.gap)
-        if args.profile and "single" in args.phases:
+        if args.profile and "single" in args.phases:  # (the GET-stream registry)
             key, s, group, trigger = next(t for t in targets if t[0] == "single")
             results["phases"]["single"]["profile"] = await profile_rounds(args, workdir, s, group, trigger)
         for key, _s, group, _ in targets:
@@ -887,6 +961,9 @@ async def phase_pg(args: argparse.Namespace, workdir: Path, results: dict[str, A
         for w in group.watchers:
             w.close()
         gc.unfreeze()
+        if "listen" in args.phases:
+            await asyncio.sleep(args.gap)  # the GET streams are closed: the listens have the replicas alone
+            results["phases"]["pg_listen"] = await pg_listen_rounds(args, servers, trigger, by_port)
     finally:
         await asyncio.sleep(0.2)
         for s in servers:
@@ -894,6 +971,43 @@ async def phase_pg(args: argparse.Namespace, workdir: Path, results: dict[str, A
         if not args.keep_schema:
             with contextlib.suppress(Exception):
                 psql(base, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+async def pg_listen_rounds(
+    args: argparse.Namespace, servers: list[ManagedProcess], trigger: Trigger, by_port: dict[int, str]
+) -> dict[str, Any]:
+    """The pg phase again with N ``subscriptions/listen`` streams (half on each replica) in place of
+    the GET streams, the same edit through A."""
+    group = Group("pg_listen")
+    t_streams = await open_listens(group, [s.port for s in servers], args.sessions)
+    log(f"pg_listen: {len(group.watchers)} listens acknowledged in {t_streams:.1f} s (half on A, half on B)")
+    phase: dict[str, Any] = {
+        "streams": len(group.watchers),
+        "streams_ready_s": round(t_streams, 2),
+        "edit_via": "A",
+        "rounds": [],
+    }
+    gc.collect()
+    gc.freeze()
+    phase["warmup"] = await run_round(group, trigger, servers, by_port)
+    await asyncio.sleep(args.gap)
+    for k in range(args.rounds):
+        r = await measured_round(args, group, trigger, servers, by_port)
+        phase["rounds"].append(r)
+        log(
+            f"pg_listen round {k + 1}: got {r['got']}/{r['n']}  p50 {r['p50_ms']}  p99 {r['p99_ms']}  "
+            f"max {r['max_ms']} ms  (A p99 {r['replica_A']['p99_ms']}, B p99 {r['replica_B']['p99_ms']}; "
+            f"cpu A/B {r['server_cpu_ms']} ms)"
+        )
+        await asyncio.sleep(args.gap)
+    phase["summary"] = summarize(phase["rounds"], len(group.watchers))
+    phase["summary"]["replica_A_p99_ms"] = med([r["replica_A"]["p99_ms"] for r in phase["rounds"]])
+    phase["summary"]["replica_B_p99_ms"] = med([r["replica_B"]["p99_ms"] for r in phase["rounds"]])
+    phase["lost_streams"] = group.lost
+    for w in group.watchers:
+        w.close()
+    gc.unfreeze()
+    return phase
 
 
 async def measure_memory(server: ManagedProcess, n: int, conns: int) -> dict[str, Any]:
@@ -973,7 +1087,7 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> None:
         detail = f"edit/trigger answered {fmt(s['trigger_response_ms'])} ms"
         if s.get("server_loop_ms") is not None:
             detail += f", server loop {fmt(s['server_loop_ms'])} ms"
-        if key == "pg":
+        if key in ("pg", "pg_listen"):
             detail += f", A p99 {fmt(s['replica_A_p99_ms'])} / B p99 {fmt(s['replica_B_p99_ms'])}"
         detail += (
             f"; server cpu {fmt(s['server_cpu_ms'], '.0f')} ms/edit; others' cpu "
@@ -984,8 +1098,10 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> None:
 
     n = args.sessions
     fan_row(f"fan-out, registry 1 replica (SQLite), {n} streams", "single", TARGET_SINGLE_P99_MS, "")
+    fan_row(f"fan-out, registry 1 replica (SQLite), {n} listens", "listen", TARGET_SINGLE_P99_MS, "")
     fan_row(f"fan-out, SDK peer broadcast loop, {n} streams", "peer", None, f"ref {REF_PEER_MS} ms")
     fan_row(f"fan-out, registry 2 replicas (PostgreSQL), {n} streams", "pg", TARGET_PG_P99_MS, "")
+    fan_row(f"fan-out, registry 2 replicas (PostgreSQL), {n} listens", "pg_listen", TARGET_PG_P99_MS, "")
     mem = ph.get("memory", {})
     for who in ("registry", "peer"):
         m = mem.get(who)
@@ -1022,10 +1138,17 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> None:
         print(f"{r[0]:{w0}} | {r[1]:{w1}} | {r[2]:{w2}} | {r[3]:7} | {r[4]}")
     if "peer_over_registry_p99" in results:
         print(f"\npeer p99 / registry p99 (same run, same timing): {results['peer_over_registry_p99']}x")
-    for key in ("single", "peer", "pg"):
+    for key in ("single", "listen", "peer", "pg", "pg_listen"):
         s = ph.get(key, {}).get("summary")
         if s:
             print(f"{key:6} p99 per round (ms): {s['p99_ms_each']}")
+    get, listen = ph.get("single", {}).get("summary"), ph.get("listen", {}).get("summary")
+    if get and listen:
+        print(
+            f"\nsame edit, same rounds, {n} each: GET streams (2025-11-25 sessions) p50 {fmt(get['p50_ms'])} / "
+            f"p99 {fmt(get['p99_ms'])} ms  |  subscriptions/listen (2026-07-28) p50 {fmt(listen['p50_ms'])} / "
+            f"p99 {fmt(listen['p99_ms'])} ms"
+        )
 
 
 def git_state() -> dict[str, Any]:
@@ -1082,7 +1205,7 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
     }
     log(f"work dir {workdir} (server logs)")
     try:
-        if args.phases & {"single", "peer"}:
+        if args.phases & {"single", "listen", "peer"}:
             await phase_single_and_peer(args, workdir, results)
         if "pg" in args.phases:
             await phase_pg(args, workdir, results)
@@ -1098,7 +1221,9 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sessions", type=int, default=1000, help="sessions with a GET stream per fan-out target")
+    ap.add_argument(
+        "--sessions", type=int, default=1000, help="sessions with a GET stream (or listen streams) per fan-out target"
+    )
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--gap", type=float, default=1.5, help="seconds between rounds")
     ap.add_argument(
@@ -1118,8 +1243,8 @@ def main() -> int:
     ap.add_argument("--conns", type=int, default=8, help="keep-alive connections used to create sessions")
     ap.add_argument(
         "--phases",
-        default="single,peer,pg,memory",
-        help="comma list of single, peer, pg, memory (single+peer alternate rounds)",
+        default="single,listen,peer,pg,memory",
+        help="comma list of single, listen, peer, pg, memory (single, listen and peer take turns each round)",
     )
     ap.add_argument("--mem-sessions", type=int, default=10_000)
     ap.add_argument("--mem-conns", type=int, default=8)
@@ -1132,7 +1257,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/fanout-<ts>.json)")
     args = ap.parse_args()
     args.phases = {p.strip() for p in args.phases.split(",") if p.strip()}
-    unknown = args.phases - {"single", "peer", "pg", "memory"}
+    unknown = args.phases - {"single", "listen", "peer", "pg", "memory"}
     if unknown:
         ap.error(f"unknown phases: {', '.join(sorted(unknown))}")
     raise_nofile()

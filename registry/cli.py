@@ -11,7 +11,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import OperationalError
 
@@ -94,6 +94,7 @@ def cmd_stdio(args: argparse.Namespace) -> int:
     import asyncio
 
     from registry.catalog.service import PRODUCTION
+    from registry.mcp.listen import ListenService
     from registry.mcp.notifier import ChangeFeed, Notifier
     from registry.mcp.server import McpServer
     from registry.mcp.sessions import ClientState
@@ -105,7 +106,10 @@ def cmd_stdio(args: argparse.Namespace) -> int:
     registry = Registry(settings)
     registry.prepare(seed=args.seed, demo_if_empty=settings.database_url is None)
     server = McpServer(
-        registry.catalog, webhook_allowed_networks=settings.webhook_allowed_networks, limits=settings.limits
+        registry.catalog,
+        webhook_allowed_networks=settings.webhook_allowed_networks,
+        limits=settings.limits,
+        cache_ttl_ms=settings.cache_ttl_ms,
     )
     client = ClientState(label=args.label or PRODUCTION, principal="stdio")
 
@@ -113,7 +117,17 @@ def cmd_stdio(args: argparse.Namespace) -> int:
         transport = StdioTransport(server, client, limits=settings.limits)
         # Admin edits (made through a registry server on the same database) reach this client on stdout.
         notifier = Notifier(StreamHub(), registry.db, server.snapshots.apply)
-        notifier.direct.append((client, transport.write))
+
+        async def session_write(message: dict[str, Any]) -> None:
+            # Session-era notifications go to a client that opened the session era (initialize);
+            # a stateless client hears of changes on subscriptions/listen only.
+            if client.protocol_version is not None:
+                await transport.write(message)
+
+        notifier.direct.append((client, session_write))
+        # ... and to the stateless era's subscriptions/listen streams.
+        transport.listen = notifier.listeners = ListenService(settings.limits)
+        transport.listen.start()
         feed = ChangeFeed(registry.db, notifier.dispatch)
         await feed.start()
         loop = asyncio.get_running_loop()
@@ -127,6 +141,7 @@ def cmd_stdio(args: argparse.Namespace) -> int:
             loop.remove_signal_handler(signal.SIGTERM)  # from now on SIGTERM ends the process at once
             serving.cancel()
             await transport.finish()  # the requests still running at SIGTERM
+            await transport.listen.stop(wait_s=0)
             await feed.stop()
             await server.aclose()
         if not serving.cancelled():

@@ -40,6 +40,9 @@ class Settings:
     anonymous_agents: bool | None = None
     webhook_allowed_networks: str = ""
     session_idle_timeout_s: float = 3600.0
+    #: ``ttlMs`` on cacheable 2026-07-28 results (lists, reads, discovery): how long a client may
+    #: reuse one. Short, since admins edit the catalog under running agents (0: do not reuse).
+    cache_ttl_ms: int = 5000
     #: Labels that agents whose token names no label (and anonymous agents) may pick with ``?label=``.
     agent_selectable_labels: tuple[str, ...] = ("production", "staging")
     #: Size, structure, time and count limits on everything callers send (see registry/limits.py).
@@ -78,6 +81,7 @@ class Settings:
             anonymous_agents=_env_bool("REGISTRY_ANONYMOUS_AGENTS", None),
             webhook_allowed_networks=os.environ.get("REGISTRY_WEBHOOK_ALLOWED_NETWORKS", ""),
             session_idle_timeout_s=float(os.environ.get("REGISTRY_SESSION_IDLE_TIMEOUT_S", "3600")),
+            cache_ttl_ms=max(0, int(os.environ.get("REGISTRY_CACHE_TTL_MS", "5000"))),
             agent_selectable_labels=_env_list("REGISTRY_AGENT_LABELS") or ("production", "staging"),
             limits=Limits.from_env(),
             db_connect_timeout_s=float(os.environ.get("REGISTRY_DB_CONNECT_TIMEOUT_S", "2")),

@@ -100,6 +100,10 @@ class Limits:
     #: Web UI pages of this process listening for saves of the entry they show (the "someone
     #: else saved" banner); one server-sent event stream each.
     ui_event_streams: int = 1_000
+    #: ``subscriptions/listen`` streams (2026-07-28) open in one process, and held by one token
+    #: (anonymous listeners are bounded by the process figure only).
+    listen_streams: int = 10_000
+    listen_streams_per_token: int = 100
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Limits:

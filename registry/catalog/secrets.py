@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import os
 import secrets
 from pathlib import Path
@@ -48,6 +49,13 @@ def load_or_create_key(configured: str | None, data_dir: Path) -> str:
 class SecretBox:
     def __init__(self, key: str) -> None:
         self._fernet = Fernet(_fernet_key(key))
+        # Kept for derive_key only: a different hash input than the encryption key's.
+        self._derive_base = hashlib.sha256(b"mcp-registry derive\0" + key.encode()).digest()
+
+    def derive_key(self, purpose: str) -> bytes:
+        """A 32-byte key for ``purpose`` (e.g. signing MCP request states), derived from the
+        secret key (HMAC-SHA256) and independent of the key that encrypts values at rest."""
+        return hmac.new(self._derive_base, purpose.encode(), hashlib.sha256).digest()
 
     def encrypt(self, value: str) -> str:
         return PREFIX + self._fernet.encrypt(value.encode()).decode()

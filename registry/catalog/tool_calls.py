@@ -29,11 +29,14 @@ from registry.catalog.schemas import safe_validator
 from registry.catalog.specs import ToolSpec
 from registry.limits import DEFAULT_LIMITS, Limits
 from registry.webhooks import (
+    INPUT_METHODS,
+    InputRequired,
     IPNetwork,
     LogCallback,
     ProgressCallback,
+    WebhookAnswer,
     WebhookTarget,
-    call_webhook,
+    call_webhook_step,
     error_result,
     make_guarded_client,
 )
@@ -98,7 +101,55 @@ async def call_tool(
 
     ``client`` carries the SSRF guard (``registry.webhooks.make_guarded_client``). Tool failures
     of every kind are ``isError`` results; only cancellation and the callbacks' own exceptions
-    propagate.
+    propagate. A webhook asking for input gets an ``isError`` result here (there is nobody to
+    ask): MCP calls use :func:`call_tool_step`.
+    """
+    answer = await call_tool_step(
+        name,
+        tool,
+        arguments,
+        client=client,
+        limits=limits,
+        request_id=request_id,
+        session_id=session_id,
+        on_progress=on_progress,
+        on_log=on_log,
+    )
+    if isinstance(answer, InputRequired):
+        methods = ", ".join(sorted({r.method for r in answer.requests.values()}))
+        return error_result(f"tool {name} asked for input ({methods}), which a test call cannot provide")
+    return answer
+
+
+def input_capabilities(capabilities: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a client's capabilities a webhook asking for input cares about."""
+    wanted = set(INPUT_METHODS.values())
+    return {key: value for key, value in capabilities.items() if key in wanted and isinstance(value, dict)}
+
+
+async def call_tool_step(
+    name: str,
+    tool: CallableTool,
+    arguments: Mapping[str, Any],
+    *,
+    client: httpx.AsyncClient,
+    limits: Limits = DEFAULT_LIMITS,
+    request_id: str | int | None = None,
+    session_id: str | None = None,
+    on_progress: ProgressCallback | None = None,
+    on_log: LogCallback | None = None,
+    client_capabilities: Mapping[str, Any] | None = None,
+    input_responses: Mapping[str, Any] | None = None,
+    state: str | None = None,
+    hook_services: Any = None,
+) -> WebhookAnswer:
+    """One webhook call of a tool call: a ``CallToolResult``, or the webhook's request for input
+    (``InputRequired``), which the caller answers by calling again with ``input_responses`` and
+    the webhook's ``state``.
+
+    The webhook's body is ``{"tool", "arguments", "request_id", "session", "client_capabilities"}``
+    (the ``elicitation``/``sampling``/``roots`` part of what the client declared), plus
+    ``input_responses`` and ``state`` on a call that carries answers.
     """
     errors = sorted(tool.input_validator.iter_errors(dict(arguments)), key=lambda e: list(e.absolute_path))
     if errors:
@@ -107,15 +158,27 @@ async def call_tool(
             for e in errors[:MAX_ARGUMENT_PROBLEMS]
         )
         return error_result(f"invalid arguments for tool {name}: {problems}")
-    payload = {"tool": name, "arguments": dict(arguments), "request_id": request_id, "session": session_id}
-    result = await call_webhook(
+    payload: dict[str, Any] = {
+        "tool": name,
+        "arguments": dict(arguments),
+        "request_id": request_id,
+        "session": session_id,
+        "client_capabilities": input_capabilities(client_capabilities or {}),
+    }
+    if input_responses is not None:
+        payload["input_responses"] = dict(input_responses)
+        payload["state"] = state
+    result = await call_webhook_step(
         tool.target,
         payload,
         client=client,
         on_progress=on_progress,
         on_log=on_log,
         notifications_per_second=limits.progress_per_second,
+        hook_services=hook_services,
     )
+    if isinstance(result, InputRequired):
+        return result
     if tool.output_validator is not None and not result.get("isError"):
         structured = result.get("structuredContent")
         if structured is None:

@@ -24,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import select
 
@@ -275,6 +275,14 @@ class ChangeFeed:
                     failing_since = None
 
 
+class ChangeListeners(Protocol):
+    """Listeners fed beside the session streams, in the same loop turn (``ListenService``)."""
+
+    def __len__(self) -> int: ...
+
+    def offer_event(self, event: ChangeEvent) -> int: ...
+
+
 class Notifier:
     """Delivers change notifications to the streams of this process."""
 
@@ -298,6 +306,9 @@ class Notifier:
         self.lag_observer: Callable[[float, int], None] | None = None
         #: stdio-style clients that are not on the hub: (state, write).
         self.direct: list[tuple[ClientState, Callable[[dict[str, Any]], Awaitable[None]]]] = []
+        #: ``subscriptions/listen`` streams (2026-07-28), offered each change right after the session
+        #: streams: the same change log, the same per-label decision.
+        self.listeners: ChangeListeners | None = None
 
     async def refresh_subscriptions(self, session_ids: list[str]) -> dict[str, set[str]]:
         """Subscriptions may have been changed through another replica: read them from the database."""
@@ -339,7 +350,8 @@ class Notifier:
             # From here to advance() there is no await: a stream registering now either was already
             # registered (and gets this slice live) or will note the advanced position (and not replay it).
             streams = list(self.hub.streams())
-            end = start + max(1, self.DISPATCH_WORK // max(1, len(streams)))
+            listening = len(self.listeners) if self.listeners is not None else 0
+            end = start + max(1, self.DISPATCH_WORK // max(1, len(streams) + listening))
             self._offer(events[start:end], streams)
             advance(events[min(end, len(events)) - 1].id)
             start = end
@@ -365,6 +377,8 @@ class Notifier:
                     for index, uri in enumerate(updated_uris(event, client), start=1):
                         message = dumps(notification(RESOURCE_UPDATED, {"uri": uri}))
                         sent_for_event += stream.offer((f"{event.id}:{index}", message), ("updated", uri))
+            if self.listeners is not None:
+                sent_for_event += self.listeners.offer_event(event)
             if sent_for_event and self.lag_observer is not None:
                 # Once per change: every stream of it was served in this same loop.
                 self.lag_observer(max(0.0, now - event.created_at.timestamp()), sent_for_event)

@@ -16,6 +16,18 @@ SUPPORTED_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 LATEST_VERSION = SUPPORTED_VERSIONS[-1]
 #: Versions that allowed JSON-RPC batches (removed in 2025-06-18).
 BATCH_VERSIONS = frozenset({"2024-11-05", "2025-03-26"})
+#: Stateless revisions (no initialize, no sessions): every request carries its version in ``_meta``.
+MODERN_VERSIONS = ("2026-07-28",)
+#: Every version this server speaks, for ``server/discover`` and -32022's ``supported`` list.
+ALL_VERSIONS = (*SUPPORTED_VERSIONS, *MODERN_VERSIONS)
+
+#: Per-request ``_meta`` keys of the stateless revisions.
+META_PROTOCOL_VERSION = "io.modelcontextprotocol/protocolVersion"
+META_CLIENT_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
+META_CLIENT_INFO = "io.modelcontextprotocol/clientInfo"
+META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"
+META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
+META_SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -24,6 +36,12 @@ INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 RESOURCE_NOT_FOUND = -32002
 REQUEST_CANCELLED = -32800
+#: 2026-07-28: an HTTP header disagrees with the body (or is missing).
+HEADER_MISMATCH = -32020
+#: 2026-07-28: the request needs a client capability the request's ``_meta`` does not declare.
+MISSING_REQUIRED_CLIENT_CAPABILITY = -32021
+#: 2026-07-28: the requested protocol version is not served (``data``: supported, requested).
+UNSUPPORTED_PROTOCOL_VERSION = -32022
 #: The catalog's database cannot be reached right now; the client may retry (server-defined code).
 CATALOG_UNAVAILABLE = -32003
 CATALOG_UNAVAILABLE_MESSAGE = "the catalog is temporarily unavailable (its database cannot be reached); retry shortly"

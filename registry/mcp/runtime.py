@@ -8,8 +8,12 @@ import gc
 import logging
 from collections.abc import Callable
 
+from sqlalchemy import text
+
 from registry.catalog.service import PRODUCTION
 from registry.db.engine import is_unavailable, warn_unavailable
+from registry.mcp.client_requests import CLIENT_RESPONSE_CHANNEL
+from registry.mcp.listen import ListenService
 from registry.mcp.notifier import ChangeEvent, ChangeFeed, Notifier
 from registry.mcp.server import McpServer
 from registry.mcp.sessions import SESSION_END_CHANNEL, ClientState, Session, SessionStore
@@ -30,7 +34,10 @@ class McpRuntime:
         self.registry = registry
         self.metrics = RegistryMetrics()
         self.server = McpServer(
-            registry.catalog, webhook_allowed_networks=settings.webhook_allowed_networks, limits=settings.limits
+            registry.catalog,
+            webhook_allowed_networks=settings.webhook_allowed_networks,
+            limits=settings.limits,
+            cache_ttl_ms=settings.cache_ttl_ms,
         )
         self.server.observe = self.metrics.observe_request
         self.sessions = SessionStore(registry.db, idle_timeout_s=settings.session_idle_timeout_s)
@@ -38,7 +45,10 @@ class McpRuntime:
             keepalive_s=min(StreamHub.KEEPALIVE_S, settings.session_idle_timeout_s / 4),
             stall_s=settings.limits.stream_stall_seconds,
         )
+        #: ``subscriptions/listen`` streams (2026-07-28): fed by the same notifier as session streams.
+        self.listen = ListenService(settings.limits, keepalive_s=self.hub.keepalive_s)
         self.notifier = Notifier(self.hub, registry.db, self.server.snapshots.apply)
+        self.notifier.listeners = self.listen
         self.notifier.lag_observer = self._observe_lag
         self.feed = ChangeFeed(registry.db, self._dispatch)
         self.feed.extra_channels[SESSION_END_CHANNEL] = self._session_ended_elsewhere
@@ -56,7 +66,22 @@ class McpRuntime:
         self.streamable_http = StreamableHttpTransport(self.server, self.sessions, registry.tokens, settings, self.hub)
         self.streamable_http.feed = self.feed
         self.streamable_http.notifier = self.notifier
+        self.streamable_http.listen = self.listen
         self.legacy_sse = LegacySseTransport(self.server, self.sessions, registry.tokens, settings, self.hub)
+        # A client's answer to a server-to-client request may reach another replica (no affinity):
+        # it is forwarded over PostgreSQL to the one running the call.
+        self.client_requests = self.streamable_http.client_requests
+        if registry.db.is_postgres:
+            self.client_requests.forward = self._forward_client_response
+            self.feed.extra_channels[CLIENT_RESPONSE_CHANNEL] = self.client_requests.deliver_forwarded
+
+    async def _forward_client_response(self, payload: str) -> None:
+        def notify() -> None:
+            with self.registry.db.session() as db_session:
+                values = {"channel": CLIENT_RESPONSE_CHANNEL, "payload": payload}
+                db_session.execute(text("SELECT pg_notify(:channel, :payload)"), values)
+
+        await asyncio.to_thread(notify)
 
     def _session_ended_elsewhere(self, session_id: str) -> None:
         self.sessions.evict(session_id)
@@ -67,7 +92,11 @@ class McpRuntime:
         (other replicas hear of it on TOKEN_REVOKED_CHANNEL)."""
         loop = self._loop
         if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self.hub.close_token, token_id)
+            loop.call_soon_threadsafe(self._close_token, token_id)
+
+    def _close_token(self, token_id: int) -> None:
+        self.hub.close_token(token_id)
+        self.listen.close_token(token_id)
 
     def _token_revoked_elsewhere(self, payload: str) -> None:
         """A revocation announced on PostgreSQL (by any replica): forget cached verifications, so
@@ -78,7 +107,7 @@ class McpRuntime:
         except ValueError:
             log.warning("ignoring malformed token revocation payload %r", payload[:32])
             return
-        self.hub.close_token(token_id)
+        self._close_token(token_id)
 
     def _observe_lag(self, seconds: float, count: int) -> None:
         self.metrics.notifications_sent.inc(count)
@@ -116,6 +145,7 @@ class McpRuntime:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self.hub.start()
+        self.listen.start()
         await self.feed.start()
         # From here on the feed applies every change to the served snapshots, and a write made
         # through this process waits for its own (read-your-writes).
@@ -144,11 +174,16 @@ class McpRuntime:
         except RuntimeError:
             running = None
         if running is loop:
-            self.hub.close_all()
+            self._close_all()
         else:
-            loop.call_soon_threadsafe(self.hub.close_all)
+            loop.call_soon_threadsafe(self._close_all)
+
+    def _close_all(self) -> None:
+        self.hub.close_all()
+        self.listen.close_all()  # each listen ends with its final result (a graceful end)
 
     async def stop(self) -> None:
+        await self.listen.stop()
         await self.hub.stop()
         for task in self._tasks:
             task.cancel()

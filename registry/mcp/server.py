@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import functools
 import json
 import logging
 import time
@@ -22,13 +23,23 @@ import httpx
 from registry import __version__
 from registry.catalog.render_runner import RenderRunner
 from registry.catalog.rendering import ArgumentError
-from registry.catalog.service import CatalogService
+from registry.catalog.service import PRODUCTION, CatalogService
 from registry.catalog.templates import TemplateError
-from registry.catalog.tool_calls import call_tool
+from registry.catalog.tool_calls import call_tool_step
 from registry.db.engine import is_unavailable, warn_unavailable
 from registry.limits import DEFAULT_LIMITS, LimitExceeded, Limits
 from registry.mcp.completions import CompletionHistory, suggestions
+from registry.mcp.input_required import (
+    KEY_PURPOSE,
+    Binding,
+    RequestStateSigner,
+    arguments_digest,
+    prompt_arguments,
+    run_stateless,
+    run_with_session,
+)
 from registry.mcp.protocol import (
+    ALL_VERSIONS,
     CATALOG_UNAVAILABLE,
     CATALOG_UNAVAILABLE_MESSAGE,
     INTERNAL_ERROR,
@@ -36,6 +47,7 @@ from registry.mcp.protocol import (
     INVALID_REQUEST,
     LOG_LEVELS,
     LOG_SEVERITY,
+    META_SERVER_INFO,
     METHOD_NOT_FOUND,
     RESOURCE_NOT_FOUND,
     JsonRpcError,
@@ -48,7 +60,7 @@ from registry.mcp.protocol import (
 )
 from registry.mcp.sessions import ClientState
 from registry.mcp.snapshot import CatalogSnapshot, SnapshotCache
-from registry.webhooks import HttpResourceCache, make_guarded_client, parse_networks
+from registry.webhooks import HttpResourceCache, WebhookAnswer, make_guarded_client, parse_networks
 
 log = logging.getLogger("registry.mcp")
 
@@ -65,8 +77,20 @@ CAPABILITIES: dict[str, Any] = {
     "completions": {},
     "logging": {},
 }
+#: ``_meta["io.modelcontextprotocol/serverInfo"]`` of every stateless-era result.
+MODERN_SERVER_INFO = {**SERVER_INFO, "title": "MCP Registry"}
+#: Stateless-era results that carry caching hints (``ttlMs``, ``cacheScope``).
+CACHEABLE = frozenset(
+    {"server/discover", "tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read"}
+)
+#: Session-era methods the stateless revisions removed (-32601 there).
+SESSION_ONLY = frozenset({"initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"})
+#: Default ``ttlMs`` (setting ``REGISTRY_CACHE_TTL_MS``): short, since catalogs change under agents.
+DEFAULT_CACHE_TTL_MS = 5000
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+#: ``await ask(method, params)`` -> the client's result (raises JsonRpcError for its error answer).
+Ask = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 @dataclass(slots=True)
@@ -77,6 +101,12 @@ class RequestContext:
     send: Send | None = None
     progress_token: str | int | None = None
     session_id: str | None = None
+    #: A 2026-07-28 (stateless) request: ``client`` was built from this request's ``_meta`` alone.
+    modern: bool = False
+    #: Session era only: send a server-to-client request related to this one (``elicitation/create``,
+    #: ``sampling/createMessage``, ``roots/list``) and wait for the client's result. None where the
+    #: transport cannot (and always in the stateless era, which uses input-required results instead).
+    ask: Ask | None = None
 
     async def notify(self, message: dict[str, Any]) -> None:
         if self.send is not None:
@@ -150,9 +180,16 @@ Handler = Callable[[dict[str, Any], RequestContext], Awaitable[dict[str, Any]]]
 
 class McpServer:
     def __init__(
-        self, catalog: CatalogService, *, webhook_allowed_networks: str = "", limits: Limits | None = None
+        self,
+        catalog: CatalogService,
+        *,
+        webhook_allowed_networks: str = "",
+        limits: Limits | None = None,
+        cache_ttl_ms: int = DEFAULT_CACHE_TTL_MS,
     ) -> None:
         self.catalog = catalog
+        #: ``ttlMs`` of cacheable stateless-era results.
+        self.cache_ttl_ms = max(0, int(cache_ttl_ms))
         self.limits = limits or DEFAULT_LIMITS
         self.snapshots = SnapshotCache(catalog)
         #: Values each caller used before (per token or session, per label): completion suggestions.
@@ -182,6 +219,12 @@ class McpServer:
             "completion/complete": self.completion_complete,
             "logging/setLevel": self.logging_set_level,
         }
+        #: The stateless era's table: the same handlers, less the session-only methods, plus discovery.
+        #: (``subscriptions/listen`` is a stream, served by the transports.)
+        self.modern_methods: dict[str, Handler] = {
+            name: handler for name, handler in self.methods.items() if name not in SESSION_ONLY
+        }
+        self.modern_methods["server/discover"] = self.discover
         #: Called after a client changes persistent state (log level, subscriptions).
         self.on_state_change: Callable[[ClientState], Awaitable[None]] | None = None
         #: Called with (method, seconds) after each request (request-latency metrics).
@@ -189,6 +232,11 @@ class McpServer:
 
     def _serve_own_write(self, change_id: int) -> None:
         self.snapshots.written(change_id)
+
+    @functools.cached_property
+    def request_states(self) -> RequestStateSigner:
+        """Signs and checks the stateless era's ``requestState`` (a key derived from the secret key)."""
+        return RequestStateSigner(self.catalog.secrets.derive_key(KEY_PURPOSE))
 
     def http_client(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -215,6 +263,8 @@ class McpServer:
 
     async def _handle_request(self, message: Message, ctx: RequestContext) -> dict[str, Any]:
         assert message.method is not None and message.id is not None
+        if ctx.modern:
+            return await self._handle_modern(message, ctx)
         handler = self.methods.get(message.method)
         try:
             if handler is None:
@@ -238,6 +288,51 @@ class McpServer:
                 return error_message(message.id, JsonRpcError(CATALOG_UNAVAILABLE, CATALOG_UNAVAILABLE_MESSAGE))
             log.exception("internal error handling %s", message.method)
             return error_message(message.id, JsonRpcError(INTERNAL_ERROR, "internal error"))
+
+    async def _handle_modern(self, message: Message, ctx: RequestContext) -> dict[str, Any]:
+        """A stateless-era request (the transport checked its ``_meta`` and headers): the same
+        handlers, its own method table, and every result stamped as that revision requires."""
+        assert message.method is not None and message.id is not None
+        handler = self.modern_methods.get(message.method)
+        try:
+            if handler is None:
+                raise JsonRpcError(METHOD_NOT_FOUND, f"Method not found: {message.method[:128]}")
+            token = message.params["_meta"].get("progressToken")
+            if isinstance(token, str | int) and not isinstance(token, bool):
+                ctx.progress_token = token
+            ctx.request_id = message.id
+            result = await handler(message.params, ctx)
+        except JsonRpcError as exc:
+            if exc.code == RESOURCE_NOT_FOUND:  # 2026-07-28 has no -32002: not found is invalid params
+                exc = JsonRpcError(INVALID_PARAMS, exc.message, exc.data)
+            return error_message(message.id, exc)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if is_unavailable(exc):
+                warn_unavailable(log, "MCP requests answer catalog unavailable", exc)
+                return error_message(message.id, JsonRpcError(CATALOG_UNAVAILABLE, CATALOG_UNAVAILABLE_MESSAGE))
+            log.exception("internal error handling %s", message.method)
+            return error_message(message.id, JsonRpcError(INTERNAL_ERROR, "internal error"))
+        return result_message(message.id, self.stamp(message.method, result, ctx.client))
+
+    def stamp(self, method: str, result: dict[str, Any], client: ClientState) -> dict[str, Any]:
+        """A stateless-era result: ``resultType``, ``_meta`` serverInfo and, on the six cacheable
+        methods' complete results, caching hints. A copy: handlers may return shared objects."""
+        stamped = dict(result)
+        meta = stamped.get("_meta")
+        stamped["_meta"] = (
+            {**meta, META_SERVER_INFO: MODERN_SERVER_INFO}
+            if isinstance(meta, dict)
+            else {META_SERVER_INFO: MODERN_SERVER_INFO}
+        )
+        if "resultType" in stamped:  # e.g. "input_required": never cacheable
+            return stamped
+        stamped["resultType"] = "complete"
+        if method in CACHEABLE:
+            stamped["ttlMs"] = self.cache_ttl_ms
+            stamped["cacheScope"] = "public" if method == "server/discover" or _public_view(client) else "private"
+        return stamped
 
     async def handle_notification(self, message: Message, client: ClientState) -> None:
         if message.method == "notifications/initialized":
@@ -279,6 +374,10 @@ class McpServer:
             "instructions": INSTRUCTIONS,
         }
 
+    async def discover(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        """``server/discover``: what a stateless client may rely on, nothing caller-specific."""
+        return {"supportedVersions": list(ALL_VERSIONS), "capabilities": CAPABILITIES, "instructions": INSTRUCTIONS}
+
     async def ping(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
         return {}
 
@@ -304,6 +403,12 @@ class McpServer:
         arguments = params.get("arguments") or {}
         if not isinstance(arguments, dict):
             raise JsonRpcError(INVALID_PARAMS, '"arguments" must be an object of strings')
+        if ctx.modern:  # a missing required argument is asked of the user (input-required result)
+            arguments, ask_user = prompt_arguments(
+                name, entry.spec.arguments, arguments, params, ctx.client.client_capabilities
+            )
+            if ask_user is not None:
+                return ask_user
         declared = {a.name for a in entry.spec.arguments}
         renderer = entry.renderer  # binding the arguments refuses undeclared ones (-32602), as previews do
         try:
@@ -317,7 +422,7 @@ class McpServer:
             raise JsonRpcError(INTERNAL_ERROR, f"prompt {name} could not be rendered: {exc}") from None
         for key, value in arguments.items():
             if isinstance(value, str) and key in declared:
-                self.completions.remember(ctx.client, ("ref/prompt", name), key, value)
+                self._remember(ctx, ("ref/prompt", name), key, value)
         return result
 
     # ------------------------------------------------------------------ resources
@@ -351,7 +456,7 @@ class McpServer:
             variables = entry.renderer.uri_template.variables
             for key, value in (entry.renderer.match(uri) or {}).items():
                 if key in variables:
-                    self.completions.remember(ctx.client, ref, key, value)
+                    self._remember(ctx, ref, key, value)
         return {"contents": contents}
 
     async def resources_subscribe(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
@@ -400,20 +505,54 @@ class McpServer:
         async def on_log(level: str, data: Any) -> None:
             await ctx.log(level, data, logger=name)
 
-        # The same code path as the admin API's tool test (registry/catalog/tool_calls.py).
-        return await call_tool(
-            name,
-            tool,
-            arguments,
-            client=self.http_client(),
-            limits=self.limits,
-            request_id=ctx.request_id,
-            session_id=ctx.session_id,
-            on_progress=on_progress,
-            on_log=on_log,
-        )
+        capabilities = ctx.client.client_capabilities
+
+        async def step(responses: dict[str, Any] | None, state: str | None) -> WebhookAnswer:
+            # The same code path as the admin API's tool test (registry/catalog/tool_calls.py).
+            return await call_tool_step(
+                name,
+                tool,
+                arguments,
+                client=self.http_client(),
+                limits=self.limits,
+                request_id=ctx.request_id,
+                session_id=ctx.session_id,
+                on_progress=on_progress,
+                on_log=on_log,
+                client_capabilities=capabilities,
+                input_responses=responses,
+                state=state,
+                hook_services=self,
+            )
+
+        # A webhook may ask for input mid-call (registry/mcp/input_required.py): a stateless
+        # caller answers by retrying, a session is asked on its own channel.
+        what = f"tool {name}"
+        if ctx.modern:
+            binding = Binding(
+                "tool",
+                name,
+                tool.version,
+                ctx.client.label,
+                ctx.client.principal,
+                ctx.client.token_id,
+                arguments_digest(arguments),
+            )
+            return await run_stateless(step, params, capabilities, binding, self.request_states, what)
+        return await run_with_session(step, ctx.ask, capabilities, what)
 
     # ------------------------------------------------------------------ completion
+    def _remember(self, ctx: RequestContext, ref: tuple[str, str], argument: str, value: str) -> None:
+        """Completion history is per token or session: an anonymous stateless caller has neither
+        (each of its requests is a stranger), so it keeps none."""
+        if not ctx.modern or ctx.client.token_id is not None:
+            self.completions.remember(ctx.client, ref, argument, value)
+
+    def _recall(self, ctx: RequestContext, ref: tuple[str, str], argument: str) -> list[str]:
+        if ctx.modern and ctx.client.token_id is None:
+            return []
+        return self.completions.recall(ctx.client, ref, argument)
+
     async def completion_complete(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
         ref = params.get("ref")
         argument = params.get("argument")
@@ -436,7 +575,7 @@ class McpServer:
             candidates += declared.enum or []
             if declared.default is not None:
                 candidates.append(declared.default)
-            candidates += self.completions.recall(ctx.client, ("ref/prompt", entry.spec.name), arg_name)
+            candidates += self._recall(ctx, ("ref/prompt", entry.spec.name), arg_name)
         elif ref.get("type") == "ref/resource":
             uri = ref.get("uri")
             if isinstance(uri, str) and len(uri) > self.limits.uri_chars:
@@ -446,10 +585,16 @@ class McpServer:
                 raise JsonRpcError(INVALID_PARAMS, f"unknown resource template: {uri}")
             if template.renderer.uri_template and arg_name not in template.renderer.uri_template.variables:
                 raise JsonRpcError(INVALID_PARAMS, f"resource template {uri} has no variable {arg_name}")
-            candidates += self.completions.recall(ctx.client, ("ref/resource", str(uri)), arg_name)
+            candidates += self._recall(ctx, ("ref/resource", str(uri)), arg_name)
         else:
             raise JsonRpcError(INVALID_PARAMS, 'ref.type must be "ref/prompt" or "ref/resource"')
         return {"completion": suggestions(candidates, prefix)}
+
+
+def _public_view(client: ClientState) -> bool:
+    """Whether what a caller is served depends on nobody: an anonymous caller on the default label
+    (a token's label, or a chosen ``?label=``, makes the view the caller's own: private)."""
+    return client.token_id is None and client.label == PRODUCTION
 
 
 def _limit_error(limit: str, message: str) -> JsonRpcError:

@@ -17,7 +17,8 @@ from . import conformance as _conformance  # noqa: F401
 from ._types import LOG_LEVELS, JSONObject, LogCallback, ProgressCallback
 from .bodies import ACCEPT_ENCODING, BodyError, BodyTooLarge, iter_body, read_body
 from .builtin import BUILTINS, BuiltinRegistry, Hook, HookContext, HookError, builtin, builtin_name
-from .client import DEFAULT_MAX_RESPONSE_BYTES, WebhookTarget, call_webhook
+from .client import DEFAULT_MAX_RESPONSE_BYTES, WebhookAnswer, WebhookTarget, call_webhook, call_webhook_step
+from .input_required import INPUT_METHODS, InputRequest, InputRequired, parse_input_required
 from .relay import NotificationRelay
 from .resources import HttpResourceCache, HttpResourceSpec, ResourceFetchError
 from .results import InvalidResult, error_result, text_result, to_call_tool_result
@@ -45,6 +46,7 @@ __all__ = [
     "ALLOWED_NETWORKS_ENV",
     "BUILTINS",
     "DEFAULT_MAX_RESPONSE_BYTES",
+    "INPUT_METHODS",
     "LOG_LEVELS",
     "SIGNATURE_HEADER",
     "BodyError",
@@ -60,6 +62,8 @@ __all__ = [
     "HttpResourceSpec",
     "IPAddress",
     "IPNetwork",
+    "InputRequest",
+    "InputRequired",
     "InvalidResult",
     "InvalidWebhookURL",
     "JSONObject",
@@ -67,11 +71,13 @@ __all__ = [
     "NotificationRelay",
     "ProgressCallback",
     "ResourceFetchError",
+    "WebhookAnswer",
     "WebhookTarget",
     "WebhookURLError",
     "builtin",
     "builtin_name",
     "call_webhook",
+    "call_webhook_step",
     "check_url",
     "check_url_sync",
     "error_result",
@@ -79,6 +85,7 @@ __all__ = [
     "is_forbidden_address",
     "iter_body",
     "make_guarded_client",
+    "parse_input_required",
     "parse_networks",
     "read_body",
     "sign",

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias, TypeVar
 from urllib.parse import urlsplit
 
@@ -49,10 +49,18 @@ class HookError(Exception):
 
 @dataclass(frozen=True)
 class HookContext:
-    """What a built-in hook may do besides returning: report progress and emit log messages."""
+    """What a built-in hook may do besides returning: report progress and emit log messages, and
+    ask for input (see :mod:`.input_required`): ``client_capabilities`` says which of
+    ``elicitation``/``sampling``/``roots`` the caller's client can answer, and a call made after
+    such a request carries the answers (``input_responses``) and the hook's ``state``.
+    ``services`` is whatever the caller hands built-ins (the MCP server: its catalog), or None."""
 
     on_progress: ProgressCallback | None = None
     on_log: LogCallback | None = None
+    client_capabilities: dict[str, Any] = field(default_factory=dict)
+    input_responses: dict[str, Any] | None = None
+    state: str | None = None
+    services: Any = None
 
     async def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
         """Report progress (a ``notifications/progress`` if the caller asked for it)."""
@@ -65,6 +73,19 @@ class HookContext:
             raise HookError(f"invalid log level {level!r}")
         if self.on_log is not None:
             await self.on_log(level, data)
+
+    def response(self, key: str) -> dict[str, Any] | None:
+        """The client's answer to input request ``key``, if this call carries one."""
+        value = (self.input_responses or {}).get(key)
+        return value if isinstance(value, dict) else None
+
+    @staticmethod
+    def input_required(requests: dict[str, dict[str, Any]], state: str | None = None) -> JSONObject:
+        """The answer asking for input: ``{"input_required": {"requests": ..., "state": ...}}``."""
+        body: JSONObject = {"requests": requests}
+        if state is not None:
+            body["state"] = state
+        return {"input_required": body}
 
 
 Hook: TypeAlias = Callable[[JSONObject, HookContext], Awaitable[JSONObject]]

@@ -32,13 +32,17 @@ from ._types import LOG_LEVELS, JSONObject, LogCallback, ProgressCallback
 from .bodies import ACCEPT_ENCODING, BodyError, BodyTooLarge, iter_body, read_body
 from .builtin import BUILTINS, HookContext, HookError, builtin_name
 from .headers import InvalidHeader, configured_headers
+from .input_required import InputRequired, is_input_required, parse_input_required
 from .messages import host_for_messages, transport_failure
 from .relay import NotificationRelay
 from .results import InvalidResult, error_result, to_call_tool_result
 from .signing import SIGNATURE_HEADER, sign
 from .ssrf import ForbiddenDestination
 
-__all__ = ["DEFAULT_MAX_RESPONSE_BYTES", "WebhookTarget", "call_webhook"]
+__all__ = ["DEFAULT_MAX_RESPONSE_BYTES", "WebhookAnswer", "WebhookTarget", "call_webhook", "call_webhook_step"]
+
+#: What one webhook call ends with: a ``CallToolResult`` dict, or a request for input.
+WebhookAnswer = JSONObject | InputRequired
 
 #: Bodies above this (after content decoding) are refused: results end up in a model's context
 #: and in memory here, so an unbounded answer is a denial-of-service vector.
@@ -127,9 +131,40 @@ async def call_webhook(
     Exceptions raised by ``on_progress``/``on_log`` propagate for HTTP targets (they are the
     caller's), as does ``asyncio.CancelledError``; everything else becomes an ``isError`` result.
     """
+    answer = await call_webhook_step(
+        target,
+        payload,
+        client=client,
+        on_progress=on_progress,
+        on_log=on_log,
+        max_response_bytes=max_response_bytes,
+        notifications_per_second=notifications_per_second,
+    )
+    if isinstance(answer, InputRequired):
+        methods = ", ".join(sorted({r.method for r in answer.requests.values()}))
+        return error_result(f"the tool asked for input ({methods}), which this call cannot provide")
+    return answer
+
+
+async def call_webhook_step(
+    target: WebhookTarget,
+    payload: Mapping[str, Any],
+    *,
+    client: httpx.AsyncClient,
+    on_progress: ProgressCallback | None = None,
+    on_log: LogCallback | None = None,
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+    notifications_per_second: float = DEFAULT_LIMITS.progress_per_second,
+    hook_services: Any = None,
+) -> WebhookAnswer:
+    """:func:`call_webhook`, except that a hook's ``{"input_required": ...}`` answer is returned
+    as an :class:`~registry.webhooks.input_required.InputRequired` (validated and bounded; an
+    invalid one is an ``isError`` result) for the caller to get the answers and call again with
+    ``input_responses`` and ``state`` in the payload. ``hook_services`` is handed to built-in
+    hooks (``HookContext.services``)."""
     relay = NotificationRelay(on_progress, on_log, notifications_per_second)
     try:
-        result = await _call(target, payload, client, relay, max_response_bytes)
+        result = await _call(target, payload, client, relay, max_response_bytes, hook_services)
     finally:
         await relay.aclose()
     await relay.finish()
@@ -142,7 +177,8 @@ async def _call(
     client: httpx.AsyncClient,
     relay: NotificationRelay,
     max_response_bytes: int,
-) -> JSONObject:
+    hook_services: Any = None,
+) -> WebhookAnswer:
     host = host_for_messages(target.url)
     name = builtin_name(target.url)
     what = f"built-in hook {name!r}" if name is not None else f"webhook call to {host}"
@@ -150,7 +186,7 @@ async def _call(
         body = _encode_payload(payload)
         async with asyncio.timeout(target.timeout_s):
             if name is not None:
-                return await _call_builtin(name, body, HookContext(relay.progress, relay.log))
+                return await _call_builtin(name, body, relay, hook_services)
             return await _call_http(target, body, client, relay, max_response_bytes)
     except _Failure as exc:
         return error_result(str(exc))
@@ -176,15 +212,28 @@ async def _call(
 # --------------------------------------------------------------------------- built-in hooks
 
 
-async def _call_builtin(name: str, body: bytes, ctx: HookContext) -> JSONObject:
+async def _call_builtin(name: str, body: bytes, relay: NotificationRelay, services: Any) -> WebhookAnswer:
     hook = BUILTINS.get(name)
     if hook is None:
         _fail(f"unknown built-in hook {name!r}")
     # Decode the exact bytes an HTTP webhook would get, so built-ins see the same payload and
     # cannot mutate the caller's dict.
     payload = _loads(body)
-    # Hooks get the tool arguments; the rest of the envelope (tool, request_id, session) is routing.
-    arguments = payload.get("arguments", {}) if isinstance(payload, dict) and "tool" in payload else payload
+    # Hooks get the tool arguments; the rest of the envelope (tool, request_id, session) is routing,
+    # and the input round trip's parts (client capabilities, answers, state) come in the context.
+    envelope = payload if isinstance(payload, dict) and "tool" in payload else {}
+    arguments = payload.get("arguments", {}) if envelope else payload
+    capabilities = envelope.get("client_capabilities")
+    responses = envelope.get("input_responses")
+    state = envelope.get("state")
+    ctx = HookContext(
+        relay.progress,
+        relay.log,
+        client_capabilities=capabilities if isinstance(capabilities, dict) else {},
+        input_responses=responses if isinstance(responses, dict) else None,
+        state=state if isinstance(state, str) else None,
+        services=services,
+    )
     try:
         value = await hook(arguments, ctx)
     except HookError as exc:
@@ -195,7 +244,7 @@ async def _call_builtin(name: str, body: bytes, ctx: HookContext) -> JSONObject:
         _fail(f"built-in hook {name!r} returned {type(value).__name__}, expected an object")
     try:
         json.dumps(value, allow_nan=False)
-        return to_call_tool_result(value)
+        return _answer(value)
     except (TypeError, ValueError, RecursionError) as exc:
         _fail(f"built-in hook {name!r} returned an invalid result: {exc}")
 
@@ -239,7 +288,7 @@ async def _call_http(
     client: httpx.AsyncClient,
     relay: NotificationRelay,
     max_bytes: int,
-) -> JSONObject:
+) -> WebhookAnswer:
     method = _check_target(target)
     headers = _request_headers(target, body)
     # ``async with`` closes the response (and so the connection, if unread) on every way out,
@@ -293,7 +342,14 @@ async def _read_capped(response: httpx.Response, max_bytes: int) -> bytes:
         _fail(_too_large(max_bytes))
 
 
-def _json_body_result(raw: bytes, media_type: str) -> JSONObject:
+def _answer(value: Any) -> WebhookAnswer:
+    """A decoded answer as a result or an input request (``InvalidResult`` for a bad one of either)."""
+    if is_input_required(value):
+        return parse_input_required(value)
+    return to_call_tool_result(value)
+
+
+def _json_body_result(raw: bytes, media_type: str) -> WebhookAnswer:
     if not raw.strip():
         return {"content": [], "isError": False}
     try:
@@ -301,15 +357,16 @@ def _json_body_result(raw: bytes, media_type: str) -> JSONObject:
     except (ValueError, RecursionError) as exc:
         _fail(f"webhook returned invalid JSON ({media_type or 'no Content-Type'}): {exc}")
     try:
-        return to_call_tool_result(value)
+        return _answer(value)
     except InvalidResult as exc:
-        _fail(f"webhook returned an invalid CallToolResult: {exc}")
+        what = "input request" if is_input_required(value) else "CallToolResult"
+        _fail(f"webhook returned an invalid {what}: {exc}")
 
 
 # --------------------------------------------------------------------------- NDJSON streaming
 
 
-async def _read_ndjson(response: httpx.Response, max_bytes: int, relay: NotificationRelay) -> JSONObject:
+async def _read_ndjson(response: httpx.Response, max_bytes: int, relay: NotificationRelay) -> WebhookAnswer:
     buffer = bytearray()
     line_number = 0
     try:
@@ -341,8 +398,9 @@ async def _ndjson_event(
     line_number: int,
     on_progress: ProgressCallback | None,
     on_log: LogCallback | None,
-) -> JSONObject | None:
-    """Act on one NDJSON line; return the mapped result if it was the ``result`` line."""
+) -> WebhookAnswer | None:
+    """Act on one NDJSON line; return the mapped result if it was the ``result`` line (or an
+    ``input_required`` line)."""
     if not line.strip():
         return None
     try:
@@ -356,6 +414,11 @@ async def _ndjson_event(
             return to_call_tool_result(event["result"])
         except InvalidResult as exc:
             _fail(f"webhook returned an invalid CallToolResult: {exc}")
+    if "input_required" in event:
+        try:
+            return parse_input_required(event)
+        except InvalidResult as exc:
+            _fail(f"webhook returned an invalid input request: {exc}")
     if "progress" in event:
         progress, total, message = event["progress"], event.get("total"), event.get("message")
         if not _is_number(progress) or not (total is None or _is_number(total)):

@@ -2,7 +2,9 @@
 
 ``Client(url, mode="legacy")`` is the SDK's Streamable HTTP client doing the ``initialize``
 handshake (it offers the newest handshake-era version, 2025-11-25) instead of probing for the
-2026 stateless protocol first. The SDK's stdio and HTTP+SSE clients are exercised too.
+2026 stateless protocol first; ``mode="2026-07-28"`` speaks the stateless revision without a
+probe, and the default ``mode="auto"`` probes ``server/discover`` and picks it. The SDK's stdio
+and HTTP+SSE clients are exercised too, in both eras.
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import httpx2
 import pytest
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.sse import sse_client
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import PromptsListChanged
 from mcp.types import PromptReference, ResourceTemplateReference, TextContent, TextResourceContents
 
 from registry.config import Settings
@@ -32,6 +36,7 @@ from tests.interop.mcp_wire import (
 )
 
 SDK_VERSION = "2.3.0"
+MODERN = "2026-07-28"
 
 
 def test_the_pinned_sdk_is_installed() -> None:
@@ -115,12 +120,46 @@ async def test_sdk_streamable_http_legacy_mode(server: LiveServer) -> None:
         assert completion.completion.values == ["payments"]
 
 
-async def test_sdk_auto_mode_falls_back_to_the_handshake(server: LiveServer) -> None:
-    """``mode="auto"`` (the SDK's default) probes ``server/discover``; the registry makes it fall back."""
+async def test_sdk_auto_mode_chooses_the_stateless_revision(server: LiveServer) -> None:
+    """``mode="auto"`` (the SDK's default) probes ``server/discover`` and adopts 2026-07-28."""
     async with Client(f"{server.url}/mcp", read_timeout_seconds=30) as client:
-        assert client.protocol_version == "2025-11-25"
-        result = await client.call_tool("add", {"a": 42, "b": 58})
-        assert result.content == [TextContent(type="text", text="42 + 58 = 100")]
+        assert client.protocol_version == MODERN
+        assert client.server_info is not None and client.server_info.name == "mcp-registry"
+        assert client.instructions and "registry" in client.instructions
+        await article_walk(client)
+
+
+async def test_sdk_modern_mode(server: LiveServer) -> None:
+    """Pinned to 2026-07-28: no probe, no handshake, every request stateless."""
+    async with Client(f"{server.url}/mcp", mode=MODERN, read_timeout_seconds=30) as client:
+        assert client.protocol_version == MODERN
+        await article_walk(client)
+        with pytest.raises(MCPError) as missing:
+            await client.get_prompt("summarize", {"max_words": "20"})
+        assert missing.value.code == -32602
+        assert "missing required argument(s): text" in missing.value.message
+        with pytest.raises(MCPError) as unknown:
+            await client.read_resource("info://nope")
+        assert unknown.value.code == -32602  # 2026-07-28 has no -32002
+        completion = await client.complete(
+            PromptReference(type="ref/prompt", name="code-review"), {"name": "language", "value": "py"}
+        )
+        assert completion.completion.values == ["python"]
+        discovered = await client.session.send_discover(MODERN)
+        assert MODERN in discovered["supportedVersions"]
+
+
+async def test_sdk_legacy_and_modern_clients_side_by_side(demo: Registry, server: LiveServer) -> None:
+    async with (
+        Client(f"{server.url}/mcp", mode="legacy", read_timeout_seconds=30) as legacy,
+        Client(f"{server.url}/mcp", mode=MODERN, read_timeout_seconds=30) as modern,
+    ):
+        assert legacy.protocol_version == "2025-11-25" and modern.protocol_version == MODERN
+        old = [t.model_dump() for t in (await legacy.list_tools()).tools]
+        new = [t.model_dump() for t in (await modern.list_tools()).tools]
+        assert old == new
+        await article_walk(legacy)
+        await article_walk(modern)
 
 
 @pytest.fixture
@@ -173,7 +212,8 @@ async def test_sdk_legacy_sse_transport(server: LiveServer) -> None:
         await article_walk(client)
 
 
-async def test_sdk_stdio_transport(demo: Registry, database_url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("mode", "expected"), [("legacy", "2025-11-25"), ("auto", MODERN), (MODERN, MODERN)])
+async def test_sdk_stdio_transport(demo: Registry, database_url: str, tmp_path: Path, mode: str, expected: str) -> None:
     command, *prefix = mcp_registry_command()
     env = child_env()
     params = StdioServerParameters(
@@ -182,6 +222,12 @@ async def test_sdk_stdio_transport(demo: Registry, database_url: str, tmp_path: 
         env=env,
     )
     with (tmp_path / "stderr.log").open("w") as errlog:
-        async with Client(stdio_client(params, errlog=errlog), mode="legacy", read_timeout_seconds=30) as client:
-            assert client.protocol_version == "2025-11-25"
+        async with Client(stdio_client(params, errlog=errlog), mode=mode, read_timeout_seconds=30) as client:
+            assert client.protocol_version == expected
             await article_walk(client)
+            if expected == MODERN:
+                async with client.listen(prompts_list_changed=True) as subscription:
+                    demo.catalog.create("prompt", {"name": "heard-on-stdio", "template": "New"}, actor="admin")
+                    with anyio.fail_after(10):
+                        event = await anext(aiter(subscription))
+                    assert isinstance(event, PromptsListChanged)

@@ -59,6 +59,8 @@ def test_the_webhook_gets_the_signed_envelope_with_the_stored_headers(
         "arguments": {"text": "hello"},
         "request_id": 7,
         "session": client.session_id,
+        # What the client can answer if the webhook asks for input (its initialize capabilities).
+        "client_capabilities": {"roots": {"listChanged": True}, "sampling": {}},
     }
     assert seen["headers"]["x-api-key"] == "key-123"
     assert verify("hook-secret", seen["body"].encode(), seen["headers"]["x-registry-signature"])

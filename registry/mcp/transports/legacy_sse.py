@@ -16,6 +16,7 @@ from typing import Any
 
 from registry.config import Settings
 from registry.db.engine import is_unavailable, warn_unavailable
+from registry.mcp.client_requests import ClientRequests
 from registry.mcp.http_common import (
     HttpError,
     Receive,
@@ -58,6 +59,9 @@ class LegacySseTransport:
         #: Sessions with an ``mcp_sessions`` row (listed as connected agents), ended with their stream.
         self._recorded: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: Requests sent to clients mid-call (a session lives on this replica's stream, and so do
+        #: its answers: nothing to forward).
+        self.client_requests = ClientRequests()
 
     async def stream(self, scope: Scope, receive: Receive, send: SendFn) -> None:
         headers = header_map(scope)
@@ -155,13 +159,16 @@ class LegacySseTransport:
             await self.server.handle_notification(message, session)
             return
         if not message.is_request:
+            # The client's answer to a request a tool call sent it on the stream.
+            await self.client_requests.deliver(session.id, message)
             return
 
         async def related(notification: dict[str, Any]) -> None:
             self.hub.publish(session.id, notification)
 
         assert message.id is not None
-        ctx = RequestContext(client=session, send=related, session_id=session.id)
+        ask = self.client_requests.asker(session.id, related)
+        ctx = RequestContext(client=session, send=related, session_id=session.id, ask=ask)
         task = asyncio.current_task()
         if task is not None:
             session.in_flight[message.id] = task

@@ -2,6 +2,10 @@
 
 One JSON message per line on stdin; answers and notifications, one per line, on stdout. Logs go
 to stderr only (stdout belongs to the protocol).
+
+Both eras share the pipe, decided per message (basic/versioning): a request whose ``_meta`` names a
+protocol version (and is not ``initialize``) is a stateless 2026-07-28 request, served from its own
+``_meta``; everything else is the session era's, served to the process's ``ClientState``.
 """
 
 from __future__ import annotations
@@ -10,12 +14,15 @@ import asyncio
 import logging
 import sys
 from collections.abc import AsyncIterator
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from registry.limits import DEFAULT_LIMITS, LimitExceeded, Limits
+from registry.mcp import modern
+from registry.mcp.client_requests import ClientRequests
 from registry.mcp.protocol import (
     PARSE_ERROR,
     JsonRpcError,
+    Message,
     check_batch,
     dumps,
     error_message,
@@ -25,6 +32,9 @@ from registry.mcp.protocol import (
 )
 from registry.mcp.server import McpServer, RequestContext
 from registry.mcp.sessions import ClientState
+
+if TYPE_CHECKING:
+    from registry.mcp.listen import ListenService, ListenStream
 
 log = logging.getLogger("registry.mcp")
 
@@ -51,6 +61,13 @@ class StdioTransport:
         self._write_lock = asyncio.Lock()
         self._out: BinaryIO = sys.stdout.buffer
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: Requests sent to the host mid-call (elicitation, sampling, roots) awaiting its answer line.
+        self.client_requests = ClientRequests()
+        self._session_key = f"stdio-{client.history_id}"
+        #: ``subscriptions/listen`` (stateless era), when the process runs a listen service.
+        self.listen: ListenService | None = None
+        #: Open listens by request id: ended gracefully (final result) when the process stops.
+        self._listens: dict[Any, ListenStream] = {}
 
     async def write(self, message: dict[str, Any]) -> None:
         data = dumps(message) + b"\n"
@@ -89,6 +106,8 @@ class StdioTransport:
         Bounded both ways, so stdin EOF or SIGTERM ends the process promptly whatever a request
         is waiting on; a request that does not unwind even when cancelled is logged and left.
         """
+        for stream in list(self._listens.values()):
+            stream.close()  # a graceful end: what is pending, then the listen's final result
         tasks = set(self._tasks)
         pending = tasks
         if pending and grace > 0:
@@ -157,9 +176,15 @@ class StdioTransport:
             await self.server.handle_notification(message, self.client)
             return
         if not message.is_request:
+            # The host's answer to a request a tool call wrote on stdout (session era).
+            await self.client_requests.deliver(self._session_key, message)
             return
         assert message.id is not None
-        ctx = RequestContext(client=self.client, send=self.write)
+        if modern.has_modern_meta(message):
+            await self._modern(message)
+            return
+        ask = self.client_requests.asker(self._session_key, self.write)
+        ctx = RequestContext(client=self.client, send=self.write, ask=ask)
         task = asyncio.current_task()
         if task is not None:
             self.client.in_flight[message.id] = task
@@ -170,6 +195,51 @@ class StdioTransport:
         finally:
             self.client.in_flight.pop(message.id, None)
         await self.write(answer)
+
+    async def _modern(self, message: Message) -> None:
+        """A stateless request: checked (``_meta``, version; there are no headers on stdio), served
+        to a caller built from its ``_meta`` alone; cancellable with ``notifications/cancelled``."""
+        assert message.id is not None
+        try:
+            meta = modern.check_meta(message)
+            modern.check_version(meta)
+            client = modern.client_state(
+                meta, label=self.client.label, principal=self.client.principal, token_id=self.client.token_id
+            )
+        except JsonRpcError as exc:
+            await self.write(error_message(message.id, exc))
+            return
+        task = asyncio.current_task()
+        if task is not None:
+            self.client.in_flight[message.id] = task
+        try:
+            if message.method == "subscriptions/listen" and self.listen is not None:
+                await self._listen(message, client)
+                return
+            ctx = RequestContext(client=client, send=self.write, modern=True)
+            answer = await self.server.handle_request(message, ctx)
+        except asyncio.CancelledError:
+            return
+        finally:
+            self.client.in_flight.pop(message.id, None)
+        await self.write(answer)
+
+    async def _listen(self, message: Message, client: ClientState) -> None:
+        """Write a listen's messages as they come, until the client cancels it (its task is
+        cancelled), stdin closes or the process stops (then it ends with its final result)."""
+        assert self.listen is not None and message.id is not None
+        try:
+            stream = await self.listen.open(message.id, message.params, client)
+        except JsonRpcError as exc:
+            await self.write(error_message(message.id, exc))
+            return
+        self._listens[message.id] = stream
+        try:
+            async for frame in stream:
+                await self.write(frame)
+        finally:
+            self._listens.pop(message.id, None)
+            await stream.aclose()
 
 
 async def open_stdin_reader(limit: int = DEFAULT_LIMITS.body_bytes) -> asyncio.StreamReader:

@@ -1,4 +1,9 @@
-"""Streamable HTTP (spec 2025-03-26 ... 2025-11-25) at ``/mcp``: POST, GET and DELETE.
+"""Streamable HTTP at ``/mcp``: sessions (spec 2025-03-26 ... 2025-11-25) and stateless 2026-07-28.
+
+The era is chosen per request (basic/versioning, "dual-era"): an ``MCP-Protocol-Version`` header
+naming no session-era version (or, without that header, a body whose ``_meta`` names a version
+with no session to serve it) makes a stateless request, checked and answered by ``_modern``;
+everything else takes the session path exactly as before.
 
 A raw ASGI app rather than FastAPI routes: this is the agents' hot path, and per-request
 framework objects are most of what a request costs. The protocol itself is in ``McpServer``.
@@ -10,12 +15,15 @@ A POST's answer starts as plain JSON; if the handler emits a related notificatio
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import secrets
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from registry.config import Settings
+from registry.mcp import modern
+from registry.mcp.client_requests import ClientRequests, ForwardTooLarge
 from registry.mcp.http_common import (
     HttpError,
     Receive,
@@ -35,6 +43,7 @@ from registry.mcp.http_common import (
 from registry.mcp.notifier import ChangeFeed, Notifier
 from registry.mcp.protocol import (
     BATCH_VERSIONS,
+    HEADER_MISMATCH,
     INTERNAL_ERROR,
     INVALID_REQUEST,
     SUPPORTED_VERSIONS,
@@ -44,10 +53,13 @@ from registry.mcp.protocol import (
     invalid_message_answer,
     parse_message,
 )
-from registry.mcp.server import McpServer, RequestContext
+from registry.mcp.server import Ask, McpServer, RequestContext
 from registry.mcp.sessions import STREAMABLE_HTTP, Session, SessionStore
 from registry.mcp.streams import StreamHub
 from registry.tokens import Principal, TokenService
+
+if TYPE_CHECKING:
+    from registry.mcp.listen import ListenService
 
 log = logging.getLogger("registry.mcp")
 
@@ -87,6 +99,11 @@ class StreamableHttpTransport:
         #: Set by McpRuntime: the change feed and notifier, for stream resumption.
         self.feed: ChangeFeed | None = None
         self.notifier: Notifier | None = None
+        #: Set by McpRuntime: ``subscriptions/listen`` streams (stateless era).
+        self.listen: ListenService | None = None
+        #: Requests sent to clients mid-call and their pending answers (the runtime shares it
+        #: across replicas over PostgreSQL).
+        self.client_requests = ClientRequests()
 
     async def __call__(self, scope: Scope, receive: Receive, send: SendFn) -> None:
         if scope["type"] != "http":
@@ -96,15 +113,12 @@ class StreamableHttpTransport:
             check_origin_and_host(headers, self.settings)
             with database_errors_as_503(log, "MCP token lookup answers 503"):
                 principal = await authenticate(headers, self.tokens, self.settings)
-            # Absent, the version is taken to be 2025-03-26 (spec); nothing here depends on it.
+            # Absent, the version is taken to be 2025-03-26 (spec); a session-era value keeps the
+            # session path; anything else is a stateless request (an unknown version is told so there).
             version = headers.get(VERSION_HEADER)
-            if version is not None and version not in SUPPORTED_VERSIONS:
-                raise HttpError(
-                    400,
-                    INVALID_REQUEST,
-                    f"Bad Request: unsupported MCP-Protocol-Version {version!r}; "
-                    f"supported: {', '.join(SUPPORTED_VERSIONS)}",
-                )
+            if version is not None and version not in SUPPORTED_VERSIONS:  # modern.is_modern_version_header, inlined
+                await self._modern(scope, receive, send, headers, principal)
+                return
             method = scope["method"]
             if method == "POST":
                 await self._post(scope, receive, send, headers, principal)
@@ -161,6 +175,14 @@ class StreamableHttpTransport:
         if not messages:
             await send_json(send, 400, answers if batch else answers[0])
             return
+        if not batch and SESSION_HEADER not in headers and modern.has_modern_meta(messages[0]):
+            # A stateless request without its MCP-Protocol-Version header: say so (with its id),
+            # rather than ask it for a session it should not have.
+            request = messages[0]
+            if request.is_request:
+                error = JsonRpcError(HEADER_MISMATCH, "Header mismatch: missing MCP-Protocol-Version header")
+                await send_json(send, 400, error_message(request.id, error))
+                return
         session = await self._session(headers, principal)
         if batch and session.protocol_version not in BATCH_VERSIONS:
             raise HttpError(
@@ -173,7 +195,13 @@ class StreamableHttpTransport:
         for message in messages:
             if message.is_notification:
                 await self.server.handle_notification(message, session)
-            # Responses to server-to-client requests: none are sent yet, so they are accepted and dropped.
+            elif message.is_response:
+                # The client's answer to a request a tool call sent it (registry/mcp/client_requests.py);
+                # one for a call running on another replica is forwarded there.
+                try:
+                    await self.client_requests.deliver(session.id, message)
+                except ForwardTooLarge as exc:
+                    raise HttpError(413, INVALID_REQUEST, f"Payload Too Large: {exc}") from None
         if not requests:
             if answers:
                 await send_json(send, 400, answers if batch else answers[0])
@@ -194,8 +222,10 @@ class StreamableHttpTransport:
                     await stream.event(b"", event_id="p-" + secrets.token_hex(8), retry_ms=3000)
             await stream.message(message)
 
+        # Server-to-client requests go on this POST's SSE stream: none without one.
+        ask = self.client_requests.asker(session.id, related) if accepts_sse else None
         for request in requests:
-            answers.append(await self._run(request, session, related))
+            answers.append(await self._run(request, session, related, ask))
 
         result: Any = answers if batch else answers[0]
         if stream is not None:
@@ -211,8 +241,8 @@ class StreamableHttpTransport:
                 await sse.message(answer)
             await sse.close()
 
-    async def _run(self, request: Message, session: Session, related: Any) -> dict[str, Any]:
-        ctx = RequestContext(client=session, send=related, session_id=session.id)
+    async def _run(self, request: Message, session: Session, related: Any, ask: Ask | None = None) -> dict[str, Any]:
+        ctx = RequestContext(client=session, send=related, session_id=session.id, ask=ask)
         if request.method not in CANCELLABLE:
             # Quick methods answer straight from the snapshot; a task per request would cost more than them.
             return await self.server.handle_request(request, ctx)
@@ -251,6 +281,103 @@ class StreamableHttpTransport:
             )
             return
         await send_json(send, 200, answer, {"Mcp-Session-Id": session.id})
+
+    # ---------------------------------------------------------------- stateless (2026-07-28)
+    async def _modern(
+        self, scope: Scope, receive: Receive, send: SendFn, headers: dict[str, str], principal: Principal
+    ) -> None:
+        """One stateless request: no session is read, made or named (an ``Mcp-Session-Id`` is ignored).
+
+        HTTP-level refusals before the body is parsed answer ``id: null`` as ever; from the parsed
+        request on, every error answers its id, as JSON, with the status the revision assigns.
+        """
+        if scope["method"] != "POST":
+            raise HttpError(
+                405, INVALID_REQUEST, "Method Not Allowed: protocol 2026-07-28 uses POST only", {"Allow": "POST"}
+            )
+        accepts_json, accepts_sse = _accepts(headers)
+        if not (accepts_json or accepts_sse):
+            raise HttpError(
+                406, INVALID_REQUEST, "Not Acceptable: Accept must include application/json or text/event-stream"
+            )
+        content_type = headers.get("content-type", "application/json").split(";")[0].strip().lower()
+        if content_type != "application/json":
+            raise HttpError(415, INVALID_REQUEST, "Unsupported Media Type: send application/json")
+        batch, items = await read_messages(receive, headers, self.settings.limits)
+        if batch:
+            raise HttpError(400, INVALID_REQUEST, "Bad Request: protocol 2026-07-28 has no JSON-RPC batches")
+        try:
+            message = parse_message(items[0], self.settings.limits)
+        except JsonRpcError as exc:
+            await send_json(send, 400, invalid_message_answer(exc))
+            return
+        if not message.is_request:
+            await send_bytes(send, 202, b"", None)  # notifications and stray responses: nothing to answer
+            return
+        assert message.id is not None and message.method is not None
+        try:
+            meta = modern.check_meta_http(message, headers)
+            modern.check_headers(message, meta, headers, scope["headers"])
+            modern.check_version(meta)
+            try:
+                label = served_label(principal, scope, self.settings)
+            except HttpError as exc:
+                await send_json(
+                    send, exc.status, error_message(message.id, JsonRpcError(exc.code, exc.message)), exc.headers
+                )
+                return
+            client = modern.client_state(meta, label=label, principal=principal.name, token_id=principal.token_id)
+            if message.method == "tools/call":
+                await self._check_param_headers(message, label, headers)
+            if message.method == "subscriptions/listen" and self.listen is not None:
+                stream = await self.listen.open(message.id, message.params, client)
+                await self.listen.serve_sse(stream, receive, send)
+                return
+        except JsonRpcError as exc:
+            await send_json(send, modern.ERROR_STATUS.get(exc.code, 200), error_message(message.id, exc))
+            return
+
+        stream_out: SseStream | None = None
+
+        async def related(notification: dict[str, Any]) -> None:
+            nonlocal stream_out
+            if not accepts_sse:
+                return
+            if stream_out is None:  # no event ids, no priming: nothing is resumable in this era
+                stream_out = SseStream(send)
+                await stream_out.start()
+            await stream_out.message(notification)
+
+        ctx = RequestContext(client=client, send=related, modern=True)
+        if message.method in CANCELLABLE:
+            answer = await _until_disconnect(self.server.handle_request(message, ctx), receive)
+            if answer is None:
+                return  # the client closed the request: that is its cancellation
+        else:
+            answer = await self.server.handle_request(message, ctx)
+        if stream_out is not None:
+            await stream_out.message(answer)
+            await stream_out.close()
+        elif accepts_json:
+            await send_json(send, modern.error_status(answer), answer)
+        else:
+            sse = SseStream(send)
+            await sse.start()
+            await sse.message(answer)
+            await sse.close()
+
+    async def _check_param_headers(self, message: Message, label: str, headers: dict[str, str]) -> None:
+        """A stateless ``tools/call`` of a tool whose schema annotates arguments with
+        ``x-mcp-header``: the ``Mcp-Param-*`` headers must mirror them (-32020 otherwise)."""
+        name = message.params.get("name")
+        if not isinstance(name, str):
+            return
+        entry = (await self.server.snapshots.get(label)).tools.get(name)
+        if entry is None:
+            return  # the handler answers for an unknown tool
+        annotations = modern.param_headers(entry.listing.get("inputSchema"))
+        if annotations:
+            modern.check_param_headers(annotations, message.params.get("arguments"), headers)
 
     # ---------------------------------------------------------------- GET
     async def _get(
@@ -291,6 +418,28 @@ class StreamableHttpTransport:
             await self.sessions.end(session.id)
         self.hub.close_session(session.id)
         await send_bytes(send, 204, b"", None)
+
+
+async def _until_disconnect(work: Any, receive: Receive) -> dict[str, Any] | None:
+    """Run a request's handler until it answers, or until the client disconnects (cancelling it:
+    in the stateless era, closing the request is how a client cancels it). None: cancelled."""
+    task: asyncio.Task[dict[str, Any]] = asyncio.ensure_future(work)
+
+    async def watch() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return None
+    return task.result()
 
 
 __all__ = ["StreamableHttpTransport"]

@@ -1,0 +1,390 @@
+"""``subscriptions/listen`` (2026-07-28) in one process: the ListenService of a running McpRuntime,
+fed by real catalog writes through the change feed (SQLite and PostgreSQL).
+
+The transports (HTTP, stdio) only write what a ``ListenStream`` yields; here the stream is read
+directly, so these tests pin what a listener is told and when, whatever carries it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, MutableMapping
+from typing import Any
+
+import pytest
+
+from registry.limits import Limits
+from registry.mcp.listen import ListenService, ListenStream
+from registry.mcp.protocol import INVALID_PARAMS, INVALID_REQUEST, META_SERVER_INFO, META_SUBSCRIPTION_ID, JsonRpcError
+from registry.mcp.runtime import McpRuntime
+from registry.mcp.sessions import ClientState
+from registry.runtime import Registry
+
+SUB = META_SUBSCRIPTION_ID
+
+
+def _client(label: str = "production", token_id: int | None = None) -> ClientState:
+    return ClientState(label=label, principal="test", token_id=token_id)
+
+
+@pytest.fixture
+async def runtime(registry: Registry) -> AsyncIterator[McpRuntime]:
+    registry.seed("demo")
+    mcp = McpRuntime(registry)
+    await mcp.start()
+    try:
+        yield mcp
+    finally:
+        await mcp.stop()
+
+
+async def _write(fn: Any, *args: Any, **kwargs: Any) -> None:
+    """A catalog write, as the admin API makes it (in a worker thread)."""
+    await asyncio.to_thread(fn, *args, **kwargs)
+
+
+async def _next(stream: ListenStream, timeout: float = 5.0) -> dict[str, Any]:
+    message = await asyncio.wait_for(stream.next(), timeout)
+    assert message is not None
+    return message
+
+
+async def _nothing(stream: ListenStream, wait: float = 0.6) -> None:
+    """Nothing arrives within ``wait`` seconds."""
+    assert await stream.next(timeout=wait) is None
+
+
+async def _open(runtime: McpRuntime, request_id: Any, notifications: dict[str, Any], **client: Any) -> ListenStream:
+    stream = await runtime.listen.open(request_id, {"notifications": notifications}, _client(**client))
+    ack = await _next(stream)
+    assert ack["method"] == "notifications/subscriptions/acknowledged"
+    return stream
+
+
+def _describe(registry: Registry, kind: str, name: str, text: str) -> None:
+    """A new description: a change of what the label lists."""
+    spec = dict(registry.catalog.get(kind, name).spec)
+    spec["description"] = text
+    registry.catalog.update(kind, name, spec, actor="test")
+
+
+# -- the filter ----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({}, '"notifications" is required'),
+        ({"notifications": ["toolsListChanged"]}, '"notifications" is required'),
+        ({"notifications": {"toolsListChanged": "yes"}}, "must be a boolean"),
+        ({"notifications": {"resourceSubscriptions": "info://server-info"}}, "must be an array"),
+        ({"notifications": {"resourceSubscriptions": [1]}}, "non-empty strings"),
+        ({"notifications": {"resourceSubscriptions": [""]}}, "non-empty strings"),
+        ({"notifications": {"resourceSubscriptions": ["x://" + "a" * 60]}}, "REGISTRY_LIMIT_URI_CHARS"),
+        ({"notifications": {"resourceSubscriptions": [f"x://{n}" for n in range(4)]}}, "REGISTRY_LIMIT_SUBSCRIPTIONS"),
+    ],
+)
+async def test_a_bad_filter_is_refused_before_anything_is_registered(params: dict[str, Any], message: str) -> None:
+    service = ListenService(Limits(uri_chars=40, subscriptions=3))
+    with pytest.raises(JsonRpcError) as raised:
+        await service.open(1, params, _client())
+    assert raised.value.code == INVALID_PARAMS and message in raised.value.message
+    assert len(service) == 0
+
+
+async def test_the_ack_comes_first_and_names_only_what_is_honoured() -> None:
+    service = ListenService()
+    notifications = {
+        "toolsListChanged": True,
+        "promptsListChanged": False,
+        "futureKind": True,  # unknown keys are ignored, not refused
+        "resourceSubscriptions": ["info://server-info", "sprint://payments/current", "info://server-info"],
+    }
+    stream = await service.open("listen-1", {"notifications": notifications}, _client())
+    assert len(service) == 1
+    assert await _next(stream) == {
+        "jsonrpc": "2.0",
+        "method": "notifications/subscriptions/acknowledged",
+        "params": {
+            "_meta": {SUB: "listen-1"},
+            "notifications": {
+                "toolsListChanged": True,
+                "resourceSubscriptions": ["info://server-info", "sprint://payments/current"],
+            },
+        },
+    }
+    empty = await service.open(2, {"notifications": {"resourceSubscriptions": []}}, _client())
+    assert (await _next(empty))["params"] == {"_meta": {SUB: 2}, "notifications": {}}
+
+
+# -- what a listener hears -----------------------------------------------------------------
+async def test_list_changes_reach_the_listeners_that_asked_tagged_with_their_own_id(
+    runtime: McpRuntime, registry: Registry
+) -> None:
+    prompts = await _open(runtime, 7, {"promptsListChanged": True})
+    tools = await _open(runtime, "7", {"toolsListChanged": True})  # the same id as a string: another stream
+    both = await _open(runtime, "listen-3", {"promptsListChanged": True, "toolsListChanged": True})
+
+    await _write(_describe, registry, "tool", "echo", "Echoes, now described anew.")
+    assert await _next(tools) == {
+        "jsonrpc": "2.0",
+        "method": "notifications/tools/list_changed",
+        "params": {"_meta": {SUB: "7"}},
+    }
+    assert (await _next(both))["params"]["_meta"] == {SUB: "listen-3"}
+    await _nothing(prompts)  # a prompts-only listener is not told of a tools change
+
+    await _write(_describe, registry, "prompt", "summarize", "Summaries, described anew.")
+    got = await _next(prompts)
+    assert got == {"jsonrpc": "2.0", "method": "notifications/prompts/list_changed", "params": {"_meta": {SUB: 7}}}
+    assert type(got["params"]["_meta"][SUB]) is int  # the same type as the request id
+    assert (await _next(both))["method"] == "notifications/prompts/list_changed"
+    await _nothing(tools)
+
+
+async def test_a_template_only_edit_is_no_list_change(runtime: McpRuntime, registry: Registry) -> None:
+    """The same decision as for session streams: what the label lists did not change."""
+    stream = await _open(runtime, 1, {"promptsListChanged": True})
+
+    def retemplate() -> None:
+        spec = dict(registry.catalog.get("prompt", "summarize").spec)
+        spec["messages"] = [{"role": "user", "content": {"type": "text", "text": "Briefly: {{ text }}"}}]
+        registry.catalog.update("prompt", "summarize", spec, actor="test")
+
+    await _write(retemplate)
+    await _nothing(stream)
+
+
+async def test_resources_updated_for_subscribed_uris_and_templates(runtime: McpRuntime, registry: Registry) -> None:
+    subscriber = await _open(
+        runtime, "s", {"resourceSubscriptions": ["info://server-info", "sprint://payments/current"]}
+    )
+    lister = await _open(runtime, "l", {"resourcesListChanged": True})
+
+    def retext(name: str, text: str) -> None:
+        spec = dict(registry.catalog.get("resource", name).spec)
+        spec["text"] = text
+        registry.catalog.update("resource", name, spec, actor="test")
+
+    await _write(retext, "server-info", "{}")
+    assert await _next(subscriber) == {
+        "jsonrpc": "2.0",
+        "method": "notifications/resources/updated",
+        "params": {"_meta": {SUB: "s"}, "uri": "info://server-info"},
+    }
+    await _write(retext, "sprint-status", "Sprint of {{ team }}: on track")  # a template the URI matches
+    assert (await _next(subscriber))["params"] == {"_meta": {SUB: "s"}, "uri": "sprint://payments/current"}
+    await _nothing(lister)  # content only: no list changed, and it subscribed to no URI
+
+    await _write(_describe, registry, "resource", "server-info", "Server facts, described anew.")
+    assert (await _next(lister))["method"] == "notifications/resources/list_changed"
+    # The subscriber asked for no list changes: only the update of its URI.
+    assert (await _next(subscriber))["params"] == {"_meta": {SUB: "s"}, "uri": "info://server-info"}
+    await _nothing(subscriber)
+
+
+async def test_a_listener_hears_only_changes_to_its_own_label(runtime: McpRuntime, registry: Registry) -> None:
+    production = await _open(runtime, 1, {"promptsListChanged": True})
+    staging = await _open(runtime, 2, {"promptsListChanged": True}, label="staging")
+
+    staged = {
+        "name": "staged-only",
+        "description": "only in staging",
+        "messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
+    }
+    await _write(lambda: registry.catalog.create("prompt", staged, actor="test", labels=["staging"]))
+    assert (await _next(staging))["params"] == {"_meta": {SUB: 2}}
+    await _nothing(production)
+
+    await _write(_describe, registry, "prompt", "code-review", "Reviews, described anew.")  # production only
+    assert (await _next(production))["method"] == "notifications/prompts/list_changed"
+    await _nothing(staging)
+
+
+async def test_pending_changes_coalesce_per_kind(runtime: McpRuntime, registry: Registry) -> None:
+    """A listener that is slow to read holds one pending list change per kind, not one per change."""
+    stream = await _open(runtime, 1, {"promptsListChanged": True, "toolsListChanged": True})
+    for n in range(5):
+        await _write(_describe, registry, "prompt", "summarize", f"Summaries #{n}")
+        await _write(_describe, registry, "tool", "echo", f"Echoes #{n}")
+    deadline = time.monotonic() + 5
+    while len(stream.pending) < 2 and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.3)  # let the feed dispatch everything
+    assert [method for method, _uri in stream.pending.values()] == [
+        "notifications/prompts/list_changed",
+        "notifications/tools/list_changed",
+    ]
+
+
+# -- bounds and endings --------------------------------------------------------------------
+async def test_a_listener_that_does_not_read_is_dropped() -> None:
+    service = ListenService(stall_s=0.3)
+    service.start()
+    try:
+        reader = await service.open(1, {"notifications": {"toolsListChanged": True}}, _client())
+        idle = await service.open(2, {"notifications": {"toolsListChanged": True}}, _client())
+        await _next(reader)
+
+        async def write_forever() -> None:
+            await idle.next()  # the ack is taken (by this task: the consumer), then its write never returns
+            await asyncio.Event().wait()
+
+        blocked = asyncio.create_task(write_forever())
+        waiting = asyncio.create_task(reader.next())  # waiting for a message is reading
+        await asyncio.sleep(1.0)
+        assert blocked.cancelled() or blocked.done()  # its writer was cancelled...
+        assert idle.ended and len(service) == 1  # ...and it is forgotten
+        with pytest.raises(StopAsyncIteration):
+            await idle.next()
+        assert not waiting.done() and not reader.ended
+        waiting.cancel()
+    finally:
+        await service.stop()
+
+
+async def test_a_listen_nobody_consumes_is_dropped_too() -> None:
+    service = ListenService(stall_s=0.3)
+    service.start()
+    try:
+        await service.open(1, {"notifications": {}}, _client())
+        await asyncio.sleep(1.0)
+        assert len(service) == 0
+    finally:
+        await service.stop()
+
+
+async def test_listens_are_bounded_per_process_and_per_token() -> None:
+    service = ListenService(Limits(listen_streams=3, listen_streams_per_token=2))
+    params: dict[str, Any] = {"notifications": {"toolsListChanged": True}}
+    first = await service.open(1, params, _client(token_id=5))
+    await service.open(2, params, _client(token_id=5))
+    with pytest.raises(JsonRpcError) as raised:
+        await service.open(3, params, _client(token_id=5))
+    assert raised.value.code == INVALID_REQUEST and "REGISTRY_LIMIT_LISTEN_STREAMS_PER_TOKEN" in raised.value.message
+    await service.open(3, params, _client(token_id=6))
+    with pytest.raises(JsonRpcError) as raised:
+        await service.open(4, params, _client())
+    assert raised.value.message.endswith("(limit REGISTRY_LIMIT_LISTEN_STREAMS)")
+    await first.aclose()  # a listen the client ended frees its place
+    await service.open(4, params, _client(token_id=5))
+    assert len(service) == 3
+
+
+async def test_shutdown_ends_each_listen_with_its_final_result(runtime: McpRuntime, registry: Registry) -> None:
+    stream = await _open(runtime, "listen-9", {"promptsListChanged": True})
+    await _write(_describe, registry, "prompt", "summarize", "Described before shutdown.")
+    deadline = time.monotonic() + 5
+    while not stream.pending and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    runtime.drain()  # SIGTERM: what is pending is still written, then the result
+    assert (await _next(stream))["method"] == "notifications/prompts/list_changed"
+    final = await _next(stream)
+    assert final == {
+        "jsonrpc": "2.0",
+        "id": "listen-9",
+        "result": {
+            "resultType": "complete",
+            "_meta": {SUB: "listen-9", META_SERVER_INFO: final["result"]["_meta"][META_SERVER_INFO]},
+        },
+    }
+    assert final["result"]["_meta"][META_SERVER_INFO]["name"] == "mcp-registry"
+    with pytest.raises(StopAsyncIteration):
+        await stream.next()
+    assert len(runtime.listen) == 0
+
+
+async def test_a_revoked_token_ends_its_listens(runtime: McpRuntime) -> None:
+    mine = await _open(runtime, 1, {"toolsListChanged": True}, token_id=41)
+    other = await _open(runtime, 2, {"toolsListChanged": True}, token_id=42)
+    runtime._close_token(41)
+    assert (await _next(mine))["result"]["resultType"] == "complete"
+    await _nothing(other, 0.2)
+
+
+# -- the SSE writer the HTTP transport uses --------------------------------------------------
+class _Asgi:
+    """An ASGI peer for ``serve_sse``: records what is sent; ``block`` makes sends hang (a client
+    that stopped reading); ``disconnect`` ends the request as a client closing it would."""
+
+    def __init__(self) -> None:
+        self.sent: list[MutableMapping[str, Any]] = []
+        self.block = False
+        self._gone = asyncio.Event()
+
+    async def send(self, message: MutableMapping[str, Any]) -> None:
+        if self.block:
+            await asyncio.Event().wait()
+        self.sent.append(message)
+
+    async def receive(self) -> dict[str, Any]:
+        await self._gone.wait()
+        return {"type": "http.disconnect"}
+
+    def disconnect(self) -> None:
+        self._gone.set()
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(m.get("body", b"") for m in self.sent if m["type"] == "http.response.body")
+
+    @property
+    def ended(self) -> bool:
+        return any(m["type"] == "http.response.body" and not m.get("more_body") for m in self.sent)
+
+
+async def test_the_sse_writer_sends_keepalives_no_event_ids_and_the_final_result_last() -> None:
+    service = ListenService(keepalive_s=0.2, stall_s=5)
+    service.start()
+    peer = _Asgi()
+    stream = await service.open("listen-1", {"notifications": {"toolsListChanged": True}}, _client())
+    serving = asyncio.create_task(service.serve_sse(stream, peer.receive, peer.send))
+    try:
+        await asyncio.sleep(0.7)
+        stream.offer("tool", "notifications/tools/list_changed")
+        await asyncio.sleep(0.05)
+        service.close_all()
+        await asyncio.wait_for(serving, 5)
+    finally:
+        await service.stop()
+    start = peer.sent[0]
+    assert start["status"] == 200 and (b"x-accel-buffering", b"no") in start["headers"]
+    events = [chunk for chunk in peer.body.split(b"\n\n") if chunk]
+    assert b": keep-alive" in events  # comments while idle
+    messages = [json.loads(e.split(b"data: ", 1)[1]) for e in events if b"data: " in e]
+    assert [m.get("method", "result") for m in messages] == [
+        "notifications/subscriptions/acknowledged",
+        "notifications/tools/list_changed",
+        "result",
+    ]
+    assert messages[-1]["id"] == "listen-1" and messages[-1]["result"]["resultType"] == "complete"
+    assert b"\nid:" not in b"\n" + peer.body  # nothing is resumable in this era
+    assert peer.ended and len(service) == 0
+
+
+async def test_the_sse_writer_of_a_client_that_stopped_reading_is_cancelled() -> None:
+    service = ListenService(stall_s=0.3)
+    service.start()
+    peer = _Asgi()
+    stream = await service.open(3, {"notifications": {"toolsListChanged": True}}, _client())
+    serving = asyncio.create_task(service.serve_sse(stream, peer.receive, peer.send))
+    try:
+        await asyncio.sleep(0.1)
+        peer.block = True  # the client's TCP window is full: the next write never returns
+        stream.offer("tool", "notifications/tools/list_changed")
+        await asyncio.wait_for(serving, 3)  # ended by the stall, not by the client
+        assert stream.ended and len(service) == 0
+        assert b"tools/list_changed" not in peer.body
+    finally:
+        await service.stop()
+
+
+async def test_a_client_closing_the_sse_response_ends_its_listen() -> None:
+    service = ListenService()
+    peer = _Asgi()
+    stream = await service.open(4, {"notifications": {"toolsListChanged": True}}, _client())
+    serving = asyncio.create_task(service.serve_sse(stream, peer.receive, peer.send))
+    await asyncio.sleep(0.05)
+    peer.disconnect()
+    await asyncio.wait_for(serving, 3)
+    assert stream.ended and len(service) == 0
+    assert stream.offer("tool", "notifications/tools/list_changed") is False
