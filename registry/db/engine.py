@@ -167,11 +167,17 @@ class BoundedConnection(psycopg.Connection[Any]):
             raise
 
 
+#: How long a failed liveness check is remembered: callers in that window are answered 503 at once
+#: instead of each waiting out its own ping (a frozen database costs one ping per window, not one
+#: per request).
+AVAILABILITY_HOLD_S = 2.0
+
+
 class _Availability:
     """Remembers, for a moment, that the database just failed a liveness check (a ping or a
     connect that timed out), so the callers right after are told at once."""
 
-    HOLD_S = 1.0
+    HOLD_S = AVAILABILITY_HOLD_S
 
     def __init__(self) -> None:
         self._until = 0.0
