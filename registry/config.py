@@ -66,6 +66,41 @@ class Settings:
     forwarded_allow_ips: str | None = None
     #: How long a web UI sign-in lasts (hours; never past the token's own expiry).
     ui_session_hours: float = 12.0
+    #: Labels no save moves: a change request approved by other reviewers does (more can be
+    #: protected through the API and the UI). Empty in the embedded default (publish on save, so
+    #: one person can try the product alone); the compose file protects ``production``.
+    protected_labels: tuple[str, ...] = ()
+    #: Approvals (by reviewers other than the author) a change request needs by default.
+    required_approvals: int = 1
+    #: Single sign-on: the OIDC issuer whose bearer JWTs the admin API and MCP accept, and through
+    #: which the web UI signs people in (None: static tokens only).
+    oidc_issuer: str | None = None
+    #: The ``aud`` access tokens must carry (default: the client id).
+    oidc_audience: str | None = None
+    #: The web UI's client at the issuer (authorization code + PKCE); the secret is optional.
+    oidc_client_id: str | None = None
+    oidc_client_secret: str | None = None
+    #: The claims that name the user, their teams (``team:role`` strings or a team -> role
+    #: object) and their registry role (admin | reviewer | editor | viewer | agent).
+    oidc_user_claim: str = "sub"
+    oidc_name_claim: str = "email"
+    oidc_teams_claim: str = "groups"
+    oidc_role_claim: str = "registry_role"
+    #: The role of a user whose token has no role claim.
+    oidc_default_role: str = "viewer"
+    #: Scopes the web UI asks the issuer for.
+    oidc_scopes: str = "openid profile email"
+    #: How long discovery and the JWKS are trusted before they are fetched again (an unknown key
+    #: id fetches the JWKS at once, at most every ``oidc_jwks_min_refresh_s``).
+    oidc_jwks_cache_s: float = 300.0
+    oidc_jwks_min_refresh_s: float = 10.0
+    #: The server's public base URL (``https://registry.example.com``), for the OAuth
+    #: protected-resource metadata and sign-in redirects; None: taken from each request.
+    public_url: str | None = None
+    #: Count uses (gets, reads, calls) per entry version and agent per hour.
+    usage_enabled: bool = True
+    #: How often counted uses are added to the database.
+    usage_flush_s: float = 10.0
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -91,6 +126,23 @@ class Settings:
             db_busy_timeout_s=float(os.environ.get("REGISTRY_DB_BUSY_TIMEOUT_S", "30")),
             forwarded_allow_ips=os.environ.get("REGISTRY_FORWARDED_ALLOW_IPS", "").strip() or None,
             ui_session_hours=float(os.environ.get("REGISTRY_UI_SESSION_HOURS", "12")),
+            protected_labels=_env_list("REGISTRY_PROTECTED_LABELS"),
+            required_approvals=max(1, int(os.environ.get("REGISTRY_REQUIRED_APPROVALS", "1"))),
+            oidc_issuer=os.environ.get("REGISTRY_OIDC_ISSUER") or None,
+            oidc_audience=os.environ.get("REGISTRY_OIDC_AUDIENCE") or None,
+            oidc_client_id=os.environ.get("REGISTRY_OIDC_CLIENT_ID") or None,
+            oidc_client_secret=os.environ.get("REGISTRY_OIDC_CLIENT_SECRET") or None,
+            oidc_user_claim=os.environ.get("REGISTRY_OIDC_USER_CLAIM") or "sub",
+            oidc_name_claim=os.environ.get("REGISTRY_OIDC_NAME_CLAIM") or "email",
+            oidc_teams_claim=os.environ.get("REGISTRY_OIDC_TEAMS_CLAIM") or "groups",
+            oidc_role_claim=os.environ.get("REGISTRY_OIDC_ROLE_CLAIM") or "registry_role",
+            oidc_default_role=os.environ.get("REGISTRY_OIDC_DEFAULT_ROLE") or "viewer",
+            oidc_scopes=os.environ.get("REGISTRY_OIDC_SCOPES") or "openid profile email",
+            oidc_jwks_cache_s=float(os.environ.get("REGISTRY_OIDC_JWKS_CACHE_S", "300")),
+            oidc_jwks_min_refresh_s=float(os.environ.get("REGISTRY_OIDC_JWKS_MIN_REFRESH_S", "10")),
+            public_url=(os.environ.get("REGISTRY_PUBLIC_URL") or "").rstrip("/") or None,
+            usage_enabled=_env_bool("REGISTRY_USAGE", True) is not False,
+            usage_flush_s=float(os.environ.get("REGISTRY_USAGE_FLUSH_S", "10")),
         )
 
     def with_overrides(self, **changes: object) -> Settings:

@@ -1,7 +1,11 @@
 """API tokens: issued once, stored as SHA-256 hashes, scoped, revocable, optionally expiring.
 
-Scopes: ``admin`` > ``editor`` > ``viewer`` for the admin API; ``agent`` for MCP only.
-Admin-API scopes also open MCP (an editor can try the endpoint with their own token).
+Scopes: ``admin`` > ``reviewer`` > ``editor`` > ``viewer`` for the admin API; ``agent`` for MCP
+only. Admin-API scopes also open MCP (an editor can try the endpoint with their own token).
+
+Teams: a token (or a single-sign-on user) may belong to teams, each with a role (``viewer`` <
+``editor`` < ``reviewer`` < ``admin``). Scopes apply to global entries; a team role to that
+team's entries. Everyone but an ``admin`` sees global entries plus their own teams' only.
 
 Verified tokens are cached for a few seconds per process; a revocation clears that cache on the
 replica that made it at once, and on the others through ``TOKEN_REVOKED_CHANNEL`` (PostgreSQL
@@ -16,7 +20,7 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -25,17 +29,24 @@ from sqlalchemy import select, text
 
 from registry.catalog.errors import Invalid, NotFound
 from registry.catalog.specs import LABEL_PATTERN
+from registry.db.audit import Actor
 from registry.db.engine import Database
 from registry.db.models import ApiToken, utcnow
 
-SCOPES = ("admin", "editor", "viewer", "agent")
+SCOPES = ("admin", "reviewer", "editor", "viewer", "agent")
 #: What each admin scope includes.
 _IMPLIES = {
-    "admin": {"admin", "editor", "viewer"},
+    "admin": {"admin", "reviewer", "editor", "viewer"},
+    "reviewer": {"reviewer", "editor", "viewer"},
     "editor": {"editor", "viewer"},
     "viewer": {"viewer"},
     "agent": set(),
 }
+#: Roles within a team, weakest first (each includes the ones before it).
+TEAM_ROLES = ("viewer", "editor", "reviewer", "admin")
+_RANK = {role: rank for rank, role in enumerate(TEAM_ROLES)}
+#: Team names: like labels, 1-64 of [a-z0-9_.-].
+TEAM_PATTERN = r"[a-z0-9][a-z0-9_.-]{0,63}"
 TOKEN_PREFIX = "mcpr_"
 #: PostgreSQL channel on which a replica announces a token it revoked (payload: the token id), so
 #: every replica forgets it at once and closes the streams opened with it.
@@ -58,9 +69,56 @@ class Principal:
     label: str | None = None
     #: When the token stops being accepted (UTC); None: never.
     expires_at: datetime | None = None
+    #: Team memberships as sorted (team, role) pairs (hashable; ``team_roles`` as a dict).
+    teams: tuple[tuple[str, str], ...] = ()
+    #: A single-sign-on user's subject (the configured user claim); None for a token.
+    user: str | None = None
 
     def has(self, scope: str) -> bool:
         return any(scope in _IMPLIES[s] for s in self.scopes)
+
+    @property
+    def is_admin(self) -> bool:
+        """Admins see and may do everything, in every team."""
+        return "admin" in self.scopes
+
+    @property
+    def team_roles(self) -> dict[str, str]:
+        return dict(self.teams)
+
+    @property
+    def visible_teams(self) -> frozenset[str] | None:
+        """The teams whose entries this principal sees besides global ones; None: every team."""
+        return None if self.is_admin else frozenset(team for team, _role in self.teams)
+
+    def sees(self, team: str | None) -> bool:
+        """Whether an entry owned by ``team`` (None: global) is visible to this principal."""
+        return team is None or self.is_admin or any(t == team for t, _role in self.teams)
+
+    def role_on(self, team: str | None) -> str | None:
+        """The strongest role this principal holds over entries of ``team`` (None: global):
+        ``admin`` scope everywhere; else, for global entries, the strongest admin-API scope;
+        for a team's entries, the role in that team. None: no admin-API access."""
+        if self.is_admin:
+            return "admin"
+        if team is None:
+            return next((role for role in reversed(TEAM_ROLES) if role != "admin" and self.has(role)), None)
+        return next((role for t, role in self.teams if t == team), None)
+
+    def may(self, role: str, team: str | None) -> bool:
+        """Whether this principal holds ``role`` (or a stronger one) over entries of ``team``."""
+        held = self.role_on(team)
+        return held is not None and _RANK[held] >= _RANK[role]
+
+    @property
+    def key(self) -> str:
+        """Identifies the person or credential behind this principal (self-approval checks,
+        usage counts): ``user:<subject>``, ``token:<id>``, or ``anonymous``."""
+        return self.actor().key if (self.user or self.token_id is not None) else "anonymous"
+
+    def actor(self, reason: str | None = None, *, override: bool = False) -> Actor:
+        """This principal as the audit trail records a write it makes."""
+        return Actor(self.name, self.token_id, self.user, reason, override)
 
     @property
     def may_use_mcp(self) -> bool:
@@ -102,7 +160,22 @@ def token_as_dict(token: ApiToken) -> dict[str, Any]:
         "revoked": token.revoked_at is not None,
         "expires_at": _aware(token.expires_at).isoformat() if token.expires_at else None,
         "expired": token.expires_at is not None and _aware(token.expires_at) <= datetime.now(UTC),
+        "teams": dict(token.teams or {}),
     }
+
+
+def check_teams(teams: Mapping[str, str] | None) -> dict[str, str]:
+    """Validated team memberships (team -> role); raises ``Invalid`` naming the bad one."""
+    result: dict[str, str] = {}
+    for team, role in (teams or {}).items():
+        if not isinstance(team, str) or not re.fullmatch(TEAM_PATTERN, team):
+            raise Invalid(f"invalid team name {team!r}: use 1-64 of [a-z0-9_.-], starting with a letter or digit")
+        if role not in _RANK:
+            raise Invalid(f"invalid role {role!r} in team {team!r}: use one of {', '.join(TEAM_ROLES)}")
+        result[team] = role
+    if len(result) > 256:
+        raise Invalid("a token may belong to at most 256 teams")
+    return result
 
 
 def _aware(value: datetime) -> datetime:
@@ -130,9 +203,12 @@ class TokenService:
         created_by: str | None = None,
         value: str | None = None,
         expires_at: datetime | None = None,
+        teams: Mapping[str, str] | None = None,
     ) -> tuple[str, dict[str, Any]]:
-        """A new token (its value is returned only here). ``expires_at``: when it stops working."""
+        """A new token (its value is returned only here). ``expires_at``: when it stops working;
+        ``teams``: team -> role memberships."""
         scopes = sorted(set(scopes))
+        memberships = check_teams(teams)
         if not name or len(name) > 128:
             raise Invalid("token name must be 1-128 characters")
         if not scopes or any(s not in SCOPES for s in scopes):
@@ -152,6 +228,7 @@ class TokenService:
                 label=label,
                 created_by=created_by,
                 expires_at=expires_at,
+                teams=memberships,
             )
             session.add(row)
             session.flush()
@@ -234,7 +311,14 @@ class TokenService:
             if row is None or row.revoked_at is not None:
                 raise TokenRejected(INVALID_TOKEN)
             expires_at = _aware(row.expires_at) if row.expires_at is not None else None
-            principal = Principal(row.id, row.name, frozenset(row.scopes), row.label, expires_at)
+            principal = Principal(
+                row.id,
+                row.name,
+                frozenset(row.scopes),
+                row.label,
+                expires_at,
+                teams=tuple(sorted((row.teams or {}).items())),
+            )
             if principal.expired():
                 raise TokenRejected(EXPIRED_TOKEN)
             row.last_used_at = utcnow()

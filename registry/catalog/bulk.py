@@ -28,7 +28,8 @@ from sqlalchemy.orm import Session
 
 from registry.catalog.errors import Conflict
 from registry.catalog.listing import listing_changed
-from registry.db.changelog import CHANGELOG_LOCK_KEY, NOTIFY_CHANNEL
+from registry.db.audit import Actor, as_actor, chain
+from registry.db.changelog import CHANGELOG_LOCK_KEY, NOTIFY_CHANNEL, audit_row, last_hash
 from registry.db.models import Change, Entry, EntryVersion, Label
 
 #: Rows per statement: large enough that round trips do not dominate, small enough for SQLite's
@@ -114,6 +115,8 @@ def _append_changes(session: Session, rows: list[dict[str, Any]]) -> int | None:
     is_postgres = session.get_bind().dialect.name == "postgresql"
     if is_postgres:
         session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": CHANGELOG_LOCK_KEY})
+    rows = [audit_row(**row) for row in rows]
+    chain(rows, last_hash(session))  # under the lock: ours follow the newest row
     _insert(session, _CHANGES, rows)
     # Ours are the newest rows: appends are serialised (the advisory lock; SQLite's write lock).
     last = session.scalar(select(func.max(_CHANGES.c.id)))
@@ -227,7 +230,7 @@ def write_heads(
     session: Session,
     writes: Sequence[HeadWrite],
     *,
-    actor: str,
+    actor: Actor | str,
     note: str | None,
     labels: Sequence[str],
     now: datetime,
@@ -291,7 +294,14 @@ def write_heads(
         session,
         _VERSIONS,
         [
-            {"entry_id": i, "number": n, "spec": w.spec, "author": actor, "change_note": note, "created_at": now}
+            {
+                "entry_id": i,
+                "number": n,
+                "spec": w.spec,
+                "author": as_actor(actor).name,
+                "change_note": note,
+                "created_at": now,
+            }
             for i, n, w in targets
         ],
     )
@@ -354,7 +364,7 @@ def _served_before(
 
 
 def write_histories(
-    session: Session, writes: Sequence[HistoryWrite], *, actor: str, note: str | None, now: datetime
+    session: Session, writes: Sequence[HistoryWrite], *, actor: Actor | str, note: str | None, now: datetime
 ) -> int | None:
     """Create entries with their whole history (versions numbered, authored and dated as given,
     labels and archived state set). One ``created`` change row each (plus ``archived`` for an

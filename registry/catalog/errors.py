@@ -33,3 +33,11 @@ class PreconditionFailed(CatalogError):
 class Invalid(CatalogError):
     status = 422
     title = "Invalid entry"
+
+
+class Forbidden(CatalogError):
+    """The caller may see the entry but lacks the role this needs (a team role, a reviewer other
+    than the author, an admin for an override)."""
+
+    status = 403
+    title = "Forbidden"

@@ -48,6 +48,7 @@ from registry.catalog.specs import (
 )
 from registry.catalog.templates import TemplateError
 from registry.db import search
+from registry.db.audit import Actor, as_actor
 from registry.db.changelog import append_change, changes_after, last_change_id
 from registry.db.engine import Database
 from registry.db.models import Change, Entry, EntryVersion, Label, utcnow
@@ -462,7 +463,7 @@ class CatalogService:
         kind: str,
         raw: Mapping[str, Any],
         *,
-        actor: str,
+        actor: Actor | str,
         note: str | None = None,
         labels: list[str] | None = None,
     ) -> WriteResult:
@@ -479,7 +480,9 @@ class CatalogService:
             now = utcnow()
             entry = Entry(kind=kind, name=spec.name, latest_version=1, archived=False, created_at=now, updated_at=now)
             self._denormalize(entry, spec)
-            entry.versions.append(EntryVersion(number=1, spec=stored, author=actor, change_note=note, created_at=now))
+            entry.versions.append(
+                EntryVersion(number=1, spec=stored, author=as_actor(actor).name, change_note=note, created_at=now)
+            )
             session.add(entry)
             session.flush()
             moved = self._move_labels(session, entry, [LATEST, *target_labels], 1)
@@ -492,6 +495,7 @@ class CatalogService:
                 labels=moved,
                 uris=self._uris(kind, stored),
                 actor=actor,
+                team=entry.team,
                 note=note,
                 listing_changed=moved,  # a new entry appears in every label it is given
             )
@@ -507,7 +511,7 @@ class CatalogService:
         name: str,
         raw: Mapping[str, Any],
         *,
-        actor: str,
+        actor: Actor | str,
         if_match: str | None = None,
         note: str | None = None,
         labels: list[str] | None = None,
@@ -532,7 +536,7 @@ class CatalogService:
         name: str,
         patch: Mapping[str, Any],
         *,
-        actor: str,
+        actor: Actor | str,
         if_match: str | None = None,
         note: str | None = None,
         labels: list[str] | None = None,
@@ -571,7 +575,7 @@ class CatalogService:
     PATCH_ATTEMPTS = 3
 
     def _unchanged_save(
-        self, kind: str, name: str, view: EntryView, labels: list[str] | None, *, actor: str
+        self, kind: str, name: str, view: EntryView, labels: list[str] | None, *, actor: Actor | str
     ) -> WriteResult:
         change_id = None
         for label in self._check_labels(labels or []):
@@ -591,7 +595,7 @@ class CatalogService:
         name: str,
         raw: Mapping[str, Any],
         *,
-        actor: str,
+        actor: Actor | str,
         condition: IfMatch | None,
         note: str | None,
         labels: list[str] | None,
@@ -636,7 +640,12 @@ class CatalogService:
             entry.updated_at = now
             self._denormalize(entry, spec)
             version = EntryVersion(
-                entry_id=entry.id, number=number, spec=stored, author=actor, change_note=note, created_at=now
+                entry_id=entry.id,
+                number=number,
+                spec=stored,
+                author=as_actor(actor).name,
+                change_note=note,
+                created_at=now,
             )
             session.add(version)
             served_before = self._served_specs(session, entry, [LATEST, *target_labels], {base: previous})
@@ -650,6 +659,7 @@ class CatalogService:
                 labels=moved,
                 uris=self._uris(kind, previous, stored),
                 actor=actor,
+                team=entry.team,
                 note=note,
                 listing_changed=self._listing_changed(kind, entry, moved, served_before, stored),
             )
@@ -659,7 +669,7 @@ class CatalogService:
         self._committed(change_id)
         return WriteResult(view, change_id)
 
-    def set_label(self, kind: str, name: str, label: str, version: int, *, actor: str) -> WriteResult:
+    def set_label(self, kind: str, name: str, label: str, version: int, *, actor: Actor | str) -> WriteResult:
         (label,) = self._check_labels([label])
         with self.db.session() as session:
             entry = self._require(session, kind, name, lock=True)
@@ -678,6 +688,7 @@ class CatalogService:
                     labels=moved,
                     uris=self._uris(kind, old_spec, target.spec),
                     actor=actor,
+                    team=entry.team,
                     note=f"{label}: {old if old is not None else '-'} -> {version}",
                     listing_changed=self._listing_changed(kind, entry, moved, {label: old_spec}, target.spec),
                 )
@@ -687,7 +698,7 @@ class CatalogService:
         self._committed(change_id)
         return WriteResult(view, change_id, changed=bool(moved))
 
-    def delete_label(self, kind: str, name: str, label: str, *, actor: str) -> WriteResult:
+    def delete_label(self, kind: str, name: str, label: str, *, actor: Actor | str) -> WriteResult:
         if label == LATEST:
             raise Invalid("the 'latest' label cannot be removed")
         with self.db.session() as session:
@@ -706,6 +717,7 @@ class CatalogService:
                 labels=[label],
                 uris=self._uris(kind, old_spec),
                 actor=actor,
+                team=entry.team,
                 listing_changed=self._listing_changed(kind, entry, [label], {label: old_spec}, None),
             )
             session.flush()
@@ -714,7 +726,7 @@ class CatalogService:
         self._committed(change_id)
         return WriteResult(view, change_id)
 
-    def set_archived(self, kind: str, name: str, archived: bool, *, actor: str) -> WriteResult:
+    def set_archived(self, kind: str, name: str, archived: bool, *, actor: Actor | str) -> WriteResult:
         with self.db.session() as session:
             entry = self._require(session, kind, name, lock=True)
             change_id = None
@@ -731,6 +743,7 @@ class CatalogService:
                     labels=[lb.name for lb in entry.labels],
                     uris=self._uris(kind, *specs),
                     actor=actor,
+                    team=entry.team,
                     listing_changed=[lb.name for lb in entry.labels],  # it leaves or rejoins every list
                 )
                 session.flush()
@@ -1007,18 +1020,20 @@ class CatalogService:
         return stored
 
     def import_heads(
-        self, writes: list[bulk.HeadWrite], *, actor: str, note: str | None, labels: list[str] | None = None
+        self, writes: list[bulk.HeadWrite], *, actor: Actor | str, note: str | None, labels: list[str] | None = None
     ) -> int | None:
         """Write a planned bundle import in one transaction (all or nothing): each write a new
         version moving ``latest`` and ``labels`` (default production). Returns the last change id."""
         self._check_note(note)
         target = self._check_labels(labels if labels else [PRODUCTION])
         with _bulk_conflicts(), self.db.session() as session:
-            change_id = bulk.write_heads(session, writes, actor=actor, note=note, labels=target, now=utcnow())
+            change_id = bulk.write_heads(
+                session, writes, actor=as_actor(actor).name, note=note, labels=target, now=utcnow()
+            )
         self._committed(change_id)
         return change_id
 
-    def restore_histories(self, writes: list[bulk.HistoryWrite], *, actor: str, note: str | None) -> int | None:
+    def restore_histories(self, writes: list[bulk.HistoryWrite], *, actor: Actor | str, note: str | None) -> int | None:
         """Create entries with their exported history in one transaction (all or nothing)."""
         self._check_note(note)
         with _bulk_conflicts(), self.db.session() as session:

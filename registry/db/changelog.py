@@ -6,16 +6,22 @@ append therefore first takes a transaction-scoped advisory lock: change-log appe
 their ids) are serialised in commit order. Writes are admin edits, so the lock is never hot.
 The same transaction queues a ``NOTIFY`` carrying the new id; PostgreSQL delivers it only if
 the transaction commits, which is what replicas listen for.
+
+Under the same lock each row is chained to the one before it (``registry.db.audit``): the
+change log doubles as the tamper-evident audit trail.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
 
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from registry.db.models import Change
+from registry.db.audit import Actor, as_actor, chain
+from registry.db.models import Change, utcnow
 
 #: Arbitrary constant identifying the change-log lock among advisory locks.
 CHANGELOG_LOCK_KEY = 0x4D4350_5245  # "MCP" "RE"
@@ -28,30 +34,39 @@ def append_change(
     kind: str,
     name: str,
     action: str,
-    actor: str,
+    actor: Actor | str,
     labels: Sequence[str],
     version: int | None = None,
     uris: Sequence[str] = (),
     note: str | None = None,
     listing_changed: Sequence[str] | None = None,
+    team: str | None = None,
+    audience: Sequence[str] | None = None,
 ) -> Change:
     """Append one change. ``listing_changed``: the labels whose MCP lists this change alters
     (see ``Change.listing_changed``); None when the writer did not work it out, which readers
-    take as all of ``labels`` (a list_changed too many is harmless, one too few is not)."""
+    take as all of ``labels`` (a list_changed too many is harmless, one too few is not).
+    ``team``: the entry's team after the change; ``audience``: whose view it alters (team
+    names, ``*`` for everyone); by default the entry's team, or everyone for a global entry."""
     is_postgres = session.get_bind().dialect.name == "postgresql"
     if is_postgres:
         session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": CHANGELOG_LOCK_KEY})
-    change = Change(
+    who = as_actor(actor)
+    row = audit_row(
         kind=kind,
         name=name,
         action=action,
         version=version,
         labels=sorted(set(labels)),
         uris=sorted(set(uris)),
-        actor=actor,
+        actor=who,
         note=note,
         listing_changed=None if listing_changed is None else sorted(set(listing_changed) & set(labels)),
+        team=team,
+        audience=audience,
     )
+    chain([row], last_hash(session))
+    change = Change(**row)
     session.add(change)
     session.flush()
     if is_postgres:
@@ -59,6 +74,79 @@ def append_change(
             text("SELECT pg_notify(:channel, :payload)"), {"channel": NOTIFY_CHANNEL, "payload": str(change.id)}
         )
     return change
+
+
+def append_event(
+    session: Session,
+    *,
+    kind: str,
+    name: str,
+    action: str,
+    actor: Actor | str,
+    team: str | None = None,
+    note: str | None = None,
+    version: int | None = None,
+) -> Change:
+    """Append a governance event (a change request reviewed, a team created, a label protected,
+    a token issued) to the change log, so it is part of the hash-chained audit trail. It names no
+    labels, so no agent's view changes and nothing is sent to agents. ``kind`` is not a catalog
+    kind (``change_request``, ``team``, ``label``, ``token``); consumers of the change log skip
+    rows whose ``labels`` are empty."""
+    return append_change(
+        session,
+        kind=kind,
+        name=name,
+        action=action,
+        actor=actor,
+        labels=(),
+        version=version,
+        note=note,
+        listing_changed=(),
+        team=team,
+        audience=(),
+    )
+
+
+def audit_row(
+    *,
+    kind: str,
+    name: str,
+    action: str,
+    actor: Actor | str,
+    labels: Sequence[str] = (),
+    version: int | None = None,
+    uris: Sequence[str] = (),
+    note: str | None = None,
+    listing_changed: Sequence[str] | None = None,
+    team: str | None = None,
+    audience: Sequence[str] | None = None,
+    created_at: datetime | None = None,
+) -> dict[str, Any]:
+    """The column values of one change row, before it is chained (bulk writers build many)."""
+    who = as_actor(actor)
+    return {
+        "created_at": created_at or utcnow(),
+        "kind": kind,
+        "name": name,
+        "action": action,
+        "version": version,
+        "labels": list(labels),
+        "uris": list(uris),
+        "listing_changed": None if listing_changed is None else list(listing_changed),
+        "actor": who.name[:128],
+        "note": note,
+        "team": team,
+        "audience": sorted(set(audience)) if audience is not None else [team or "*"],
+        "token_id": who.token_id,
+        "user": who.user,
+        "reason": who.reason,
+        "override": who.override,
+    }
+
+
+def last_hash(session: Session) -> str:
+    """The newest change row's hash ("" for an empty log); read under the append lock."""
+    return session.scalar(select(Change.hash).order_by(Change.id.desc()).limit(1)) or ""
 
 
 def changes_after(session: Session, after: int, limit: int = 1000) -> list[Change]:

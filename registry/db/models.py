@@ -103,6 +103,10 @@ class Entry(Base):
     uri: Mapped[str | None] = mapped_column(String(2048), unique=True)
     latest_version: Mapped[int] = mapped_column(Integer)
     archived: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: The team that owns the entry (a ``teams.name``: the catalog service checks it, as a
+    #: foreign key would make SQLite rebuild this table); None: a global entry, seen by everyone.
+    #: Agents and users see global entries plus their own teams' (admins see all).
+    team: Mapped[str | None] = mapped_column(String(64), index=True)
     #: Copies of the newest version's descriptive fields, so listing and search stay in SQL.
     title: Mapped[str | None] = mapped_column(String(256))
     description: Mapped[str | None] = mapped_column(Text)
@@ -180,6 +184,126 @@ class Change(Base):
     listing_changed: Mapped[list[str] | None]
     actor: Mapped[str] = mapped_column(String(128))
     note: Mapped[str | None] = mapped_column(Text)
+    #: The entry's team after the change (None: global, or not an entry's change).
+    team: Mapped[str | None] = mapped_column(String(64))
+    #: Whose view of the catalog this change can alter: team names, ``*`` for everyone (a global
+    #: entry). A move between teams names both. None (rows before migration 0008): everyone.
+    audience: Mapped[list[str] | None]
+    #: The API token that made the change, if one did.
+    token_id: Mapped[int | None] = mapped_column(BigId)
+    #: The single-sign-on user (the configured user claim) that made the change, if one did.
+    user: Mapped[str | None] = mapped_column(String(256))
+    #: Why: required for an emergency override, optional otherwise.
+    reason: Mapped[str | None] = mapped_column(Text)
+    #: An admin emergency override of a protected label or of failing pre-publish checks.
+    override: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: SHA-256 (hex) of the previous row's ``hash`` ("" for the first row) ...
+    prev_hash: Mapped[str] = mapped_column(String(64), default="")
+    #: ... and of this row's canonical content including ``prev_hash`` (``registry.db.audit``).
+    hash: Mapped[str] = mapped_column(String(64), default="")
+
+
+class Team(Base):
+    """A team: owns entries; tokens and users belong to teams with a role."""
+
+    __tablename__ = "teams"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    title: Mapped[str | None] = mapped_column(String(256))
+    created_by: Mapped[str | None] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ProtectedLabel(Base):
+    """A label set through the API/UI as protected (``REGISTRY_PROTECTED_LABELS`` adds more).
+
+    A save never moves a protected label; a change request, approved by ``approvals`` reviewers
+    other than its author, does (or an admin's emergency override, with a reason).
+    """
+
+    __tablename__ = "protected_labels"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    #: Approvals a change request to this label needs (None: ``REGISTRY_REQUIRED_APPROVALS``).
+    approvals: Mapped[int | None] = mapped_column(Integer)
+    created_by: Mapped[str | None] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ChangeRequest(Base):
+    """A request to move a protected label of one entry to a version:
+    draft -> in_review -> approved | rejected -> published (or withdrawn)."""
+
+    __tablename__ = "change_requests"
+    __table_args__ = (Index("ix_change_requests_state", "state", "id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(128))
+    #: The entry's team when the request was opened (who may review it; what agents it concerns).
+    team: Mapped[str | None] = mapped_column(String(64))
+    label: Mapped[str] = mapped_column(String(64))
+    #: The label's version when the request was opened (None: the label did not exist yet) ...
+    from_version: Mapped[int | None] = mapped_column(Integer)
+    #: ... and the version it asks the label to point at.
+    to_version: Mapped[int] = mapped_column(Integer)
+    #: draft | in_review | approved | rejected | published | withdrawn
+    state: Mapped[str] = mapped_column(String(16))
+    title: Mapped[str | None] = mapped_column(String(256))
+    description: Mapped[str | None] = mapped_column(Text)
+    author: Mapped[str] = mapped_column(String(128))
+    #: Who the author is, for "not your own request": ``token:<id>`` or ``user:<subject>``.
+    author_key: Mapped[str] = mapped_column(String(300))
+    approvals_required: Mapped[int] = mapped_column(Integer)
+    #: The last pre-publish check result (``registry.catalog.checks``), as shown to reviewers.
+    checks: Mapped[dict[str, Any] | None]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    published_at: Mapped[datetime | None] = mapped_column()
+    published_by: Mapped[str | None] = mapped_column(String(128))
+
+    reviews: Mapped[list[ChangeRequestReview]] = relationship(
+        back_populates="request", order_by="ChangeRequestReview.id", cascade="all, delete-orphan"
+    )
+
+
+class ChangeRequestReview(Base):
+    """One reviewer's verdict (or comment) on a change request."""
+
+    __tablename__ = "change_request_reviews"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    request_id: Mapped[int] = mapped_column(ForeignKey("change_requests.id", ondelete="CASCADE"), index=True)
+    #: approve | reject | comment
+    verdict: Mapped[str] = mapped_column(String(16))
+    reviewer: Mapped[str] = mapped_column(String(128))
+    reviewer_key: Mapped[str] = mapped_column(String(300))
+    comment: Mapped[str | None] = mapped_column(Text)
+    #: A reviewer's override of failing pre-publish checks (needs ``comment`` as the reason).
+    override_checks: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    request: Mapped[ChangeRequest] = relationship(back_populates="reviews")
+
+
+class UsageCount(Base):
+    """How often one version of an entry was used by one agent in one hour (``registry.catalog.usage``).
+
+    Counted in memory on the hot path and added here in batches.
+    """
+
+    __tablename__ = "usage_counts"
+    __table_args__ = (Index("ix_usage_counts_entry", "kind", "name", "hour"),)
+
+    hour: Mapped[datetime] = mapped_column(primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    #: ``token:<id>``, ``user:<subject>`` or ``anonymous``.
+    agent: Mapped[str] = mapped_column(String(300), primary_key=True)
+    #: get (prompts/get) | read (resources/read) | call (tools/call)
+    method: Mapped[str] = mapped_column(String(8), primary_key=True)
+    count: Mapped[int] = mapped_column(BigInteger)
 
 
 class ApiToken(Base):
@@ -199,6 +323,8 @@ class ApiToken(Base):
     revoked_at: Mapped[datetime | None] = mapped_column()
     #: After this instant the token is refused ("token expired"); None: it never expires.
     expires_at: Mapped[datetime | None] = mapped_column()
+    #: Team memberships: team name -> role (viewer | editor | reviewer | admin).
+    teams: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
 
 
 class McpSession(Base):
@@ -239,7 +365,11 @@ class UiSession(Base):
 
     #: SHA-256 (hex) of the cookie's secret.
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    token_id: Mapped[int] = mapped_column(ForeignKey("api_tokens.id", ondelete="CASCADE"), index=True)
+    #: The token signed in with; None for a single-sign-on session (``identity`` says who).
+    token_id: Mapped[int | None] = mapped_column(ForeignKey("api_tokens.id", ondelete="CASCADE"), index=True)
+    #: Single sign-on: the user's identity as the ID token said at sign-in (subject, name,
+    #: scopes, teams), so every replica can rebuild the principal without the issuer.
+    identity: Mapped[dict[str, Any] | None]
     #: Sent back with every form and htmx request (hidden field / X-CSRF-Token header).
     csrf_token: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

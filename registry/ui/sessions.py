@@ -109,7 +109,14 @@ class UiSessionStore:
             return None
         if token_expiry is not None and token_expiry <= now:
             return None
-        principal = Principal(token.id, token.name, frozenset(token.scopes), token.label, token_expiry)
+        principal = Principal(
+            token.id,
+            token.name,
+            frozenset(token.scopes),
+            token.label,
+            token_expiry,
+            teams=tuple(sorted((token.teams or {}).items())),
+        )
         if not principal.has(UI_SCOPE):
             return None
         return SignedIn(principal, ui.csrf_token, _aware(ui.expires_at))
