@@ -18,10 +18,14 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from registry import __version__
-from registry.api import admin, docs, models, problems
+from registry.api import admin, docs, models, oauth_metadata, problems
+from registry.api.audit import router as audit_router
 from registry.api.auth import ViewerPrincipal
 from registry.api.entries import entry_router
 from registry.api.guard import RequestGuard
+from registry.api.reviews import router as reviews_router
+from registry.api.teams import router as teams_router
+from registry.api.usage import router as usage_router
 from registry.catalog.specs import KIND_BY_COLLECTION
 from registry.mcp.http_common import Receive, Scope, SendFn
 from registry.mcp.runtime import McpRuntime
@@ -111,6 +115,11 @@ def create_app(registry: Registry, *, freeze_gc: bool = False) -> RegistryApp:
     for collection, kind in KIND_BY_COLLECTION.items():
         app.include_router(entry_router(collection, kind), prefix="/api/v1")
     app.include_router(admin.router, prefix="/api/v1")
+    app.include_router(reviews_router, prefix="/api/v1")
+    app.include_router(teams_router, prefix="/api/v1")
+    app.include_router(oauth_metadata.router)  # RFC 9728, with single sign-on
+    app.include_router(audit_router, prefix="/api/v1")
+    app.include_router(usage_router, prefix="/api/v1")
 
     @app.get("/healthz", tags=["health"], summary="The process is up", response_model=models.Health)
     def healthz() -> dict[str, Any]:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
     from registry.catalog.bundle_secrets import ExportSecrets, ImportSecrets
     from registry.catalog.service import CatalogService
+    from registry.db.engine import Database
     from registry.runtime import Registry
 
 
@@ -111,10 +112,19 @@ def cmd_stdio(args: argparse.Namespace) -> int:
         limits=settings.limits,
         cache_ttl_ms=settings.cache_ttl_ms,
     )
-    client = ClientState(label=args.label or PRODUCTION, principal="stdio")
+    # No token on stdio: whoever starts it holds the database credentials, so it sees every team's
+    # entries, as before teams (registry/mcp/transports/stdio.py).
+    client = ClientState(label=args.label or PRODUCTION, principal="stdio", visible_teams=None)
+    if settings.usage_enabled:  # the stdio agent's uses count as ``anonymous``
+        from registry.catalog.usage import UsageCounter
+
+        limit = settings.limits.usage_pending_keys
+        server.usage = UsageCounter(registry.db, flush_s=settings.usage_flush_s, max_pending_keys=limit)
 
     async def run() -> None:
         transport = StdioTransport(server, client, limits=settings.limits)
+        if server.usage is not None:
+            server.usage.start()
         # Admin edits (made through a registry server on the same database) reach this client on stdout.
         notifier = Notifier(StreamHub(), registry.db, server.snapshots.apply)
 
@@ -141,6 +151,8 @@ def cmd_stdio(args: argparse.Namespace) -> int:
             loop.remove_signal_handler(signal.SIGTERM)  # from now on SIGTERM ends the process at once
             serving.cancel()
             await transport.finish()  # the requests still running at SIGTERM
+            if server.usage is not None:
+                await server.usage.stop(timeout_s=STDIO_USAGE_FLUSH_S)
             await transport.listen.stop(wait_s=0)
             await feed.stop()
             await server.aclose()
@@ -155,6 +167,8 @@ def cmd_stdio(args: argparse.Namespace) -> int:
 #: host waits for its child to exit. It covers the transport's drain (``DRAIN_S`` plus the cancel
 #: grace), the change feed's stop (``ChangeFeed.STOP_S``) and the end of ``asyncio.run``.
 STDIO_EXIT_DEADLINE_S = 4.0
+#: Of which the last usage counts may take this long to be written (the rest is the drain's).
+STDIO_USAGE_FLUSH_S = 0.4
 
 
 def _stop_serving(serving: asyncio.Task[None]) -> None:
@@ -391,6 +405,79 @@ def cmd_token_create(args: argparse.Namespace) -> int:
     return 0
 
 
+def _audited_database(args: argparse.Namespace, command: str) -> Database:
+    """The existing database, opened read-only; refused unless at this version's migration (an
+    older one has no chain yet: ``db upgrade`` chains its history)."""
+    from registry.db import migrate
+    from registry.db.engine import Database
+
+    settings = _settings(args)
+    _require_database(settings, command)
+    db = Database(
+        settings.effective_database_url,
+        connect_timeout_s=settings.db_connect_timeout_s,
+        statement_timeout_s=settings.db_statement_timeout_s,
+        ping_timeout_s=settings.db_ping_timeout_s,
+        busy_timeout_s=settings.db_busy_timeout_s,
+        read_only=True,
+    )
+    if not migrate.is_current(db):
+        where = db.engine.url.render_as_string(hide_password=True)
+        db.dispose()
+        raise CliError(
+            f"{command}: the database at {where} is not at this version's migration; run `mcp-registry db upgrade` "
+            "first (this command never migrates)"
+        )
+    return db
+
+
+def cmd_audit_verify(args: argparse.Namespace) -> int:
+    """Exit 0 when the change log's hash chain is intact, 1 naming the first broken row."""
+    from registry.catalog.audit_log import verify_chain
+
+    db = _audited_database(args, "audit verify")
+    try:
+        checked, broken = verify_chain(db)
+    finally:
+        db.dispose()
+    if broken is None:
+        print(f"audit chain intact: {checked} changes verified")
+        return 0
+    print(f"audit chain broken at change #{broken.id}: {broken.reason} ({checked} changes before it verified)")
+    return 1
+
+
+def cmd_audit_list(args: argparse.Namespace) -> int:
+    """The newest changes (or oldest, with --oldest), one line each, filtered like the API."""
+    from registry.catalog.audit_log import AuditFilter, audit_page
+
+    where = AuditFilter(actor=args.actor, team=args.team, kind=args.kind, name=args.name, action=args.action)
+    db = _audited_database(args, "audit list")
+    try:
+        page = audit_page(db, where, order="oldest" if args.oldest else "newest", limit=args.limit)
+    finally:
+        db.dispose()
+    for row in page.items:
+        who = row["actor"] + (f" (token {row['token_id']})" if row["token_id"] is not None else "")
+        who += f" (user {row['user']})" if row["user"] else ""
+        version = f" v{row['version']}" if row["version"] is not None else ""
+        extra = " OVERRIDE" if row["override"] else ""
+        extra += f" reason: {row['reason']}" if row["reason"] else ""
+        print(
+            f"#{row['id']} {row['created_at']} {who} {row['action']} {row['kind']} {row['name']}{version}"
+            f"{' team ' + row['team'] if row['team'] else ''}{extra} {row['hash'][:12]}"
+        )
+    return 0
+
+
+def _page_size(raw: str) -> int:
+    from registry.catalog.audit_log import MAX_PAGE
+
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {MAX_PAGE}")
+    return int(raw)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mcp-registry", description="Prompt, resource and tool registry + MCP server")
     parser.add_argument("--version", action="version", version=f"mcp-registry {__version__}")
@@ -474,6 +561,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--expires-in-days", type=_positive_days, metavar="N", help="the token stops working N days from now"
     )
     create.set_defaults(func=cmd_token_create)
+
+    audit = commands.add_parser("audit", help="the hash-chained audit trail (the change log)")
+    audit_commands = audit.add_subparsers(dest="audit_command", required=True)
+    verify = audit_commands.add_parser(
+        "verify", help="check the hash chain from the first change to the last (exit 1 naming the first broken row)"
+    )
+    common(verify)
+    verify.set_defaults(func=cmd_audit_verify)
+    listing = audit_commands.add_parser("list", help="print the newest changes, one per line")
+    common(listing)
+    for option in ("actor", "team", "kind", "name", "action"):
+        listing.add_argument(f"--{option}", help=f"only changes with this {option} (exact)")
+    listing.add_argument("--oldest", action="store_true", help="the oldest changes first")
+    listing.add_argument("--limit", type=_page_size, default=50, help="how many (default 50, at most 500)")
+    listing.set_defaults(func=cmd_audit_list)
     return parser
 
 

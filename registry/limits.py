@@ -50,6 +50,8 @@ class Limits:
     prompt_messages: int = 64
     #: Most webhook headers a tool sends.
     webhook_headers: int = 32
+    #: Most sample argument sets a prompt stores for its pre-publish checks (``samples``).
+    prompt_samples: int = 20
     #: Longest search text (``q``) on an admin-API listing (it travels in the URL).
     search_chars: int = 256
 
@@ -104,6 +106,10 @@ class Limits:
     #: (anonymous listeners are bounded by the process figure only).
     listen_streams: int = 10_000
     listen_streams_per_token: int = 100
+    #: Usage counts (entry version, agent, hour) one process holds until they are added to the
+    #: database, also while it cannot be reached; uses that would need a further one are not
+    #: counted (logged, and ``registry_usage_dropped_total`` on /metrics) until a flush succeeds.
+    usage_pending_keys: int = 100_000
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Limits:

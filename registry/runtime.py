@@ -10,12 +10,16 @@ from sqlalchemy import text
 
 from registry.catalog.bundles import apply_import
 from registry.catalog.errors import Conflict
+from registry.catalog.protection import ProtectionPolicy
+from registry.catalog.reviews import ChangeRequestService
 from registry.catalog.secrets import SecretBox, load_or_create_key
 from registry.catalog.service import CatalogService
+from registry.catalog.teams import TeamService
 from registry.catalog.watchers import EntryWatchers
 from registry.config import Settings
 from registry.db import migrate
 from registry.db.engine import Database, deadline
+from registry.oidc import OidcVerifier
 from registry.paths import seed_data_dir
 from registry.tokens import TokenService
 from registry.webhooks import WebhookURLError, parse_networks, validate_webhook_url_sync
@@ -48,8 +52,17 @@ class Registry:
             busy_timeout_s=settings.db_busy_timeout_s,
         )
         self.secrets = SecretBox(load_or_create_key(settings.secret_key, settings.data_dir))
-        self.catalog = CatalogService(self.db, self.secrets, url_guard=self._url_guard(), limits=settings.limits)
-        self.tokens = TokenService(self.db)
+        #: Labels no save moves (REGISTRY_PROTECTED_LABELS plus those protected through the API).
+        self.protection = ProtectionPolicy(self.db, settings.protected_labels, settings.required_approvals)
+        self.catalog = CatalogService(
+            self.db, self.secrets, url_guard=self._url_guard(), limits=settings.limits, protection=self.protection
+        )
+        #: Change requests: moving protected labels by review.
+        self.reviews = ChangeRequestService(self.catalog, self.protection)
+        #: Single sign-on: bearer JWTs from REGISTRY_OIDC_ISSUER (None: static tokens only).
+        self.oidc = OidcVerifier(settings) if settings.oidc_issuer else None
+        self.tokens = TokenService(self.db, jwt_verifier=self.oidc)
+        self.teams = TeamService(self.db)
         #: Pages waiting for saves of one entry (fed by the MCP runtime's change feed).
         self.watchers = EntryWatchers(settings.limits.ui_event_streams)
 
@@ -77,7 +90,7 @@ class Registry:
         attempts = 3 if only_missing else 1
         for attempt in range(attempts):
             try:
-                done = apply_import(self.catalog, path, actor="seed", only_missing=only_missing)
+                done = apply_import(self.catalog, path, actor="seed", only_missing=only_missing, publish_protected=True)
                 break
             except Conflict:
                 # Someone not holding the preparation lock (an import, an admin) created one of these
@@ -112,4 +125,6 @@ class Registry:
         return True, "ok"
 
     def close(self) -> None:
+        if self.oidc is not None:
+            self.oidc.close()
         self.db.dispose()

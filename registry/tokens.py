@@ -23,12 +23,14 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import select, text
 
 from registry.catalog.errors import Invalid, NotFound
 from registry.catalog.specs import LABEL_PATTERN
+from registry.catalog.teams import TEAM_PATTERN as TEAM_PATTERN  # re-exported (registry.oidc)
+from registry.catalog.teams import missing_teams
 from registry.db.audit import Actor
 from registry.db.engine import Database
 from registry.db.models import ApiToken, utcnow
@@ -45,8 +47,6 @@ _IMPLIES = {
 #: Roles within a team, weakest first (each includes the ones before it).
 TEAM_ROLES = ("viewer", "editor", "reviewer", "admin")
 _RANK = {role: rank for rank, role in enumerate(TEAM_ROLES)}
-#: Team names: like labels, 1-64 of [a-z0-9_.-].
-TEAM_PATTERN = r"[a-z0-9][a-z0-9_.-]{0,63}"
 TOKEN_PREFIX = "mcpr_"
 #: PostgreSQL channel on which a replica announces a token it revoked (payload: the token id), so
 #: every replica forgets it at once and closes the streams opened with it.
@@ -143,6 +143,22 @@ class TokenRejected(Exception):
 
 INVALID_TOKEN = "invalid or revoked token"
 EXPIRED_TOKEN = "token expired"
+MALFORMED_TOKEN = "malformed token"
+
+_JWT_SHAPE = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
+
+
+def looks_like_jwt(token: str) -> bool:
+    """Three base64url segments, and not one of our own tokens (``mcpr_...``)."""
+    return not token.startswith(TOKEN_PREFIX) and _JWT_SHAPE.fullmatch(token) is not None
+
+
+class JwtVerifier(Protocol):
+    """Verifies single sign-on bearer JWTs (``registry.oidc.OidcVerifier``)."""
+
+    def verify(self, token: str) -> Principal:
+        """The token's principal; raises ``TokenRejected`` saying why it is refused."""
+        ...
 
 
 ANONYMOUS_AGENT = Principal(token_id=None, name="anonymous", scopes=frozenset({"agent"}))
@@ -186,9 +202,14 @@ def _aware(value: datetime) -> datetime:
 class TokenService:
     #: How long a successful lookup is trusted before the database is asked again (revocation delay).
     CACHE_SECONDS = 5.0
+    #: How long a verified JWT's principal is kept (never past the token's ``exp``): saves the
+    #: signature check on every request of a busy agent; a JWT cannot be revoked here anyway.
+    JWT_CACHE_SECONDS = 60.0
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, jwt_verifier: JwtVerifier | None = None) -> None:
         self.db = db
+        #: Single sign-on: JWT-shaped bearer tokens go here (None: static tokens only).
+        self.jwt_verifier = jwt_verifier
         self._cache: dict[str, tuple[float, Principal]] = {}
         self._lock = threading.Lock()
         #: Called with a token id after this process revoked it (from the revoking thread).
@@ -221,6 +242,9 @@ class TokenService:
                 raise Invalid("expires_at must be in the future")
         token = value or TOKEN_PREFIX + secrets.token_urlsafe(32)
         with self.db.session() as session:
+            unknown = missing_teams(session, memberships)
+            if unknown:
+                raise Invalid(f"unknown team {unknown[0]!r}: teams must exist before tokens join them")
             row = ApiToken(
                 name=name,
                 token_hash=hash_token(token),
@@ -306,10 +330,21 @@ class TokenService:
             if cached[1].expired():
                 raise TokenRejected(EXPIRED_TOKEN)
             return cached[1]
+        jwt_refusal: TokenRejected | None = None
+        if self.jwt_verifier is not None and looks_like_jwt(token):
+            try:
+                principal = self.jwt_verifier.verify(token)
+            except TokenRejected as exc:
+                if exc.reason != MALFORMED_TOKEN:
+                    raise
+                jwt_refusal = exc  # not a JWT after all: maybe a static token with dots in it
+            else:
+                self._remember(digest, now + self.JWT_CACHE_SECONDS, principal)
+                return principal
         with self.db.session() as session:
             row = session.scalar(select(ApiToken).where(ApiToken.token_hash == digest))
             if row is None or row.revoked_at is not None:
-                raise TokenRejected(INVALID_TOKEN)
+                raise jwt_refusal or TokenRejected(INVALID_TOKEN)
             expires_at = _aware(row.expires_at) if row.expires_at is not None else None
             principal = Principal(
                 row.id,
@@ -322,8 +357,11 @@ class TokenService:
             if principal.expired():
                 raise TokenRejected(EXPIRED_TOKEN)
             row.last_used_at = utcnow()
+        self._remember(digest, now + self.CACHE_SECONDS, principal)
+        return principal
+
+    def _remember(self, digest: str, until: float, principal: Principal) -> None:
         with self._lock:
             if len(self._cache) > 10_000:
                 self._cache.clear()
-            self._cache[digest] = (now + self.CACHE_SECONDS, principal)
-        return principal
+            self._cache[digest] = (until, principal)

@@ -146,7 +146,7 @@ def test_no_password_in_the_files_and_the_required_ones_are_required() -> None:
 def test_the_documented_defaults_are_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     """.env.example as shipped, through the compose file, configures a replica exactly like the
     built-in defaults (bar the anonymous-agent switch, spelled out as off: a replica binds 0.0.0.0,
-    where the default is off too, and the trusted proxy)."""
+    where the default is off too, the trusted proxy, and the protected production label)."""
     example = _env_file(ENV_EXAMPLE)
     resolved = _replica_environment({**example, **REQUIRED})
     shipped = _settings_from({**resolved, "REGISTRY_HOST": "0.0.0.0"}, monkeypatch)
@@ -155,10 +155,13 @@ def test_the_documented_defaults_are_the_defaults(monkeypatch: pytest.MonkeyPatc
     )
     assert shipped.anonymous_agents is False and not builtin.anonymous_agents_enabled
     assert shipped.forwarded_allow_ips == example["REGISTRY_PROXY_IP"]
+    # Production deployments protect production (reviewed publishing); the embedded default does
+    # not, so one person can try the product alone.
+    assert shipped.protected_labels == ("production",) and builtin.protected_labels == ()
     differences = {
         name: (getattr(shipped, name), getattr(builtin, name))
         for name in (f.name for f in fields(Settings))
-        if name not in {"database_url", "anonymous_agents", "forwarded_allow_ips", "data_dir"}
+        if name not in {"database_url", "anonymous_agents", "forwarded_allow_ips", "data_dir", "protected_labels"}
         and getattr(shipped, name) != getattr(builtin, name)
     }
     assert not differences, differences

@@ -10,7 +10,8 @@ Create Date: 2026-12-03 08:00:00.000000
 - ``changes`` gains the audit columns and the hash chain; existing rows are chained here, in id
   order, so ``mcp-registry audit verify`` covers the whole history from the first change.
 - ``protected_labels``, ``change_requests``, ``change_request_reviews``: reviewed publishing.
-- ``ui_sessions.token_id`` may be empty (a single-sign-on session) and ``identity`` holds the user.
+- ``ui_sessions.token_id`` may be empty (a single-sign-on session) and ``identity`` holds the user;
+  ``mcp_sessions.user``: the single-sign-on user an MCP session belongs to.
 - ``usage_counts``: uses per entry version, agent and hour.
 """
 
@@ -116,6 +117,8 @@ def upgrade() -> None:
             "token_id", existing_type=sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True
         )
         batch_op.add_column(sa.Column("identity", sa.JSON(), nullable=True))
+    with op.batch_alter_table("mcp_sessions", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("user", sa.String(length=256), nullable=True))
 
     op.create_table(
         "usage_counts",
@@ -173,6 +176,8 @@ def downgrade() -> None:
     with op.batch_alter_table("usage_counts", schema=None) as batch_op:
         batch_op.drop_index("ix_usage_counts_entry")
     op.drop_table("usage_counts")
+    with op.batch_alter_table("mcp_sessions", schema=None) as batch_op:
+        batch_op.drop_column("user")
     with op.batch_alter_table("ui_sessions", schema=None) as batch_op:
         batch_op.drop_column("identity")
     op.execute("DELETE FROM ui_sessions WHERE token_id IS NULL")
@@ -192,7 +197,8 @@ def downgrade() -> None:
             batch_op.drop_column(column)
     with op.batch_alter_table("api_tokens", schema=None) as batch_op:
         batch_op.drop_column("teams")
-    with op.batch_alter_table("entries", schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f("ix_entries_team"))
-        batch_op.drop_column("team")
+    # Not batch mode: rebuilding ``entries`` on SQLite would have to copy its generated search
+    # column, which batch mode cannot; SQLite 3.35+ drops a plain column in place.
+    op.drop_index(op.f("ix_entries_team"), table_name="entries")
+    op.drop_column("entries", "team")
     op.drop_table("teams")

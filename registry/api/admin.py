@@ -49,7 +49,12 @@ def _tokens(request: Request) -> TokenService:
 )
 def create_token(request: Request, body: TokenRequest, principal: AdminPrincipal) -> dict[str, Any]:
     token, info = _tokens(request).create(
-        body.name, body.scopes, label=body.label, created_by=principal.name, expires_at=expiry(body)
+        body.name,
+        body.scopes,
+        label=body.label,
+        created_by=principal.name,
+        expires_at=expiry(body),
+        teams=body.teams,
     )
     return {"token": token, **info}
 
@@ -90,11 +95,11 @@ def revoke_token(
 )
 def list_changes(
     request: Request,
-    _p: ViewerPrincipal,
+    principal: ViewerPrincipal,
     after: Annotated[int, Query(ge=0, le=INT64_MAX, description="the last change id you have (0: from the start)")] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> dict[str, Any]:
-    items = request.app.state.registry.catalog.changes(after=after, limit=limit)
+    items = request.app.state.registry.catalog.changes(after=after, limit=limit, access=principal)
     return {"items": items, "next_after": items[-1]["id"] if items else after}
 
 

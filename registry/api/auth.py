@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from registry.oidc import METADATA_PATH, public_base
 from registry.tokens import Principal, TokenRejected, TokenService
 
 #: The scheme ``/openapi.json`` publishes (the Authorize button on ``/docs``). It only documents:
@@ -15,8 +16,9 @@ from registry.tokens import Principal, TokenRejected, TokenService
 bearer_scheme = HTTPBearer(
     scheme_name="bearerAuth",
     bearerFormat="mcpr_...",
-    description="An API token (`mcp-registry token create`, `POST /api/v1/tokens`, or `REGISTRY_ADMIN_TOKEN`). "
-    "Scopes: admin (everything, tokens included) > editor (write entries) > viewer (read).",
+    description="An API token (`mcp-registry token create`, `POST /api/v1/tokens`, or `REGISTRY_ADMIN_TOKEN`), "
+    "or, with single sign-on (`REGISTRY_OIDC_ISSUER`), an access token (JWT) from that issuer. "
+    "Scopes: admin (everything, tokens included) > reviewer > editor (write entries) > viewer (read).",
     auto_error=False,
 )
 
@@ -29,14 +31,26 @@ def bearer_token(request: Request) -> str | None:
     return value.strip()
 
 
+def _challenge(request: Request, error: str = "") -> dict[str, str]:
+    """``WWW-Authenticate``; with single sign-on it points at the protected-resource metadata
+    (RFC 9728), where a client finds the issuer to get a token from."""
+    registry = getattr(getattr(request.scope.get("app"), "state", None), "registry", None)
+    settings = getattr(registry, "settings", None)
+    params = [error] if error else []
+    if settings is not None and settings.oidc_issuer:
+        base = public_base(settings, request.url.scheme, request.headers.get("host"))
+        params.append(f'resource_metadata="{base}{METADATA_PATH}"')
+    return {"WWW-Authenticate": "Bearer" + (" " + ", ".join(params) if params else "")}
+
+
 def authenticate(tokens: TokenService, request: Request) -> Principal:
     token = bearer_token(request)
     if token is None:
-        raise HTTPException(401, "missing bearer token (Authorization: Bearer <token>)", {"WWW-Authenticate": "Bearer"})
+        raise HTTPException(401, "missing bearer token (Authorization: Bearer <token>)", _challenge(request))
     try:
         return tokens.verify(token)
-    except TokenRejected as exc:  # unknown, revoked, or "token expired"
-        raise HTTPException(401, exc.reason, {"WWW-Authenticate": 'Bearer error="invalid_token"'}) from None
+    except TokenRejected as exc:  # unknown, revoked, "token expired", a JWT's precise reason
+        raise HTTPException(401, exc.reason, _challenge(request, 'error="invalid_token"')) from None
 
 
 def require(scope: str) -> Callable[..., Principal]:

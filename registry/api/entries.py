@@ -8,24 +8,27 @@ it (bodies, ``If-Match``, ``ETag``) and declares the contract (named models, bou
 # ``entry_router``, and FastAPI reads annotations at definition time.
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Header, Path, Query, Request, Response
+from fastapi import APIRouter, Body, Depends, Header, HTTPException, Path, Query, Request, Response
 from pydantic import BaseModel, ValidationError, WithJsonSchema
 from starlette.concurrency import run_in_threadpool
 
 from registry.api import models
-from registry.api.auth import EditorPrincipal, ViewerPrincipal
+from registry.api.auth import ViewerPrincipal
 from registry.api.openapi import BODY_MODELS, KINDS, body_ref
 from registry.api.problems import ALWAYS, WITH_BODY, InvalidParameter, documented
 from registry.catalog.errors import Invalid
 from registry.catalog.preconditions import parse_if_match
-from registry.catalog.service import CatalogService, EntryView
+from registry.catalog.protection import ReviewAsk
+from registry.catalog.service import CatalogService, EntryView, WriteResult
 from registry.catalog.specs import LABEL_PATTERN, NAME_PATTERN, TAG_PATTERN
+from registry.catalog.teams import GLOBAL_ONLY, TEAM_PATTERN
 from registry.catalog.tool_calls import resolve_tool_test
 from registry.catalog.tool_calls import run_tool_test as run_tool_test_call
 from registry.limits import LimitExceeded, env_name
+from registry.tokens import Principal
 from registry.webhooks import parse_networks
 
-_META_KEYS = ("change_note", "labels")
+_META_KEYS = ("change_note", "labels", "request_review", "change_request")
 #: Longest ``If-Match`` accepted: a list of some 80 version tags.
 IF_MATCH_CHARS = 1024
 #: The ``If-Match`` grammar (RFC 9110: ``*`` or a list of entity tags), published in the schema; the
@@ -101,6 +104,39 @@ def _split_meta(body: dict[str, Any]) -> tuple[dict[str, Any], str | None, list[
     return spec, note, labels
 
 
+def _take_team(spec: dict[str, Any]) -> str | None:
+    """A create body's ``team`` (taken out of the definition): who owns the new entry."""
+    team = spec.pop("team", None)
+    if team is not None and not isinstance(team, str):
+        raise Invalid("team must be a team name or null")
+    return team
+
+
+def _refuse_team(body: dict[str, Any], collection: str, name: str) -> None:
+    """A save does not move an entry between teams: that is ``PUT .../{name}/team``."""
+    if "team" in body:
+        raise Invalid(
+            f"a save does not change the entry's team: move it with PUT /api/v1/{collection}/{name}/team",
+            errors=[{"loc": "team", "msg": "not part of a save"}],
+        )
+
+
+def _writer(principal: ViewerPrincipal) -> Principal:
+    """Admits whoever may save somewhere: the editor scope (global entries) or the editor role in
+    a team. The catalog service then checks the role on the entry's own team."""
+    if principal.has("editor") or any(principal.may("editor", team) for team, _role in principal.teams):
+        return principal
+    raise HTTPException(
+        403,
+        f"this token lacks the 'editor' scope (it has: {', '.join(sorted(principal.scopes))}) "
+        "and the editor role in any team",
+    )
+
+
+#: A route parameter: a caller that may write entries somewhere (see ``_writer``).
+WriterPrincipal = Annotated[Principal, Depends(_writer)]
+
+
 def _check_patch(model: type[BaseModel], kind: str, body: dict[str, Any]) -> None:
     """A merge patch must be what its schema says (known members, right types) before it is
     applied: ``{"summary": null}`` would otherwise remove nothing and be taken as an edit."""
@@ -115,6 +151,34 @@ def _check_patch(model: type[BaseModel], kind: str, body: dict[str, Any]) -> Non
 def _entry_response(view: EntryView, response: Response) -> dict[str, Any]:
     response.headers["ETag"] = view.etag
     return view.as_dict()
+
+
+def _review_ask(body: dict[str, Any]) -> ReviewAsk | None:
+    """A save's ``request_review`` (and ``change_request`` title/description): the change
+    requests to open for protected labels it holds; None when not asked."""
+    asked = body.get("request_review")
+    details = body.get("change_request")
+    if asked is not None and not isinstance(asked, bool):
+        raise Invalid("request_review must be true or false")
+    if details is not None:
+        try:
+            ask = models.ChangeRequestAsk.model_validate(details)
+        except ValidationError as exc:
+            errors = [{"loc": "change_request." + ".".join(map(str, e["loc"])), "msg": e["msg"]} for e in exc.errors()]
+            raise Invalid("invalid change_request: " + errors[0]["msg"], errors=errors) from None
+        if not asked:
+            raise Invalid("change_request is only used with request_review: true")
+        return ReviewAsk(ask.title, ask.description)
+    return ReviewAsk() if asked else None
+
+
+def _saved_response(result: WriteResult, response: Response) -> dict[str, Any]:
+    """A save's answer: the entry, plus the protected labels it held and the requests it opened."""
+    return {
+        **_entry_response(result.view, response),
+        "held_labels": result.held,
+        "change_requests": result.change_requests,
+    }
 
 
 def _body(model: type[BaseModel], description: str, media_type: str = "application/json") -> tuple[Any, Any]:
@@ -155,7 +219,7 @@ def entry_router(collection: str, kind: str) -> APIRouter:
     )
     def list_entries(
         request: Request,
-        _p: ViewerPrincipal,
+        principal: ViewerPrincipal,
         tag: Annotated[
             str | None, Query(pattern=TAG_PATTERN, max_length=64, description="only entries with this tag")
         ] = None,
@@ -169,6 +233,15 @@ def entry_router(collection: str, kind: str) -> APIRouter:
         archived: Annotated[bool, Query(description="list archived entries instead")] = False,
         limit: Annotated[int, Query(ge=1, le=500)] = 50,
         offset: Annotated[int, Query(ge=0, le=models.INT32_MAX)] = 0,
+        team: Annotated[
+            str | None,
+            Query(
+                pattern=f"^(-|{TEAM_PATTERN})$",
+                max_length=64,
+                description=f"only this team's entries; `{GLOBAL_ONLY}`: only global ones (by default: every entry "
+                "the token sees, global ones and its teams')",
+            ),
+        ] = None,
     ) -> dict[str, Any]:
         catalog = _catalog(request)
         cap = catalog.limits.search_chars
@@ -177,7 +250,9 @@ def entry_router(collection: str, kind: str) -> APIRouter:
             raise InvalidParameter(
                 str(refusal), errors=[{"loc": "query.q", "msg": str(refusal), "limit": env_name(refusal.limit)}]
             )
-        page = catalog.list_entries(kind, tag=tag, q=q, archived=archived, limit=limit, offset=offset)
+        page = catalog.list_entries(
+            kind, tag=tag, q=q, archived=archived, limit=limit, offset=offset, team=team, access=principal
+        )
         return {
             "items": page.items,
             "total": page.total,
@@ -192,7 +267,7 @@ def entry_router(collection: str, kind: str) -> APIRouter:
         summary=f"Create a {kind} (published to `production` unless `labels` say otherwise)",
         operation_id=f"create{title}",
         responses={
-            **documented(*ALWAYS, *WITH_BODY, 409),
+            **documented(*ALWAYS, *WITH_BODY, 404, 409),
             201: {
                 "description": f"The {kind} as saved: version 1",
                 "headers": {
@@ -207,13 +282,23 @@ def entry_router(collection: str, kind: str) -> APIRouter:
     def create_entry(
         request: Request,
         response: Response,
-        principal: EditorPrincipal,
+        principal: WriterPrincipal,
         body: Annotated[dict[str, Any], create_read, create_schema],
     ) -> dict[str, Any]:
         spec, note, labels = _split_meta(body)
-        result = _catalog(request).create(kind, spec, actor=principal.name, note=note, labels=labels)
+        team = _take_team(spec)
+        result = _catalog(request).create(
+            kind,
+            spec,
+            actor=principal.actor(),
+            note=note,
+            labels=labels,
+            team=team,
+            access=principal,
+            review=_review_ask(body),
+        )
         response.headers["Location"] = f"{request.url.path.rstrip('/')}/{result.view.name}"
-        return _entry_response(result.view, response)
+        return _saved_response(result, response)
 
     @router.get(
         "/{name}",
@@ -223,8 +308,8 @@ def entry_router(collection: str, kind: str) -> APIRouter:
         response_model=entry_model,
         response_model_exclude_unset=True,
     )
-    def get_entry(request: Request, response: Response, name: EntryName, _p: ViewerPrincipal) -> dict[str, Any]:
-        return _entry_response(_catalog(request).get(kind, name), response)
+    def get_entry(request: Request, response: Response, name: EntryName, principal: ViewerPrincipal) -> dict[str, Any]:
+        return _entry_response(_catalog(request).get(kind, name, access=principal), response)
 
     saved = {
         "description": "The newest version: the one just saved, or the current one when the save changed "
@@ -246,15 +331,24 @@ def entry_router(collection: str, kind: str) -> APIRouter:
         request: Request,
         response: Response,
         name: EntryName,
-        principal: EditorPrincipal,
+        principal: WriterPrincipal,
         body: Annotated[dict[str, Any], replace_read, replace_schema],
         if_match: IfMatch = None,
     ) -> dict[str, Any]:
+        _refuse_team(body, collection, name)
         spec, note, labels = _split_meta(body)
         result = _catalog(request).update(
-            kind, name, spec, actor=principal.name, if_match=if_match, note=note, labels=labels
+            kind,
+            name,
+            spec,
+            actor=principal.actor(),
+            if_match=if_match,
+            note=note,
+            labels=labels,
+            access=principal,
+            review=_review_ask(body),
         )
-        return _entry_response(result.view, response)
+        return _saved_response(result, response)
 
     @router.patch(
         "/{name}",
@@ -271,18 +365,27 @@ def entry_router(collection: str, kind: str) -> APIRouter:
         request: Request,
         response: Response,
         name: EntryName,
-        principal: EditorPrincipal,
+        principal: WriterPrincipal,
         body: Annotated[dict[str, Any], patch_read, patch_schema],
         if_match: IfMatch = None,
     ) -> dict[str, Any]:
         if if_match is not None:
             parse_if_match(if_match)  # a malformed header is a 400 whatever the body
+        _refuse_team(body, collection, name)
         _check_patch(patch_model, kind, body)
         patch, note, labels = _split_meta(body)
         result = _catalog(request).patch(
-            kind, name, patch, actor=principal.name, if_match=if_match, note=note, labels=labels
+            kind,
+            name,
+            patch,
+            actor=principal.actor(),
+            if_match=if_match,
+            note=note,
+            labels=labels,
+            access=principal,
+            review=_review_ask(body),
         )
-        return _entry_response(result.view, response)
+        return _saved_response(result, response)
 
     @router.delete(
         "/{name}",
@@ -293,9 +396,10 @@ def entry_router(collection: str, kind: str) -> APIRouter:
         response_model_exclude_unset=True,
     )
     def archive_entry(
-        request: Request, response: Response, name: EntryName, principal: EditorPrincipal
+        request: Request, response: Response, name: EntryName, principal: WriterPrincipal
     ) -> dict[str, Any]:
-        return _entry_response(_catalog(request).set_archived(kind, name, True, actor=principal.name).view, response)
+        result = _catalog(request).set_archived(kind, name, True, actor=principal.actor(), access=principal)
+        return _entry_response(result.view, response)
 
     @router.post(
         "/{name}/restore",
@@ -306,9 +410,10 @@ def entry_router(collection: str, kind: str) -> APIRouter:
         response_model_exclude_unset=True,
     )
     def restore_entry(
-        request: Request, response: Response, name: EntryName, principal: EditorPrincipal
+        request: Request, response: Response, name: EntryName, principal: WriterPrincipal
     ) -> dict[str, Any]:
-        return _entry_response(_catalog(request).set_archived(kind, name, False, actor=principal.name).view, response)
+        result = _catalog(request).set_archived(kind, name, False, actor=principal.actor(), access=principal)
+        return _entry_response(result.view, response)
 
     @router.get(
         "/{name}/versions",
@@ -317,8 +422,8 @@ def entry_router(collection: str, kind: str) -> APIRouter:
         response_model=models.VersionList,
         responses=documented(*ALWAYS, 404, 422),
     )
-    def list_versions(request: Request, name: EntryName, _p: ViewerPrincipal) -> dict[str, Any]:
-        return {"items": _catalog(request).versions(kind, name)}
+    def list_versions(request: Request, name: EntryName, principal: ViewerPrincipal) -> dict[str, Any]:
+        return {"items": _catalog(request).versions(kind, name, access=principal)}
 
     @router.get(
         "/{name}/versions/{number}",
@@ -328,8 +433,10 @@ def entry_router(collection: str, kind: str) -> APIRouter:
         response_model=entry_model,
         response_model_exclude_unset=True,
     )
-    def get_version(request: Request, name: EntryName, number: VersionPath, _p: ViewerPrincipal) -> dict[str, Any]:
-        return _catalog(request).get(kind, name, version=number).as_dict()
+    def get_version(
+        request: Request, name: EntryName, number: VersionPath, principal: ViewerPrincipal
+    ) -> dict[str, Any]:
+        return _catalog(request).get(kind, name, version=number, access=principal).as_dict()
 
     @router.get(
         "/{name}/diff",
@@ -341,11 +448,11 @@ def entry_router(collection: str, kind: str) -> APIRouter:
     def diff_versions(
         request: Request,
         name: EntryName,
-        _p: ViewerPrincipal,
+        principal: ViewerPrincipal,
         from_: Annotated[int, Query(alias="from", ge=1, le=models.INT32_MAX, description="the older version")],
         to: Annotated[int, Query(ge=1, le=models.INT32_MAX, description="the newer version")],
     ) -> dict[str, Any]:
-        return _catalog(request).diff(kind, name, from_, to)
+        return _catalog(request).diff(kind, name, from_, to, access=principal)
 
     @router.put(
         "/{name}/labels/{label}",
@@ -361,10 +468,18 @@ def entry_router(collection: str, kind: str) -> APIRouter:
         name: EntryName,
         label: LabelPath,
         move: models.LabelMove,
-        principal: EditorPrincipal,
+        principal: WriterPrincipal,
     ) -> dict[str, Any]:
-        view = _catalog(request).set_label(kind, name, label, move.version, actor=principal.name).view
-        return _entry_response(view, response)
+        result = _catalog(request).set_label(
+            kind,
+            name,
+            label,
+            move.version,
+            actor=principal.actor(),
+            access=principal,
+            override_reason=move.override_reason,
+        )
+        return _entry_response(result.view, response)
 
     @router.delete(
         "/{name}/labels/{label}",
@@ -375,9 +490,25 @@ def entry_router(collection: str, kind: str) -> APIRouter:
         response_model_exclude_unset=True,
     )
     def delete_label(
-        request: Request, response: Response, name: EntryName, label: LabelPath, principal: EditorPrincipal
+        request: Request,
+        response: Response,
+        name: EntryName,
+        label: LabelPath,
+        principal: WriterPrincipal,
+        override_reason: Annotated[
+            str | None,
+            Query(
+                min_length=1,
+                max_length=2000,
+                description="admins only, for a protected label: remove it without a change request (an emergency "
+                "override, recorded with this reason)",
+            ),
+        ] = None,
     ) -> dict[str, Any]:
-        return _entry_response(_catalog(request).delete_label(kind, name, label, actor=principal.name).view, response)
+        result = _catalog(request).delete_label(
+            kind, name, label, actor=principal.actor(), access=principal, override_reason=override_reason
+        )
+        return _entry_response(result.view, response)
 
     if kind == "prompt":
 
@@ -390,9 +521,11 @@ def entry_router(collection: str, kind: str) -> APIRouter:
             responses=documented(*ALWAYS, *WITH_BODY, 404),
         )
         def render_prompt(
-            request: Request, name: EntryName, body: models.RenderRequest, _p: ViewerPrincipal
+            request: Request, name: EntryName, body: models.RenderRequest, principal: ViewerPrincipal
         ) -> dict[str, Any]:
-            return _catalog(request).render_prompt(name, body.arguments, version=body.version, label=body.label)
+            return _catalog(request).render_prompt(
+                name, body.arguments, version=body.version, label=body.label, access=principal
+            )
 
     if kind == "tool":
 
@@ -409,18 +542,22 @@ def entry_router(collection: str, kind: str) -> APIRouter:
             responses=documented(*ALWAYS, *WITH_BODY, 404),
         )
         async def test_tool(
-            request: Request, name: EntryName, body: models.ToolTestRequest, _p: EditorPrincipal
+            request: Request, name: EntryName, body: models.ToolTestRequest, principal: WriterPrincipal
         ) -> dict[str, Any]:
-            return await run_tool_test(request, name, body)
+            return await run_tool_test(request, name, body, access=principal)
 
     return router
 
 
-async def run_tool_test(request: Request, name: str, body: models.ToolTestRequest) -> dict[str, Any]:
+async def run_tool_test(
+    request: Request, name: str, body: models.ToolTestRequest, *, access: Principal | None = None
+) -> dict[str, Any]:
     """One tools/call through the shared test-call runner (registry/catalog/tool_calls.py, which
     the web UI's test page uses too), its notifications collected instead of streamed."""
     catalog = _catalog(request)
-    test = await run_in_threadpool(resolve_tool_test, catalog, name, version=body.version, label=body.label)
+    test = await run_in_threadpool(
+        resolve_tool_test, catalog, name, version=body.version, label=body.label, access=access
+    )
     notifications: list[dict[str, Any]] = []
 
     async def collect(notification: dict[str, Any]) -> None:

@@ -26,8 +26,10 @@ from registry.catalog.specs import (
     PromptMessage,
     PromptSpec,
     ResourceSpec,
+    SampleSet,
     ToolSpec,
 )
+from registry.catalog.teams import TEAM_PATTERN
 
 #: The largest value of a 32-bit signed column (version numbers) and of a 64-bit one (ids).
 INT32_MAX = 2**31 - 1
@@ -56,6 +58,15 @@ SettableLabel = Annotated[
         json_schema_extra={"not": {"const": "latest"}},
     ),
 ]
+TeamName = Annotated[
+    str,
+    Field(
+        pattern="^" + TEAM_PATTERN + "$",
+        min_length=1,
+        max_length=64,
+        description="a team: 1-64 of [a-z0-9_.-], starting with a letter or digit",
+    ),
+]
 
 
 def _json_integer(value: Any) -> Any:
@@ -75,7 +86,7 @@ VersionNumber = Annotated[
 ]
 #: Tags as entries declare them.
 TagName = Annotated[str, Field(pattern=TAG_PATTERN)]
-Scope = Literal["admin", "editor", "viewer", "agent"]
+Scope = Literal["admin", "reviewer", "editor", "viewer", "agent"]
 
 _PROMPT_EXAMPLE: dict[str, Any] = {
     "name": "release-notes",
@@ -183,6 +194,27 @@ class Problem(BaseModel):
 # ------------------------------------------------------------------ entry bodies
 
 
+class ChangeRequestAsk(BaseModel):
+    """The change request a save opens for each protected label it holds (with ``request_review``)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"title": "Friendlier greeting"}]})
+
+    title: str | None = Field(
+        default=None,
+        max_length=256,
+        pattern="^[^\\x00-\\x1f\\x7f]*$",
+        description="one line; default: what moves where",
+    )
+    description: str | None = Field(default=None, max_length=8192, description="why, for the reviewers")
+
+
+_REQUEST_REVIEW = (
+    "when a protected label (`production`, typically) is among the labels: open a change request to move it (a "
+    "save never moves a protected label; see `held_labels` in the answer)"
+)
+_CHANGE_REQUEST = "title and description of the change requests `request_review` opens"
+
+
 class _SaveMeta(BaseModel):
     """What a save carries besides the definition."""
 
@@ -191,6 +223,13 @@ class _SaveMeta(BaseModel):
         default=None,
         description="labels the new version gets (default: `production`, so agents are served it at once)",
     )
+    team: TeamName | None = Field(
+        default=None,
+        description="create only: the team that owns the entry (you need the editor role in it); default: none, "
+        "a global entry everyone sees. `PUT .../{name}/team` moves it later",
+    )
+    request_review: bool | None = Field(default=None, description=_REQUEST_REVIEW)
+    change_request: ChangeRequestAsk | None = Field(default=None, description=_CHANGE_REQUEST)
 
 
 class PromptWrite(PromptSpec, _SaveMeta):
@@ -256,6 +295,7 @@ class PromptReplace(PromptWrite):
     )
 
     name: EntryName | SkipJsonSchema[None] = _REPLACE_NAME  # type: ignore[assignment]
+    team: SkipJsonSchema[None] = None  # moved with PUT .../team, not saved
 
 
 class ResourceReplace(ResourceWrite):
@@ -277,6 +317,7 @@ class ResourceReplace(ResourceWrite):
     )
 
     name: EntryName | SkipJsonSchema[None] = _REPLACE_NAME  # type: ignore[assignment]
+    team: SkipJsonSchema[None] = None  # moved with PUT .../team, not saved
 
 
 class ToolReplace(ToolWrite):
@@ -285,6 +326,7 @@ class ToolReplace(ToolWrite):
     model_config = _examples(_unnamed(_TOOL_EXAMPLE))
 
     name: EntryName | SkipJsonSchema[None] = _REPLACE_NAME  # type: ignore[assignment]
+    team: SkipJsonSchema[None] = None  # moved with PUT .../team, not saved
 
 
 class _Patch(BaseModel):
@@ -298,6 +340,8 @@ class _Patch(BaseModel):
     tags: list[TagName] | None = None
     change_note: str | None = Field(default=None, description="why this version exists")
     labels: list[SettableLabel] | None = Field(default=None, description="labels the new version gets")
+    request_review: bool | None = Field(default=None, description=_REQUEST_REVIEW)
+    change_request: ChangeRequestAsk | None = Field(default=None, description=_CHANGE_REQUEST)
 
 
 class PromptPatch(_Patch):
@@ -309,6 +353,9 @@ class PromptPatch(_Patch):
     arguments: list[PromptArgument] | None = None
     messages: list[PromptMessage] | None = Field(default=None, min_length=1)
     template: str | None = Field(default=None, description="replaces the messages with one user message")
+    samples: list[SampleSet] | None = Field(
+        default=None, description="argument sets the pre-publish checks render the prompt with (replaced whole)"
+    )
 
 
 class ResourcePatch(_Patch):
@@ -375,10 +422,20 @@ class _EntryOut(BaseModel):
     latest_version: int = Field(ge=1, description="the newest version (the ETag names it)")
     labels: dict[str, int] = Field(description="label name -> the version it points at (`latest` included)")
     archived: bool = Field(description="archived entries are hidden from agents; restore brings them back")
+    team: str | None = Field(
+        default=None, description="the team that owns the entry (its members and admins see it); null: global"
+    )
     author: str = Field(description="who saved the version shown")
     change_note: str | None
     created_at: datetime
     updated_at: datetime
+    held_labels: list[str] | None = Field(
+        default=None,
+        description="saves only: protected labels the save did not move (a change request moves them)",
+    )
+    change_requests: list[int] | None = Field(
+        default=None, description="saves only: ids of the change requests the save opened (`request_review`)"
+    )
 
 
 class PromptEntry(_EntryOut):
@@ -468,6 +525,7 @@ class _Summary(BaseModel):
     latest_version: int = Field(ge=1)
     labels: dict[str, int] = Field(description="label name -> version")
     archived: bool
+    team: str | None = Field(default=None, description="the owning team; null: global")
     updated_at: datetime
 
 
@@ -650,6 +708,13 @@ class LabelMove(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"version": 2}]})
 
     version: VersionNumber
+    override_reason: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=2000,
+        description="admins only, for a protected label: move it without a change request (an emergency "
+        "override, recorded with this reason)",
+    )
 
 
 # ------------------------------------------------------------------ previews and test calls
@@ -848,6 +913,13 @@ class TokenRequest(BaseModel):
     expires_in_days: StrictFloat | None = Field(
         default=None, gt=0, le=36_500, description="or: how many days from now the token stops working"
     )
+    teams: dict[str, Literal["viewer", "editor", "reviewer", "admin"]] | None = Field(
+        default=None,
+        max_length=256,
+        description="team memberships: team name -> role in it (the teams must exist). Members see their "
+        "teams' entries besides global ones; scopes apply to global entries, a team role to that team's",
+        json_schema_extra={"propertyNames": {"pattern": "^" + TEAM_PATTERN + "$", "maxLength": 64}},
+    )
 
 
 _TOKEN_EXAMPLE: dict[str, Any] = {
@@ -861,6 +933,7 @@ _TOKEN_EXAMPLE: dict[str, Any] = {
     "revoked": False,
     "expires_at": "2025-08-30T09:00:00+00:00",
     "expired": False,
+    "teams": {"payments": "viewer"},
 }
 
 
@@ -879,6 +952,9 @@ class TokenInfo(BaseModel):
     revoked: bool
     expires_at: datetime | None
     expired: bool
+    teams: dict[str, Literal["viewer", "editor", "reviewer", "admin"]] = Field(
+        default_factory=dict, description="team memberships: team name -> role"
+    )
 
 
 class TokenCreated(TokenInfo):
@@ -905,7 +981,7 @@ class ChangeInfo(BaseModel):
     kind: Literal["prompt", "resource", "tool"]
     name: str
     action: str = Field(
-        description="created, updated, archived, restored, label_moved or label_deleted",
+        description="created, updated, archived, restored, label_moved, label_deleted or team_moved",
         examples=["updated"],
     )
     version: int | None
@@ -913,6 +989,16 @@ class ChangeInfo(BaseModel):
     uris: list[str] = Field(description="resource URIs (or URI templates) affected")
     actor: str
     note: str | None
+    team: str | None = Field(default=None, description="the entry's team after the change; null: global")
+    audience: list[str] | None = Field(
+        default=None,
+        description="whose view it changed: team names, `*` for everyone (a move between teams names both); "
+        "null: everyone (changes from before teams)",
+    )
+    override: bool = Field(
+        default=False, description="an admin's emergency override (a protected label moved without review)"
+    )
+    reason: str | None = Field(default=None, description="why, as the actor said (required for an override)")
 
 
 class ChangePage(BaseModel):

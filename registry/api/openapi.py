@@ -17,6 +17,7 @@ FastAPI documents what it parses and returns. This adds what it cannot know:
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -154,6 +155,7 @@ def _apply_limits(schema: dict[str, Any], limits: Limits) -> None:
         "tags": limits.tags,
         "arguments": limits.prompt_arguments,
         "messages": limits.prompt_messages,
+        "samples": limits.prompt_samples,
         "enum": None,
     }
     for name, prop in schema.get("properties", {}).items():
@@ -216,8 +218,10 @@ _FREE_FORM = {
 
 def _restore_example_nulls(components: dict[str, Any]) -> None:
     """FastAPI drops every ``null`` from the document it builds, examples included; a response
-    example then lacks its required-but-null members (``"change_note": null``). Put them back."""
-    for value in vars(models).values():
+    example then lacks its required-but-null members (``"change_note": null``). Put them back
+    (for the models of every admin-API module: ``registry.api.models`` and the routers' own)."""
+    modules = [m for name, m in list(sys.modules.items()) if name.startswith("registry.api.") and m is not None]
+    for value in [v for module in modules for v in vars(module).values()]:
         if isinstance(value, type) and issubclass(value, BaseModel) and value.__name__ in components:
             extra = value.model_config.get("json_schema_extra")
             if isinstance(extra, dict) and "examples" in extra:
@@ -306,6 +310,7 @@ def _entry_links(collection: str) -> dict[str, Any]:
         f"Archive{kind}": {"operationId": f"archive{kind}", "parameters": name, "description": "archive it"},
         f"Restore{kind}": {"operationId": f"restore{kind}", "parameters": name, "description": "restore it"},
         f"List{kind}Versions": {"operationId": f"list{kind}Versions", "parameters": name},
+        f"Get{kind}Usage": {"operationId": f"get{kind}Usage", "parameters": name, "description": "who uses it"},
         f"Get{kind}Version": {
             "operationId": f"get{kind}Version",
             "parameters": {**name, "number": version},
@@ -326,6 +331,12 @@ def _entry_links(collection: str) -> dict[str, Any]:
             "parameters": {**name, "label": "production"},
             "description": "withdraw it from agents served `production`",
         },
+        f"Move{kind}Team": {
+            "operationId": f"move{kind}Team",
+            "parameters": name,
+            "requestBody": {"team": None},
+            "description": "make it global (or move it to a team)",
+        },
     }
     if collection == "prompts":
         links["RenderPrompt"] = {
@@ -334,6 +345,11 @@ def _entry_links(collection: str) -> dict[str, Any]:
             "requestBody": {"arguments": {}, "version": version},
             "description": "preview the version just saved",
         }
+    links[f"Check{kind}"] = {
+        "operationId": f"check{kind}",
+        "parameters": {**name, "version": version},
+        "description": "the pre-publish checks of the version just saved",
+    }
     if collection == "tools":
         links["TestTool"] = {
             "operationId": "testTool",
@@ -368,6 +384,29 @@ def _add_links(document: dict[str, Any]) -> None:
                     for name, link in links.items()
                     if name.startswith((f"Get{kind}", f"Diff{kind}", f"Move{kind}", "Render", "Test"))
                 }
+    create_team = operations.get("createTeam")
+    if create_team is not None:
+        team = {"team": "$response.body#/name"}
+        create_team["responses"]["201"]["links"] = {
+            f"{verb.capitalize()}Team": {"operationId": f"{verb}Team", "parameters": team, "description": what}
+            for verb, what in (("get", "read it"), ("update", "retitle it"), ("delete", "delete it"))
+            if f"{verb}Team" in operations
+        }
+    opened = operations.get("openChangeRequest")
+    if opened is not None:
+        ident = {"request_id": "$response.body#/id"}
+        opened["responses"]["201"]["links"] = {
+            operation_id[0].upper() + operation_id[1:]: {"operationId": operation_id, "parameters": ident}
+            for operation_id in (
+                "getChangeRequest",
+                "submitChangeRequest",
+                "approveChangeRequest",
+                "rejectChangeRequest",
+                "withdrawChangeRequest",
+                "publishChangeRequest",
+            )
+            if operation_id in operations
+        }
     create_token = operations.get("createToken")
     if create_token is not None and "revokeToken" in operations:
         create_token["responses"]["201"]["links"] = {

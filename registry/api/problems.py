@@ -40,7 +40,7 @@ STATUS_MEANINGS: dict[int, str] = {
     400: "Malformed request: a JSON body too deeply nested or with too many items (the limit is named), "
     "or a malformed If-Match",
     401: "No bearer token, or one that is unknown, revoked or expired",
-    403: "The token lacks the scope this operation needs",
+    403: "The token lacks the scope (or, for a team's entries, the team role) this operation needs",
     404: "No such entry, version, label or token",
     409: "Conflicts with the catalog: the name or resource URI is taken, or the entry is archived",
     412: "If-Match names a version that is no longer the newest: reload and re-apply the edit",

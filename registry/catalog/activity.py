@@ -14,7 +14,9 @@ from typing import Any
 
 from sqlalchemy import select
 
-from registry.catalog.service import CatalogService, change_as_dict
+from registry.catalog.access import Access
+from registry.catalog.service import CatalogService, change_as_dict, visible_changes
+from registry.db.changelog import CATALOG_KINDS
 from registry.db.models import Change
 
 #: Most rows one page may ask for.
@@ -38,11 +40,18 @@ class ChangePage:
 
 
 def recent_changes(
-    catalog: CatalogService, where: ChangeFilter = ChangeFilter(), *, before: int | None = None, limit: int = 50
+    catalog: CatalogService,
+    where: ChangeFilter = ChangeFilter(),
+    *,
+    before: int | None = None,
+    limit: int = 50,
+    access: Access | None = None,
 ) -> ChangePage:
-    """The newest changes matching ``where`` with ids below ``before`` (None: from the newest)."""
+    """The newest changes matching ``where`` with ids below ``before`` (None: from the newest),
+    among those whose audience includes ``access`` (``registry.catalog.service.visible_changes``)."""
     limit = max(1, min(limit, MAX_PAGE))
-    stmt = select(Change)
+    stmt = select(Change).where(Change.kind.in_(CATALOG_KINDS))  # governance events: /ui/audit
+    stmt = stmt.where(*visible_changes(access))
     if where.kind:
         stmt = stmt.where(Change.kind == where.kind)
     if where.name:

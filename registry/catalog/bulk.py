@@ -263,6 +263,8 @@ def write_heads(
     targets: list[tuple[int, int, HeadWrite]] = [(i, 1, w) for i, w in zip(new_ids, creates, strict=True)]
     # What each moved label served before, to record whether MCP lists change (read before moving).
     served_before = _served_before(session, updates, moved)
+    # Updated entries keep their team; their change rows name it (whose agents hear of them).
+    teams = _teams_of(session, [w.entry_id for w in updates if w.entry_id is not None])
     if updates:
         for part in chunks(updates):
             session.execute(
@@ -328,10 +330,20 @@ def write_heads(
                 "listing_changed": moved
                 if w.entry_id is None
                 else listing_changed(w.kind, moved, served_before.get(w.entry_id, {}), w.spec),
+                "team": teams.get(w.entry_id) if w.entry_id is not None else None,
             }
             for _i, n, w in targets
         ],
     )
+
+
+def _teams_of(session: Session, entry_ids: Sequence[int]) -> dict[int, str]:
+    """The team of each of ``entry_ids`` that has one."""
+    found: dict[int, str] = {}
+    for part in chunks(list(entry_ids)):
+        stmt = select(_ENTRIES.c.id, _ENTRIES.c.team).where(_ENTRIES.c.id.in_(part), _ENTRIES.c.team.is_not(None))
+        found.update({row.id: row.team for row in session.execute(stmt)})
+    return found
 
 
 def _served_before(

@@ -682,12 +682,17 @@ def apply_import(
     labels: list[str] | None = None,
     only_missing: bool = False,
     secrets: ImportSecrets | None = None,
+    publish_protected: bool = False,
 ) -> list[ImportPlanItem]:
     """Write the plan in one transaction. ``only_missing`` (used for seeding at start-up) creates
     new entries but never overwrites an existing one, so a restart does not undo what admins
-    edited since. ``labels`` apply to an entry bundle's new versions (a history bundle brings its own)."""
+    edited since. ``labels`` apply to an entry bundle's new versions (a history bundle brings its own).
+    Protected labels are left where they are (a change request moves them) unless
+    ``publish_protected``: the start-up seed of an empty catalog, which is the system's own."""
     plan = [entry for _item, entry in plan_import(service, directory, secrets=secrets, only_missing=only_missing)]
-    return apply_plan(service, plan, actor=actor, labels=labels, source=directory.name)
+    return apply_plan(
+        service, plan, actor=actor, labels=labels, source=directory.name, publish_protected=publish_protected
+    )
 
 
 def apply_plan(
@@ -697,6 +702,7 @@ def apply_plan(
     actor: str,
     labels: list[str] | None = None,
     source: str,
+    publish_protected: bool = False,
 ) -> list[ImportPlanItem]:
     """Write a plan ``plan_import`` made, in one transaction (all or nothing); ``source`` names the
     bundle in the change notes. For callers that show the plan first and write exactly what was
@@ -719,6 +725,7 @@ def apply_plan(
             [e.history for e in histories if e.action == "restore" and e.history is not None],
             actor=actor,
             note=f"restored from {source}",
+            publish_protected=publish_protected,
         )
         return [entry.item for entry in plan]
     writes = [
@@ -733,7 +740,7 @@ def apply_plan(
         for entry in plan
         if entry.action in ("create", "update") and entry.sealed is not None
     ]
-    service.import_heads(writes, actor=actor, note=note, labels=labels)
+    service.import_heads(writes, actor=actor, note=note, labels=labels, publish_protected=publish_protected)
     return [entry.item for entry in plan]
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
+from registry.catalog.access import Access
 from registry.catalog.errors import CatalogError, Invalid
 from registry.catalog.listing import tool_listing
 from registry.catalog.rendering import ArgumentError, PromptRenderer, ResourceRenderer, check_resource_templates
@@ -100,11 +101,17 @@ def _template_issue(where: str, text: str) -> DraftIssue:
 
 
 def preview_prompt(
-    catalog: CatalogService, raw: Mapping[str, Any], arguments: Mapping[str, Any], *, label: str = "production"
+    catalog: CatalogService,
+    raw: Mapping[str, Any],
+    arguments: Mapping[str, Any],
+    *,
+    label: str = "production",
+    access: Access | None = None,
 ) -> dict[str, Any]:
     """The ``GetPromptResult`` an agent would get for this draft with these arguments (embedded
-    resources resolved as ``label`` serves them). ``Invalid`` when the draft or the arguments
-    are not acceptable; run it off the event loop (it renders, within the render budget)."""
+    resources resolved as ``label`` serves them, among those ``access`` sees). ``Invalid`` when the
+    draft or the arguments are not acceptable; run it off the event loop (it renders, within the
+    render budget)."""
     draft = dict(raw)
     if not draft.get("name"):
         draft["name"] = UNNAMED
@@ -112,7 +119,7 @@ def preview_prompt(
     assert isinstance(spec, PromptSpec)
     try:
         return PromptRenderer(spec).render(
-            arguments, lambda uri: catalog.read_resource(uri, label=label), limits=catalog.limits
+            arguments, lambda uri: catalog.read_resource(uri, label=label, access=access), limits=catalog.limits
         )
     except (ArgumentError, TemplateError) as exc:
         raise Invalid(str(exc)) from None
@@ -258,6 +265,7 @@ def fetch_resource_draft(
     *,
     editing: str | None,
     allowed_networks: Iterable[IPNetwork],
+    access: Access | None = None,
 ) -> FetchedResource:
     """Fetch this ``http`` draft once, as ``resources/read`` would: the same fetcher
     (``HttpResourceCache``: SSRF-guarded client, no redirects, ``http_resource_bytes`` and
@@ -276,7 +284,7 @@ def fetch_resource_draft(
     spec = _resource_draft(catalog, raw)
     if spec.kind != "http":
         raise Invalid(f"a {spec.kind} resource is not fetched; only http resources are")
-    previous = catalog.latest_stored("resource", editing) if editing else None
+    previous = catalog.latest_stored("resource", editing, access=access) if editing else None
     sealed = catalog.seal("resource", dump_spec(spec), previous[1] if previous is not None else None)
     revealed = ResourceSpec.model_validate(catalog.reveal("resource", sealed))
     return asyncio.run(_fetch_now(revealed, catalog.limits, tuple(allowed_networks)))
@@ -317,7 +325,7 @@ def preview_tool(catalog: CatalogService, raw: Mapping[str, Any]) -> dict[str, A
 
 
 def kept_value_issues(
-    catalog: CatalogService, kind: str, raw: Mapping[str, Any], editing: str | None
+    catalog: CatalogService, kind: str, raw: Mapping[str, Any], editing: str | None, access: Access | None = None
 ) -> list[DraftIssue]:
     """What a save would say of the draft's masked write-only values (``********``: "keep the
     stored one"): that there is no stored value to keep, or that the URL moved to another origin so
@@ -327,7 +335,7 @@ def kept_value_issues(
         spec = SPEC_MODELS[kind].model_validate(dict(raw), context={"limits": catalog.limits})
     except ValidationError:
         return []
-    previous = catalog.latest_stored(kind, editing) if editing else None
+    previous = catalog.latest_stored(kind, editing, access=access) if editing else None
     try:
         catalog.seal(kind, dump_spec(spec), previous[1] if previous is not None else None)
     except CatalogError as exc:

@@ -10,24 +10,35 @@ from __future__ import annotations
 
 import difflib
 import json
+import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 import httpx
 import yaml
 from pydantic import ValidationError
-from sqlalchemy import Text, cast, func, select, update
+from sqlalchemy import ColumnElement, Text, cast, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
 from registry.catalog import bulk
-from registry.catalog.errors import Conflict, Invalid, NotFound, PreconditionFailed
+from registry.catalog.access import Access, check_may, check_sees
+from registry.catalog.checks import embeds
+from registry.catalog.errors import Conflict, Forbidden, Invalid, NotFound, PreconditionFailed
 from registry.catalog.listing import listing_changed
 from registry.catalog.merge_patch import merge_patch
 from registry.catalog.preconditions import IfMatch, make_etag, parse_if_match
+from registry.catalog.protection import (
+    ProtectionPolicy,
+    ReviewAsk,
+    check_reason,
+    check_request_text,
+    open_request,
+    pending_request,
+)
 from registry.catalog.rendering import (
     ArgumentError,
     PromptRenderer,
@@ -46,13 +57,16 @@ from registry.catalog.specs import (
     dump_spec,
     is_label,
 )
+from registry.catalog.teams import GLOBAL_ONLY, check_team_name, require_team
 from registry.catalog.templates import TemplateError
 from registry.db import search
 from registry.db.audit import Actor, as_actor
-from registry.db.changelog import append_change, changes_after, last_change_id
+from registry.db.changelog import append_change, last_change_id
 from registry.db.engine import Database
 from registry.db.models import Change, Entry, EntryVersion, Label, utcnow
 from registry.limits import DEFAULT_LIMITS, LimitExceeded, Limits, env_name
+
+log = logging.getLogger("registry.catalog")
 
 LATEST = "latest"
 PRODUCTION = "production"
@@ -76,6 +90,8 @@ class EntryView:
     change_note: str | None
     created_at: datetime
     updated_at: datetime
+    #: The team that owns the entry; None: a global entry, seen by everyone.
+    team: str | None = None
 
     @property
     def etag(self) -> str:
@@ -89,6 +105,7 @@ class EntryView:
             "latest_version": self.latest_version,
             "labels": self.labels,
             "archived": self.archived,
+            "team": self.team,
             "author": self.author,
             "change_note": self.change_note,
             "created_at": self.created_at.isoformat(),
@@ -121,6 +138,10 @@ class WriteResult:
     change_id: int | None = None
     changed: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Protected labels the save would have moved but left where they were (``registry.catalog.protection``).
+    held: list[str] = field(default_factory=list)
+    #: Ids of the change requests the save opened to move them (when it was asked to).
+    change_requests: list[int] = field(default_factory=list)
 
 
 def etag_matches(if_match: str, current_version: int) -> bool:
@@ -177,12 +198,15 @@ class CatalogService:
         *,
         url_guard: UrlGuard | None = None,
         limits: Limits = DEFAULT_LIMITS,
+        protection: ProtectionPolicy | None = None,
     ) -> None:
         self.db = db
         self.secrets = secrets
         self.url_guard = url_guard
         #: Field sizes and counts every write is checked against (and the MCP layer's pattern caps).
         self.limits = limits
+        #: Labels no save moves (by default only those protected through the API).
+        self.protection = protection or ProtectionPolicy(db, (), 1)
         self._listeners: list[Callable[[int], None]] = []
 
     # ----------------------------------------------------------------- change signal
@@ -195,6 +219,11 @@ class CatalogService:
             return
         for listener in list(self._listeners):
             listener(change_id)
+
+    def committed(self, change_id: int | None) -> None:
+        """Tell the ``on_change`` listeners about a change another module committed (a change
+        request's publication moves a label in a transaction of its own)."""
+        self._committed(change_id)
 
     # ----------------------------------------------------------------- validation
     def parse_spec(self, kind: str, raw: Mapping[str, Any]) -> Spec:
@@ -336,7 +365,18 @@ class CatalogService:
         stmt = select(Entry).where(Entry.kind == kind, Entry.name == name).with_for_update()
         return session.scalar(stmt)
 
-    def _require(self, session: Session, kind: str, name: str, *, lock: bool = False) -> Entry:
+    def _require(
+        self,
+        session: Session,
+        kind: str,
+        name: str,
+        *,
+        lock: bool = False,
+        access: Access | None = None,
+        role: str | None = None,
+    ) -> Entry:
+        """The entry, seen by ``access`` (and with ``role`` on its team when given): one hidden
+        from ``access`` answers exactly like a missing one (``registry.catalog.access``)."""
         if kind not in KINDS:
             raise NotFound(f"unknown kind {kind!r}")
         if lock:
@@ -345,6 +385,10 @@ class CatalogService:
             entry = session.scalar(select(Entry).where(Entry.kind == kind, Entry.name == name))
         if entry is None:
             raise NotFound(f"{kind} {name!r} does not exist")
+        if role is not None:
+            check_may(access, role, entry.team, f"{kind} {name!r}")
+        else:
+            check_sees(access, entry.team, f"{kind} {name!r}")
         return entry
 
     @staticmethod
@@ -369,6 +413,7 @@ class CatalogService:
             change_note=version.change_note,
             created_at=entry.created_at,
             updated_at=entry.updated_at,
+            team=entry.team,
         )
 
     @staticmethod
@@ -390,11 +435,13 @@ class CatalogService:
         if isinstance(spec, ResourceSpec):
             entry.uri = spec.identity_uri
 
-    def _check_uri_free(self, session: Session, spec: Spec, entry_id: int | None) -> None:
+    def _check_uri_free(self, session: Session, spec: Spec, entry_id: int | None, access: Access | None = None) -> None:
         if not isinstance(spec, ResourceSpec):
             return
         other = session.scalar(select(Entry).where(Entry.kind == "resource", Entry.uri == spec.identity_uri))
         if other is not None and other.id != entry_id:
+            if access is not None and not access.sees(other.team):  # URIs are unique: say so, not whose
+                raise Conflict(f"another resource already uses {spec.identity_uri!r}")
             raise Conflict(f"resource {other.name!r} already uses {spec.identity_uri!r}")
 
     @staticmethod
@@ -457,6 +504,80 @@ class CatalogService:
             return []
         return sorted({s.get("uri") or s.get("uriTemplate") or "" for s in specs if s} - {""})
 
+    # ----------------------------------------------------------------- protected labels
+    def _open_held(
+        self,
+        session: Session,
+        entry: Entry,
+        held: Mapping[str, int],
+        to_version: int,
+        *,
+        actor: Actor | str,
+        review: ReviewAsk | None,
+    ) -> list[int]:
+        """Open a change request per held label (``held``: label -> approvals it needs) that does
+        not already serve ``to_version``, in the save's own transaction; none unless asked."""
+        if review is None or not held:
+            return []
+        title, description = check_request_text(review.title, review.description, self.limits)
+        current = {label.name: label.version for label in entry.labels}
+        opened = []
+        for label in sorted(held):
+            if current.get(label) == to_version:
+                continue
+            pending = pending_request(session, entry.kind, entry.name, label, to_version)
+            if pending is not None:
+                opened.append(pending)
+                continue
+            request = open_request(
+                session,
+                kind=entry.kind,
+                name=entry.name,
+                team=entry.team,
+                label=label,
+                from_version=current.get(label),
+                to_version=to_version,
+                actor=actor,
+                approvals_required=held[label],
+                title=title,
+                description=description,
+            )
+            opened.append(request.id)
+        return opened
+
+    def _protected_move(
+        self,
+        session: Session,
+        entry: Entry,
+        label: str,
+        actor: Actor | str,
+        access: Access | None,
+        override_reason: str | None,
+    ) -> Actor:
+        """Who moves ``label`` of ``entry`` directly (a label move or removal, not a save): as
+        given for an unprotected label; for a protected one only an admin's emergency override
+        with a reason, recorded as such (``override=True``). Forbidden otherwise."""
+        who = as_actor(actor)
+        if label not in self.protection.protected_in(session, [label]):
+            return who.with_reason(override_reason.strip()) if override_reason and override_reason.strip() else who
+        if override_reason is None or not override_reason.strip():
+            raise Forbidden(
+                f"label {label!r} is protected: open a change request to move it (POST /api/v1/change-requests; "
+                "reviewers approve it), or, as an admin in an emergency, give an override_reason"
+            )
+        reason = check_reason(override_reason, "an emergency override of a protected label", self.limits)
+        if access is not None and not access.may("admin", entry.team):
+            raise Forbidden(
+                f"moving the protected label {label!r} without a change request is an emergency override: "
+                "only an admin may make one"
+            )
+        return who.with_reason(reason, override=True)
+
+    def lock_entry(self, session: Session, kind: str, name: str, *, access: Access | None = None) -> Entry:
+        """The entry, locked for the rest of ``session``'s transaction and seen by ``access``
+        (a change request's publication moves its label under this lock)."""
+        return self._require(session, kind, name, lock=True, access=access)
+
     # ----------------------------------------------------------------- writes
     def create(
         self,
@@ -466,26 +587,42 @@ class CatalogService:
         actor: Actor | str,
         note: str | None = None,
         labels: list[str] | None = None,
+        team: str | None = None,
+        access: Access | None = None,
+        review: ReviewAsk | None = None,
     ) -> WriteResult:
+        """A new entry, owned by ``team`` (None: global); ``access`` needs editor on it. A team
+        ``access`` does not belong to answers like one that does not exist.
+
+        Protected labels among ``labels`` (default ``production``) are not given to it: they come
+        back as ``held``, with a change request each (``change_requests``) when ``review`` asks."""
         self._check_note(note)
+        if team is not None:
+            check_team_name(team)
+        check_may(access, "editor", team, f"team {team!r}" if team is not None else f"a global {kind}")
         spec = self.parse_spec(kind, raw)
         target_labels = self._check_labels(labels if labels else [PRODUCTION])
         with _unique_violations_as_conflict(kind, spec), self.db.session() as session:
+            if team is not None:
+                require_team(session, team, lock=True)  # held against a concurrent delete of the team
             existing = session.scalar(select(Entry).where(Entry.kind == kind, Entry.name == spec.name))
             if existing is not None:
                 hint = " (archived: restore it instead)" if existing.archived else ""
                 raise Conflict(f"{kind} {spec.name!r} already exists{hint}")
-            self._check_uri_free(session, spec, None)
+            self._check_uri_free(session, spec, None, access)
             stored = self._seal(spec, None)
             now = utcnow()
-            entry = Entry(kind=kind, name=spec.name, latest_version=1, archived=False, created_at=now, updated_at=now)
+            entry = Entry(
+                kind=kind, name=spec.name, latest_version=1, archived=False, created_at=now, updated_at=now, team=team
+            )
             self._denormalize(entry, spec)
             entry.versions.append(
                 EntryVersion(number=1, spec=stored, author=as_actor(actor).name, change_note=note, created_at=now)
             )
             session.add(entry)
             session.flush()
-            moved = self._move_labels(session, entry, [LATEST, *target_labels], 1)
+            held = self.protection.protected_in(session, target_labels)
+            moved = self._move_labels(session, entry, [LATEST, *(lb for lb in target_labels if lb not in held)], 1)
             change = append_change(
                 session,
                 kind=kind,
@@ -500,10 +637,11 @@ class CatalogService:
                 listing_changed=moved,  # a new entry appears in every label it is given
             )
             session.flush()
+            opened = self._open_held(session, entry, held, 1, actor=actor, review=review)
             view = self._view(entry, entry.versions[0])
             change_id = change.id
         self._committed(change_id)
-        return WriteResult(view, change_id)
+        return WriteResult(view, change_id, held=sorted(held), change_requests=opened)
 
     def update(
         self,
@@ -515,6 +653,8 @@ class CatalogService:
         if_match: str | None = None,
         note: str | None = None,
         labels: list[str] | None = None,
+        access: Access | None = None,
+        review: ReviewAsk | None = None,
     ) -> WriteResult:
         """Save ``raw`` as the entry's new version (a full replacement).
 
@@ -523,12 +663,25 @@ class CatalogService:
         must not add a version, a change-log row and notifications. Labels the caller named
         explicitly are still pointed at that version (label moves); the default ``production``
         is not, so an unchanged save never publishes anything by itself.
+
+        Protected labels are never moved by a save: they come back as ``held`` (with a change
+        request each, opened in the same transaction, when ``review`` asks for them).
         """
         condition = parse_if_match(if_match) if if_match is not None else None  # 400 before any work
         try:
-            return self._save_version(kind, name, raw, actor=actor, condition=condition, note=note, labels=labels)
+            return self._save_version(
+                kind,
+                name,
+                raw,
+                actor=actor,
+                condition=condition,
+                note=note,
+                labels=labels,
+                access=access,
+                review=review,
+            )
         except _Unchanged as unchanged:
-            return self._unchanged_save(kind, name, unchanged.view, labels, actor=actor)
+            return self._unchanged_save(kind, name, unchanged.view, labels, actor=actor, access=access, review=review)
 
     def patch(
         self,
@@ -540,6 +693,8 @@ class CatalogService:
         if_match: str | None = None,
         note: str | None = None,
         labels: list[str] | None = None,
+        access: Access | None = None,
+        review: ReviewAsk | None = None,
     ) -> WriteResult:
         """Apply a JSON Merge Patch (RFC 7396) to the newest version and save the result.
 
@@ -554,7 +709,7 @@ class CatalogService:
             raise Invalid("a merge patch cannot contain 'name': the URL names the entry, and entries are not renamed")
         for _attempt in range(self.PATCH_ATTEMPTS):
             with self.db.session() as session:
-                entry = self._require(session, kind, name)
+                entry = self._require(session, kind, name, access=access, role="editor")
                 base = entry.latest_version
                 current = self.mask(kind, self._version(session, entry, base).spec)
             # The result is validated (422) before If-Match is weighed (412), as for a full save.
@@ -563,10 +718,21 @@ class CatalogService:
             merged = merge_patch(current, patch)
             try:
                 return self._save_version(
-                    kind, name, merged, actor=actor, condition=condition, note=note, labels=labels, base_version=base
+                    kind,
+                    name,
+                    merged,
+                    actor=actor,
+                    condition=condition,
+                    note=note,
+                    labels=labels,
+                    base_version=base,
+                    access=access,
+                    review=review,
                 )
             except _Unchanged as unchanged:
-                return self._unchanged_save(kind, name, unchanged.view, labels, actor=actor)
+                return self._unchanged_save(
+                    kind, name, unchanged.view, labels, actor=actor, access=access, review=review
+                )
             except _BaseMoved:
                 continue
         raise PreconditionFailed(f"{kind} {name!r} keeps changing while the patch is applied; retry")
@@ -575,14 +741,32 @@ class CatalogService:
     PATCH_ATTEMPTS = 3
 
     def _unchanged_save(
-        self, kind: str, name: str, view: EntryView, labels: list[str] | None, *, actor: Actor | str
+        self,
+        kind: str,
+        name: str,
+        view: EntryView,
+        labels: list[str] | None,
+        *,
+        actor: Actor | str,
+        access: Access | None = None,
+        review: ReviewAsk | None = None,
     ) -> WriteResult:
         change_id = None
-        for label in self._check_labels(labels or []):
-            if view.labels.get(label) != view.version:
-                moved = self.set_label(kind, name, label, view.version, actor=actor)
+        wanted = [label for label in self._check_labels(labels or []) if view.labels.get(label) != view.version]
+        if not wanted:
+            return WriteResult(view, change_id, changed=False)
+        with self.db.session() as session:
+            held = self.protection.protected_in(session, wanted)
+        for label in wanted:
+            if label not in held:
+                moved = self.set_label(kind, name, label, view.version, actor=actor, access=access)
                 view, change_id = moved.view, moved.change_id or change_id
-        return WriteResult(view, change_id, changed=False)
+        opened: list[int] = []
+        if held and review is not None:
+            with self.db.session() as session:
+                entry = self._require(session, kind, name, lock=True, access=access, role="editor")
+                opened = self._open_held(session, entry, held, view.version, actor=actor, review=review)
+        return WriteResult(view, change_id, changed=False, held=sorted(held), change_requests=opened)
 
     def _same_content(self, kind: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
         """Whether two stored specs say the same; encrypted values are compared decrypted (each
@@ -600,6 +784,8 @@ class CatalogService:
         note: str | None,
         labels: list[str] | None,
         base_version: int | None = None,
+        access: Access | None = None,
+        review: ReviewAsk | None = None,
     ) -> WriteResult:
         self._check_note(note)
         raw = dict(raw)
@@ -608,7 +794,7 @@ class CatalogService:
         spec = self.parse_spec(kind, raw)
         target_labels = self._check_labels(labels if labels else [PRODUCTION])
         with _unique_violations_as_conflict(kind, spec, updating=True), self.db.session() as session:
-            entry = self._require(session, kind, name, lock=True)
+            entry = self._require(session, kind, name, lock=True, access=access, role="editor")
             if entry.archived:
                 raise Conflict(f"{kind} {name!r} is archived; restore it before editing")
             base = entry.latest_version
@@ -618,7 +804,7 @@ class CatalogService:
                 )
             if base_version is not None and base != base_version:
                 raise _BaseMoved()
-            self._check_uri_free(session, spec, entry.id)
+            self._check_uri_free(session, spec, entry.id, access)
             current = self._version(session, entry, base)
             previous = current.spec
             stored = self._seal(spec, previous)
@@ -648,8 +834,10 @@ class CatalogService:
                 created_at=now,
             )
             session.add(version)
-            served_before = self._served_specs(session, entry, [LATEST, *target_labels], {base: previous})
-            moved = self._move_labels(session, entry, [LATEST, *target_labels], number)
+            held = self.protection.protected_in(session, target_labels)
+            moving = [LATEST, *(label for label in target_labels if label not in held)]
+            served_before = self._served_specs(session, entry, moving, {base: previous})
+            moved = self._move_labels(session, entry, moving, number)
             change = append_change(
                 session,
                 kind=kind,
@@ -664,48 +852,98 @@ class CatalogService:
                 listing_changed=self._listing_changed(kind, entry, moved, served_before, stored),
             )
             session.flush()
+            opened = self._open_held(session, entry, held, number, actor=actor, review=review)
             view = self._view(entry, version)
             change_id = change.id
         self._committed(change_id)
-        return WriteResult(view, change_id)
+        return WriteResult(view, change_id, held=sorted(held), change_requests=opened)
 
-    def set_label(self, kind: str, name: str, label: str, version: int, *, actor: Actor | str) -> WriteResult:
+    def set_label(
+        self,
+        kind: str,
+        name: str,
+        label: str,
+        version: int,
+        *,
+        actor: Actor | str,
+        access: Access | None = None,
+        override_reason: str | None = None,
+    ) -> WriteResult:
+        """Point ``label`` at ``version``. A protected label is moved by a change request
+        (``registry.catalog.reviews``), or here only as an admin's emergency override: with
+        ``override_reason``, recorded in the change row (``override``, ``reason``)."""
         (label,) = self._check_labels([label])
         with self.db.session() as session:
-            entry = self._require(session, kind, name, lock=True)
+            entry = self._require(session, kind, name, lock=True, access=access, role="editor")
             target = self._version(session, entry, version)
-            old = next((lb.version for lb in entry.labels if lb.name == label), None)
-            moved = self._move_labels(session, entry, [label], version)
-            change_id = None
-            if moved:
-                old_spec = self._version(session, entry, old).spec if old is not None else None
-                change = append_change(
-                    session,
-                    kind=kind,
-                    name=name,
-                    action="label_moved",
-                    version=version,
-                    labels=moved,
-                    uris=self._uris(kind, old_spec, target.spec),
-                    actor=actor,
-                    team=entry.team,
-                    note=f"{label}: {old if old is not None else '-'} -> {version}",
-                    listing_changed=self._listing_changed(kind, entry, moved, {label: old_spec}, target.spec),
-                )
-                session.flush()
-                change_id = change.id
+            if any(lb.name == label and lb.version == version for lb in entry.labels):
+                moved_by = as_actor(actor)  # nothing moves: no protection to weigh
+            else:
+                moved_by = self._protected_move(session, entry, label, actor, access, override_reason)
+            change_id = self.move_label_in(session, entry, label, target, actor=moved_by)
             view = self._view(entry, self._version(session, entry, entry.latest_version))
         self._committed(change_id)
-        return WriteResult(view, change_id, changed=bool(moved))
+        return WriteResult(view, change_id, changed=change_id is not None)
 
-    def delete_label(self, kind: str, name: str, label: str, *, actor: Actor | str) -> WriteResult:
+    def move_label_in(
+        self,
+        session: Session,
+        entry: Entry,
+        label: str,
+        target: EntryVersion,
+        *,
+        actor: Actor | str,
+        note: str | None = None,
+    ) -> int | None:
+        """Point ``label`` of ``entry`` (locked by the caller) at ``target`` inside ``session``,
+        with its ``label_moved`` change row (``note`` added to the row's own); the change id, None
+        when it already pointed there. Protection is the caller's to weigh. The caller tells the
+        listeners (``committed``) once its transaction has committed."""
+        old = next((lb.version for lb in entry.labels if lb.name == label), None)
+        moved = self._move_labels(session, entry, [label], target.number)
+        if not moved:
+            return None
+        old_spec = self._version(session, entry, old).spec if old is not None else None
+        summary = f"{label}: {old if old is not None else '-'} -> {target.number}"
+        change = append_change(
+            session,
+            kind=entry.kind,
+            name=entry.name,
+            action="label_moved",
+            version=target.number,
+            labels=moved,
+            uris=self._uris(entry.kind, old_spec, target.spec),
+            actor=actor,
+            team=entry.team,
+            note=f"{summary} ({note})" if note else summary,
+            listing_changed=self._listing_changed(entry.kind, entry, moved, {label: old_spec}, target.spec),
+        )
+        session.flush()
+        return change.id
+
+    def version_in(self, session: Session, entry: Entry, number: int) -> EntryVersion:
+        """One version of ``entry``, read in ``session`` (404 when it has no such version)."""
+        return self._version(session, entry, number)
+
+    def delete_label(
+        self,
+        kind: str,
+        name: str,
+        label: str,
+        *,
+        actor: Actor | str,
+        access: Access | None = None,
+        override_reason: str | None = None,
+    ) -> WriteResult:
+        """Remove ``label``; a protected one only as an admin's emergency override (``override_reason``)."""
         if label == LATEST:
             raise Invalid("the 'latest' label cannot be removed")
         with self.db.session() as session:
-            entry = self._require(session, kind, name, lock=True)
+            entry = self._require(session, kind, name, lock=True, access=access, role="editor")
             existing = next((lb for lb in entry.labels if lb.name == label), None)
             if existing is None:
                 raise NotFound(f"{kind} {name!r} has no label {label!r}")
+            actor = self._protected_move(session, entry, label, actor, access, override_reason)
             old_spec = self._version(session, entry, existing.version).spec
             entry.labels.remove(existing)
             change = append_change(
@@ -726,9 +964,11 @@ class CatalogService:
         self._committed(change_id)
         return WriteResult(view, change_id)
 
-    def set_archived(self, kind: str, name: str, archived: bool, *, actor: Actor | str) -> WriteResult:
+    def set_archived(
+        self, kind: str, name: str, archived: bool, *, actor: Actor | str, access: Access | None = None
+    ) -> WriteResult:
         with self.db.session() as session:
-            entry = self._require(session, kind, name, lock=True)
+            entry = self._require(session, kind, name, lock=True, access=access, role="editor")
             change_id = None
             if entry.archived != archived:
                 entry.archived = archived
@@ -752,10 +992,58 @@ class CatalogService:
         self._committed(change_id)
         return WriteResult(view, change_id, changed=change_id is not None)
 
-    # ----------------------------------------------------------------- reads
-    def get(self, kind: str, name: str, *, version: int | None = None, label: str | None = None) -> EntryView:
+    def set_team(
+        self, kind: str, name: str, team: str | None, *, actor: Actor | str, access: Access | None = None
+    ) -> WriteResult:
+        """Move an entry to ``team`` (None: make it global). ``access`` needs editor on both the
+        old and the new team. Who sees it changes, so the change row names every label (each
+        label's listing changes for someone) and both audiences, the old and the new."""
+        if team is not None:
+            check_team_name(team)
         with self.db.session() as session:
-            entry = self._require(session, kind, name)
+            entry = self._require(session, kind, name, lock=True, access=access, role="editor")
+            check_may(access, "editor", team, f"team {team!r}" if team is not None else "global entries")
+            if team is not None:
+                require_team(session, team, lock=True)
+            old = entry.team
+            change_id = None
+            if old != team:
+                entry.team = team
+                entry.updated_at = utcnow()
+                labels = [lb.name for lb in entry.labels]
+                specs = [self._version(session, entry, lb.version).spec for lb in entry.labels]
+                change = append_change(
+                    session,
+                    kind=kind,
+                    name=name,
+                    action="team_moved",
+                    version=entry.latest_version,
+                    labels=labels,
+                    uris=self._uris(kind, *specs),
+                    actor=actor,
+                    team=team,
+                    audience=[old or "*", team or "*"],
+                    note=f"team: {old or '-'} -> {team or '-'}",
+                    listing_changed=[] if entry.archived else labels,  # it leaves one audience's lists, joins another's
+                )
+                session.flush()
+                change_id = change.id
+            view = self._view(entry, self._version(session, entry, entry.latest_version))
+        self._committed(change_id)
+        return WriteResult(view, change_id, changed=change_id is not None)
+
+    # ----------------------------------------------------------------- reads
+    def get(
+        self,
+        kind: str,
+        name: str,
+        *,
+        version: int | None = None,
+        label: str | None = None,
+        access: Access | None = None,
+    ) -> EntryView:
+        with self.db.session() as session:
+            entry = self._require(session, kind, name, access=access)
             if label is not None:
                 found = next((lb.version for lb in entry.labels if lb.name == label), None)
                 if found is None:
@@ -772,17 +1060,27 @@ class CatalogService:
         archived: bool = False,
         limit: int = 50,
         offset: int = 0,
+        team: str | None = None,
+        access: Access | None = None,
     ) -> Page:
         """A page of entries in name order. ``q``: a substring of the name, title, description or a
         tag, any case (LIKE wildcards match themselves); ``tag``: entries carrying that tag. Both
         are served by an index (``registry.db.search``); with either, ``total`` counts up to
-        ``EXACT_COUNT_UP_TO`` matches (``total_exact`` says whether it stopped there)."""
+        ``EXACT_COUNT_UP_TO`` matches (``total_exact`` says whether it stopped there).
+
+        Only entries ``access`` sees are listed (global ones and its teams'); ``team`` narrows
+        them to one team's, or with ``GLOBAL_ONLY`` (``-``) to global ones (a team ``access``
+        does not see lists nothing, as an unknown one does)."""
         if kind not in KINDS:
             raise NotFound(f"unknown kind {kind!r}")
         limit = max(1, min(limit, 500))
         offset = max(0, offset)
         with self.db.session() as session:
-            stmt = select(Entry).where(Entry.kind == kind, Entry.archived == archived)
+            stmt = select(Entry).where(Entry.kind == kind, Entry.archived == archived, *visible_entries(access))
+            if team == GLOBAL_ONLY:
+                stmt = stmt.where(Entry.team.is_(None))
+            elif team is not None:
+                stmt = stmt.where(Entry.team == team)
             stmt = stmt.where(*search.filters(session, q=q, tag=tag))
             rows = session.scalars(
                 stmt.options(selectinload(Entry.labels)).order_by(Entry.name).limit(limit).offset(offset)
@@ -808,15 +1106,16 @@ class CatalogService:
                     "latest_version": e.latest_version,
                     "labels": {lb.name: lb.version for lb in e.labels},
                     "archived": e.archived,
+                    "team": e.team,
                     "updated_at": e.updated_at.isoformat(),
                 }
                 for e in rows
             ]
         return Page(items=items, total=total, limit=limit, offset=offset, total_exact=total_exact)
 
-    def versions(self, kind: str, name: str) -> list[dict[str, Any]]:
+    def versions(self, kind: str, name: str, *, access: Access | None = None) -> list[dict[str, Any]]:
         with self.db.session() as session:
-            entry = self._require(session, kind, name)
+            entry = self._require(session, kind, name, access=access)
             by_version: dict[int, list[str]] = {}
             for label in entry.labels:
                 by_version.setdefault(label.version, []).append(label.name)
@@ -831,9 +1130,11 @@ class CatalogService:
                 for v in reversed(entry.versions)
             ]
 
-    def diff(self, kind: str, name: str, from_version: int, to_version: int) -> dict[str, Any]:
+    def diff(
+        self, kind: str, name: str, from_version: int, to_version: int, *, access: Access | None = None
+    ) -> dict[str, Any]:
         with self.db.session() as session:
-            entry = self._require(session, kind, name)
+            entry = self._require(session, kind, name, access=access)
             old = self.mask(kind, self._version(session, entry, from_version).spec)
             new = self.mask(kind, self._version(session, entry, to_version).spec)
         sections: dict[str, str] = {}
@@ -860,6 +1161,7 @@ class CatalogService:
         *,
         version: int | None = None,
         label: str | None = None,
+        access: Access | None = None,
     ) -> dict[str, Any]:
         """A preview: the GetPromptResult agents get, plus the ``version`` rendered and the ``label``
         it was picked by. Without either, the ``production`` label's version (what agents are
@@ -869,7 +1171,7 @@ class CatalogService:
         if version is None and label is None:
             label = PRODUCTION
         try:
-            view = self.get("prompt", name, version=version, label=label)
+            view = self.get("prompt", name, version=version, label=label, access=access)
         except NotFound as exc:
             if label == PRODUCTION and version is None and "no label" in exc.detail:
                 raise NotFound(
@@ -881,23 +1183,26 @@ class CatalogService:
         resolve_label = label or PRODUCTION
         try:
             result = PromptRenderer(spec).render(
-                arguments, lambda uri: self.read_resource(uri, label=resolve_label), limits=self.limits
+                arguments,
+                lambda uri: self.read_resource(uri, label=resolve_label, access=access),
+                limits=self.limits,
             )
         except (ArgumentError, TemplateError) as exc:
             raise Invalid(str(exc)) from None
         return {**result, "version": view.version, "label": label}
 
     def tool_to_call(
-        self, name: str, *, version: int | None = None, label: str | None = None
+        self, name: str, *, version: int | None = None, label: str | None = None, access: Access | None = None
     ) -> tuple[int, str | None, dict[str, Any]]:
         """(version, label, definition with write-only values decrypted) of the tool a test call
-        runs: by default the ``production`` label's version, which is what agents call."""
+        runs: by default the ``production`` label's version, which is what agents call. A test
+        call sends the tool's secrets to its webhook: ``access`` needs editor on its team."""
         if version is not None and label is not None:
             raise Invalid("give 'version' or 'label', not both")
         if version is None and label is None:
             label = PRODUCTION
         with self.db.session() as session:
-            entry = self._require(session, "tool", name)
+            entry = self._require(session, "tool", name, access=access, role="editor")
             if label is not None:
                 found = next((lb.version for lb in entry.labels if lb.name == label), None)
                 if found is None:
@@ -907,14 +1212,17 @@ class CatalogService:
             stored = self._version(session, entry, version).spec
         return version, label, self.reveal("tool", stored)
 
-    def read_resource(self, uri: str, *, label: str = PRODUCTION) -> list[dict[str, Any]] | None:
-        """Contents of a static or template resource as ``label`` serves it (None when nothing matches)."""
+    def read_resource(
+        self, uri: str, *, label: str = PRODUCTION, access: Access | None = None
+    ) -> list[dict[str, Any]] | None:
+        """Contents of a static or template resource as ``label`` serves it (None when nothing
+        matches); only resources ``access`` sees are read."""
         with self.db.session() as session:
             rows = session.execute(
                 select(Entry, EntryVersion)
                 .join(Label, (Label.entry_id == Entry.id) & (Label.name == label))
                 .join(EntryVersion, (EntryVersion.entry_id == Entry.id) & (EntryVersion.number == Label.version))
-                .where(Entry.kind == "resource", Entry.archived.is_(False))
+                .where(Entry.kind == "resource", Entry.archived.is_(False), *visible_entries(access))
             ).all()
         specs = [ResourceSpec.model_validate(v.spec) for _e, v in rows]
         for spec in sorted(specs, key=lambda s: s.kind == "template"):  # exact URIs win over templates
@@ -925,29 +1233,62 @@ class CatalogService:
                 return contents
         return None
 
-    def changes(self, after: int = 0, limit: int = 100) -> list[dict[str, Any]]:
+    def changes(self, after: int = 0, limit: int = 100, *, access: Access | None = None) -> list[dict[str, Any]]:
+        """Catalog changes after ``after``, oldest first: those whose audience includes ``access``
+        (the governance events of ``append_event`` are the audit trail's, not listed here)."""
         limit = max(1, min(limit, 1000))
+        stmt = (
+            select(Change)
+            .where(Change.id > after, Change.kind.in_(KINDS), *visible_changes(access))
+            .order_by(Change.id)
+            .limit(limit)
+        )
         with self.db.session() as session:
-            return [change_as_dict(c) for c in changes_after(session, after, limit)]
+            return [change_as_dict(c) for c in session.scalars(stmt)]
 
-    def served_entries(self, label: str) -> list[tuple[str, str, int, dict[str, Any]]]:
-        """(kind, name, version, stored spec) of every live entry as ``label`` serves it."""
+    def prompts_embedding(
+        self, resources: Iterable[Mapping[str, Any]], *, label: str, access: Access | None = None
+    ) -> list[str]:
+        """Names of the live prompts ``label`` serves (those ``access`` sees) with a message that
+        embeds one of the stored ``resources`` (for the pre-publish checks of a resource). Only
+        prompts with an embedded resource at all are read and parsed."""
+        wanted = [r for r in resources if r]
+        if not wanted:
+            return []
         with self.db.session() as session:
             rows = session.execute(
-                select(Entry.kind, Entry.name, EntryVersion.number, EntryVersion.spec)
+                select(Entry.name, EntryVersion.spec)
+                .join(Label, (Label.entry_id == Entry.id) & (Label.name == label))
+                .join(EntryVersion, (EntryVersion.entry_id == Entry.id) & (EntryVersion.number == Label.version))
+                .where(
+                    Entry.kind == "prompt",
+                    Entry.archived.is_(False),
+                    cast(EntryVersion.spec, Text).contains('"resource"'),
+                    *visible_entries(access),
+                )
+                .order_by(Entry.name)
+            ).all()
+        return [name for name, spec in rows if embeds(spec, wanted)]
+
+    def served_entries(self, label: str) -> list[tuple[str, str, int, dict[str, Any], str | None]]:
+        """(kind, name, version, stored spec, team) of every live entry as ``label`` serves it."""
+        with self.db.session() as session:
+            rows = session.execute(
+                select(Entry.kind, Entry.name, EntryVersion.number, EntryVersion.spec, Entry.team)
                 .join(Label, (Label.entry_id == Entry.id) & (Label.name == label))
                 .join(EntryVersion, (EntryVersion.entry_id == Entry.id) & (EntryVersion.number == Label.version))
                 .where(Entry.archived.is_(False))
                 .order_by(Entry.kind, Entry.name)
             ).all()
-        return [(k, n, v, s) for k, n, v, s in rows]
+        return [(k, n, v, s, t) for k, n, v, s, t in rows]
 
     #: Entries named per query by ``served_rows_of`` (bound parameters stay far below any limit).
     SERVED_ROWS_CHUNK = 1000
 
-    def served_rows(self, label: str) -> tuple[int, list[tuple[str, str, int, str]]]:
+    def served_rows(self, label: str) -> tuple[int, list[tuple[str, str, int, str, str | None]]]:
         """What a served snapshot of ``label`` is built from: the id of the last change, then
-        (kind, name, version, stored spec as JSON text) of every live entry the label serves.
+        (kind, name, version, stored spec as JSON text, team) of every live entry the label serves
+        (the team: who may see it over MCP; None for a global entry).
 
         The id is read first, in the same transaction, so the rows reflect at least every change
         up to it (later ones are applied on top). The spec comes as text: the snapshot keeps the
@@ -956,17 +1297,17 @@ class CatalogService:
         with self.db.session() as session:
             position = last_change_id(session)
             rows = session.execute(
-                select(Entry.kind, Entry.name, EntryVersion.number, cast(EntryVersion.spec, Text))
+                select(Entry.kind, Entry.name, EntryVersion.number, cast(EntryVersion.spec, Text), Entry.team)
                 .join(Label, (Label.entry_id == Entry.id) & (Label.name == label))
                 .join(EntryVersion, (EntryVersion.entry_id == Entry.id) & (EntryVersion.number == Label.version))
                 .where(Entry.archived.is_(False))
             ).all()
-        return position, [(kind, name, number, spec) for kind, name, number, spec in rows]
+        return position, [(kind, name, number, spec, team) for kind, name, number, spec, team in rows]
 
     def served_rows_of(
         self, labels: Iterable[str], entries: Iterable[tuple[str, str]]
-    ) -> list[tuple[str, str, str, int, str]]:
-        """(kind, name, label, version, stored spec as JSON text) of the named (kind, name) entries
+    ) -> list[tuple[str, str, str, int, str, str | None]]:
+        """(kind, name, label, version, stored spec as JSON text, team) of the named (kind, name) entries
         as each of ``labels`` serves them; a combination with no row is one the label does not
         serve (no such label on it, or archived). What applying a batch of changes to the served
         snapshots reads: indexed lookups of the changed entries only, one query per
@@ -982,22 +1323,33 @@ class CatalogService:
                 chunks.append((kind, ordered[start : start + self.SERVED_ROWS_CHUNK]))
         if not label_names or not chunks:
             return []
-        found: list[tuple[str, str, str, int, str]] = []
+        found: list[tuple[str, str, str, int, str, str | None]] = []
         with self.db.session() as session:
             for kind, chunk in chunks:
                 rows = session.execute(
-                    select(Entry.kind, Entry.name, Label.name, EntryVersion.number, cast(EntryVersion.spec, Text))
+                    select(
+                        Entry.kind,
+                        Entry.name,
+                        Label.name,
+                        EntryVersion.number,
+                        cast(EntryVersion.spec, Text),
+                        Entry.team,
+                    )
                     .join(Label, (Label.entry_id == Entry.id) & Label.name.in_(label_names))
                     .join(EntryVersion, (EntryVersion.entry_id == Entry.id) & (EntryVersion.number == Label.version))
                     .where(Entry.kind == kind, Entry.name.in_(chunk), Entry.archived.is_(False))
                 ).all()
-                found.extend((k, n, label, number, spec) for k, n, label, number, spec in rows)
+                found.extend((k, n, label, number, spec, team) for k, n, label, number, spec, team in rows)
         return found
 
-    def latest_stored(self, kind: str, name: str) -> tuple[Entry, dict[str, Any]] | None:
+    def latest_stored(
+        self, kind: str, name: str, *, access: Access | None = None
+    ) -> tuple[Entry, dict[str, Any]] | None:
+        """The entry and its newest stored definition (write-only values sealed); None when there
+        is no such entry, or ``access`` may not edit it (its stored values are not for them)."""
         with self.db.session() as session:
             entry = session.scalar(select(Entry).where(Entry.kind == kind, Entry.name == name))
-            if entry is None:
+            if entry is None or (access is not None and not access.may("editor", entry.team)):
                 return None
             return entry, self._version(session, entry, entry.latest_version).spec
 
@@ -1020,23 +1372,46 @@ class CatalogService:
         return stored
 
     def import_heads(
-        self, writes: list[bulk.HeadWrite], *, actor: Actor | str, note: str | None, labels: list[str] | None = None
+        self,
+        writes: list[bulk.HeadWrite],
+        *,
+        actor: Actor | str,
+        note: str | None,
+        labels: list[str] | None = None,
+        publish_protected: bool = False,
     ) -> int | None:
         """Write a planned bundle import in one transaction (all or nothing): each write a new
-        version moving ``latest`` and ``labels`` (default production). Returns the last change id."""
+        version moving ``latest`` and ``labels`` (default production). Protected labels stay where
+        they are, as for any save (their change requests are opened one by one), unless
+        ``publish_protected`` (the system's start-up seed). Returns the last change id."""
         self._check_note(note)
         target = self._check_labels(labels if labels else [PRODUCTION])
         with _bulk_conflicts(), self.db.session() as session:
-            change_id = bulk.write_heads(
-                session, writes, actor=as_actor(actor).name, note=note, labels=target, now=utcnow()
-            )
+            if not publish_protected:
+                held = self.protection.protected_in(session, target)
+                if held:
+                    log.info("bundle import leaves protected label(s) %s where they are", ", ".join(sorted(held)))
+                target = [label for label in target if label not in held]
+            change_id = bulk.write_heads(session, writes, actor=actor, note=note, labels=target, now=utcnow())
         self._committed(change_id)
         return change_id
 
-    def restore_histories(self, writes: list[bulk.HistoryWrite], *, actor: Actor | str, note: str | None) -> int | None:
-        """Create entries with their exported history in one transaction (all or nothing)."""
+    def restore_histories(
+        self,
+        writes: list[bulk.HistoryWrite],
+        *,
+        actor: Actor | str,
+        note: str | None,
+        publish_protected: bool = False,
+    ) -> int | None:
+        """Create entries with their exported history in one transaction (all or nothing). The
+        bundle's protected-label pointers are not restored unless ``publish_protected``."""
         self._check_note(note)
         with _bulk_conflicts(), self.db.session() as session:
+            if not publish_protected:
+                held = self.protection.protected_in(session)
+                if held:
+                    writes = [replace(w, labels={k: v for k, v in w.labels.items() if k not in held}) for w in writes]
             change_id = bulk.write_histories(session, writes, actor=actor, note=note, now=utcnow())
         self._committed(change_id)
         return change_id
@@ -1067,7 +1442,36 @@ def change_as_dict(change: Change) -> dict[str, Any]:
         "uris": change.uris,
         "actor": change.actor,
         "note": change.note,
+        "team": change.team,
+        "audience": change.audience,
+        "override": bool(change.override),
+        "reason": change.reason,
     }
+
+
+def visible_entries(access: Access | None) -> list[ColumnElement[bool]]:
+    """``WHERE`` terms keeping the entries ``access`` sees: global ones and its teams' (none for
+    an admin or the system)."""
+    teams = access.visible_teams if access is not None else None
+    if teams is None:
+        return []
+    if not teams:
+        return [Entry.team.is_(None)]
+    return [or_(Entry.team.is_(None), Entry.team.in_(sorted(teams)))]
+
+
+def visible_changes(access: Access | None) -> list[ColumnElement[bool]]:
+    """``WHERE`` terms keeping the change rows whose audience includes ``access``: everyone's
+    (``*``, or no audience: rows from before teams), or one of its teams (none for an admin or
+    the system). The audience is a JSON list of names, matched as quoted text on both databases
+    (team names hold no quote; LIKE wildcards in them are escaped)."""
+    teams = access.visible_teams if access is not None else None
+    if teams is None:
+        return []
+    text = cast(Change.audience, Text)
+    allowed = [Change.audience.is_(None), text == "null", text.contains('"*"')]
+    allowed += [text.contains(f'"{team}"', autoescape=True) for team in sorted(teams)]
+    return [or_(*allowed)]
 
 
 class _BlockDumper(yaml.SafeDumper):

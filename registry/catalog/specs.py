@@ -257,9 +257,18 @@ class _EntrySpec(_Model):
         return sorted(set(tags))
 
 
+#: One sample argument set: argument name -> value (the values a pre-publish check renders with).
+#: Its keys must be the prompt's declared arguments (checked by ``PromptSpec``).
+SampleSet = Annotated[dict[str, str], Field(json_schema_extra={"propertyNames": {"pattern": ARGUMENT_PATTERN}})]
+
+
 class PromptSpec(_EntrySpec):
     arguments: list[PromptArgument] = Field(default_factory=list)
     messages: list[PromptMessage] = Field(min_length=1)
+    #: Argument sets the pre-publish checks render every message with (``registry.catalog.checks``);
+    #: never sent to agents. None (not ``[]``) when there are none, so stored versions without
+    #: samples keep their exact form.
+    samples: list[SampleSet] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -288,12 +297,42 @@ class PromptSpec(_EntrySpec):
             _cap_count(messages, limits.prompt_messages, "prompt_messages", "messages")
         return messages
 
+    @field_validator("samples", mode="before")
+    @classmethod
+    def _sample_count(cls, samples: Any, info: ValidationInfo) -> Any:
+        limits = write_limits(info)
+        if limits is not None:
+            _cap_count(samples, limits.prompt_samples, "prompt_samples", "sample argument sets")
+            for index, sample in enumerate(samples if isinstance(samples, list) else ()):
+                _cap_count(sample, limits.prompt_arguments, "prompt_arguments", f"values in samples[{index}]")
+        return samples
+
+    @field_validator("samples")
+    @classmethod
+    def _sample_values(cls, samples: list[dict[str, str]] | None, info: ValidationInfo) -> Any:
+        if not samples:
+            return None  # [] is stored as no samples: one form for "none"
+        limits = write_limits(info)
+        if limits is not None:
+            for index, sample in enumerate(samples):
+                for key, value in sample.items():
+                    _cap_chars(value, limits.argument_chars, "argument_chars", f"samples[{index}].{key}")
+        return samples
+
     @model_validator(mode="after")
     def _unique_arguments(self) -> PromptSpec:
         names = [a.name for a in self.arguments]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"duplicate argument names: {', '.join(duplicates)}")
+        declared = set(names)
+        for index, sample in enumerate(self.samples or ()):
+            undeclared = sorted(set(sample) - declared)
+            if undeclared:
+                raise ValueError(
+                    f"samples[{index}] names undeclared argument(s) {', '.join(undeclared[:5])}; samples may "
+                    "only give values for the prompt's arguments"
+                )
         return self
 
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import httpx
 from jsonschema.protocols import Validator
 
+from registry.catalog.access import Access
 from registry.catalog.schemas import safe_validator
 from registry.catalog.specs import ToolSpec
 from registry.limits import DEFAULT_LIMITS, Limits
@@ -218,12 +219,18 @@ class ToolTest:
 
 
 def resolve_tool_test(
-    catalog: CatalogService, name: str, *, version: int | None = None, label: str | None = None
+    catalog: CatalogService,
+    name: str,
+    *,
+    version: int | None = None,
+    label: str | None = None,
+    access: Access | None = None,
 ) -> ToolTest:
     """The version of tool ``name`` a test call runs: ``version``, else ``label``'s, else
     ``production``'s (what agents call). Blocking (reads the database): call it off the event loop.
-    ``NotFound`` for a tool, version or label that does not exist; ``Invalid`` for both given."""
-    number, picked_by, revealed = catalog.tool_to_call(name, version=version, label=label)
+    ``NotFound`` for a tool, version or label that does not exist (or hidden from ``access``);
+    ``Forbidden`` when ``access`` is not an editor of its team; ``Invalid`` for both given."""
+    number, picked_by, revealed = catalog.tool_to_call(name, version=version, label=label, access=access)
     spec = ToolSpec.model_validate(revealed)
     return ToolTest(name, number, picked_by, dict(spec.inputSchema), prepare_tool(spec, catalog.limits))
 

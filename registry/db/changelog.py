@@ -26,6 +26,9 @@ from registry.db.models import Change, utcnow
 #: Arbitrary constant identifying the change-log lock among advisory locks.
 CHANGELOG_LOCK_KEY = 0x4D4350_5245  # "MCP" "RE"
 NOTIFY_CHANNEL = "registry_changes"
+#: The kinds of a catalog change (an entry's); governance events (``append_event``) have other
+#: kinds and name no labels.
+CATALOG_KINDS = ("prompt", "resource", "tool")
 
 
 def append_change(

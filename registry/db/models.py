@@ -341,6 +341,8 @@ class McpSession(Base):
     label: Mapped[str] = mapped_column(String(64))
     principal: Mapped[str] = mapped_column(String(128))
     token_id: Mapped[int | None] = mapped_column(BigId)
+    #: The single-sign-on user (subject) that opened it; with ``token_id``, whose session it is.
+    user: Mapped[str | None] = mapped_column(String(256))
     client_info: Mapped[dict[str, Any]]
     client_capabilities: Mapped[dict[str, Any]]
     log_level: Mapped[str | None] = mapped_column(String(16))

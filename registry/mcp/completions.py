@@ -32,11 +32,14 @@ _KEY_OVERHEAD = 200
 def caller_of(client: ClientState) -> tuple[str, str]:
     """Whose history a request reads and writes: (principal, label).
 
-    Agent tokens are identified by their id (all sessions of a token share history); anonymous
-    callers have no identity beyond their session, so each session is its own caller.
+    Agent tokens are identified by their id (all sessions of a token share history), signed-in
+    users by their subject; anonymous callers have no identity beyond their session, so each
+    session is its own caller.
     """
     if client.token_id is not None:
         who = f"token:{client.token_id}"
+    elif client.user is not None:
+        who = f"user:{client.user}"
     elif isinstance(client, Session) and client.id:
         who = f"session:{client.id}"
     else:

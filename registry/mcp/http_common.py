@@ -25,6 +25,7 @@ from registry.mcp.protocol import (
     error_message,
     loads,
 )
+from registry.oidc import MCP_METADATA_PATH, public_base
 from registry.tokens import ANONYMOUS_AGENT, Principal, TokenRejected, TokenService
 
 Scope = MutableMapping[str, Any]
@@ -98,7 +99,17 @@ def check_origin_and_host(headers: dict[str, str], settings: Settings) -> None:
     raise HttpError(403, -32000, f"Forbidden: Origin {origin!r} is not allowed (see REGISTRY_ALLOWED_ORIGINS)")
 
 
-async def authenticate(headers: dict[str, str], tokens: TokenService, settings: Settings) -> Principal:
+def _resource_metadata(headers: dict[str, str], settings: Settings, scope: Scope | None) -> str:
+    """With single sign-on: where a 401 tells the client to find the issuer (RFC 9728)."""
+    if not settings.oidc_issuer:
+        return ""
+    base = public_base(settings, scope.get("scheme", "http") if scope else "http", headers.get("host"))
+    return f', resource_metadata="{base}{MCP_METADATA_PATH}"'
+
+
+async def authenticate(
+    headers: dict[str, str], tokens: TokenService, settings: Settings, scope: Scope | None = None
+) -> Principal:
     header = headers.get("authorization")
     if not header:
         if settings.anonymous_agents_enabled:
@@ -107,7 +118,7 @@ async def authenticate(headers: dict[str, str], tokens: TokenService, settings: 
             401,
             -32001,
             "Unauthorized: send Authorization: Bearer <agent token>",
-            {"WWW-Authenticate": 'Bearer realm="mcp-registry"'},
+            {"WWW-Authenticate": 'Bearer realm="mcp-registry"' + _resource_metadata(headers, settings, scope)},
         )
     scheme, _, token = header.partition(" ")
     token = token.strip()
@@ -123,7 +134,10 @@ async def authenticate(headers: dict[str, str], tokens: TokenService, settings: 
             401,
             -32001,
             f"Unauthorized: {reason}",
-            {"WWW-Authenticate": f'Bearer realm="mcp-registry", error="invalid_token", error_description="{reason}"'},
+            {
+                "WWW-Authenticate": f'Bearer realm="mcp-registry", error="invalid_token", error_description="{reason}"'
+                + _resource_metadata(headers, settings, scope)
+            },
         )
     return principal
 

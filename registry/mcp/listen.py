@@ -19,7 +19,8 @@ batch to the ``Notifier``, which offers it to the session streams and, in the sa
 this service (``offer_event``): listeners are grouped by label, so a change is looked at once per
 label it touches, and an offer is one keyed dict store per listener. Frames are built when the
 transport takes them, not per offer (and a listener's list change is encoded once, then reused:
-its bytes differ from another listener's only by the subscription id).
+its bytes differ from another listener's only by the subscription id). A team's change (its
+``audience``) reaches only the listeners whose caller sees that team, as on session streams.
 
 Bounds, as for session streams (streams.py): what waits for a listener is keyed (the
 list_changed of a kind, the resources/updated of a URI), so a newer one replaces a pending one
@@ -143,8 +144,18 @@ class ListenStream:
         self.token_id = client.token_id
         self.principal = client.principal
         self.kinds = kinds
+        #: The teams whose changes this listener hears of besides global ones (None: all), from the
+        #: caller's principal when it opened the listen.
+        self.visible_teams = client.visible_teams
         #: What ``updated_uris`` matches changes against (the session era's matching).
-        self.match = ClientState(label=client.label, principal=client.principal, subscriptions=set(uris))
+        self.match = ClientState(
+            label=client.label,
+            principal=client.principal,
+            token_id=client.token_id,
+            user=client.user,
+            visible_teams=client.visible_teams,
+            subscriptions=set(uris),
+        )
         self.filter = honoured
         self._meta: dict[str, Any] = {META_SUBSCRIPTION_ID: request_id}
         #: key -> (method, uri or None), oldest first; the ack is first of all.
@@ -357,12 +368,17 @@ class ListenService:
         offered = 0
         kind = event.kind
         method = LIST_CHANGED[kind]
+        audience = event.audience  # None (everyone) for all but a team's changes
         for label in event.labels:
             streams = self._by_label.get(label)
             if not streams:
                 continue
             listed = event.changes_list_of(label)
             for stream in streams:
+                if audience is not None:
+                    visible = stream.visible_teams
+                    if visible is not None and audience.isdisjoint(visible):
+                        continue  # another team's change
                 if listed and kind in stream.kinds:
                     offered += stream.offer(kind, method)
                 if kind == "resource" and stream.match.subscriptions:

@@ -231,9 +231,19 @@ def check_version(meta: dict[str, Any]) -> str:
     return requested
 
 
-def client_state(meta: dict[str, Any], *, label: str, principal: str, token_id: int | None) -> ClientState:
+def client_state(
+    meta: dict[str, Any],
+    *,
+    label: str,
+    principal: str,
+    token_id: int | None,
+    visible_teams: frozenset[str] | None,
+    user: str | None = None,
+) -> ClientState:
     """The caller of one modern request, from its ``_meta`` alone (nothing is inferred from
-    earlier requests). An invalid log level is -32602."""
+    earlier requests) and the identity the transport authenticated: ``visible_teams`` (None:
+    every team) is what it sees besides global entries, so it is required. An invalid log level
+    is -32602."""
     log_level = meta.get(META_LOG_LEVEL)
     if log_level is not None and log_level not in LOG_SEVERITY:
         raise JsonRpcError(
@@ -244,6 +254,8 @@ def client_state(meta: dict[str, Any], *, label: str, principal: str, token_id: 
         label=label,
         principal=principal,
         token_id=token_id,
+        user=user,
+        visible_teams=visible_teams,
         protocol_version=meta[META_PROTOCOL_VERSION],
         client_info=info if isinstance(info, dict) else {},
         client_capabilities=meta[META_CLIENT_CAPABILITIES],

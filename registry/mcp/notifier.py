@@ -12,6 +12,13 @@ label lists changed (the change row says which labels: a template- or content-on
 no list), and ``notifications/resources/updated`` for subscribed URIs whose content the change
 may alter. SSE event ids are ``<change id>:<n>`` (``:0`` the list_changed, ``:1``... the updated
 URIs, sorted), so a client that reconnects with ``Last-Event-ID`` gets exactly what it missed.
+
+Teams: a change row names its ``audience`` (the teams whose view it alters, ``*`` everyone). A
+client is sent a change's notifications only if it sees every team (an admin), or the audience
+holds ``*`` or one of its ``visible_teams``: live, replayed, on listen streams, on every replica
+(the audience travels in the change log). Worked out once per change (``ChangeEvent.audience`` is
+None for everyone), so a change for everyone costs each stream one comparison more, and a team's
+change one set intersection per stream of its label.
 """
 
 from __future__ import annotations
@@ -59,12 +66,23 @@ class ChangeEvent:
     created_at: datetime
     #: The labels whose lists the change alters (see ``Change.listing_changed``); None: all of ``labels``.
     listing_changed: frozenset[str] | None = None
+    #: The teams whose view the change alters; None: everyone (``*`` in ``Change.audience``, or a
+    #: row from before teams). Only clients that see one of them (or every team) are told.
+    audience: frozenset[str] | None = None
 
     @classmethod
     def from_row(cls, row: Change) -> ChangeEvent:
         created = row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=UTC)
         listed = None if row.listing_changed is None else frozenset(row.listing_changed)
-        return cls(row.id, row.kind, row.name, row.action, frozenset(row.labels), tuple(row.uris), created, listed)
+        audience = None if row.audience is None or "*" in row.audience else frozenset(row.audience)
+        return cls(
+            row.id, row.kind, row.name, row.action, frozenset(row.labels), tuple(row.uris), created, listed, audience
+        )
+
+    def reaches(self, visible_teams: frozenset[str] | None) -> bool:
+        """Whether a client seeing ``visible_teams`` (None: every team) may hear of this change."""
+        audience = self.audience
+        return audience is None or visible_teams is None or not audience.isdisjoint(visible_teams)
 
     def changes_list_of(self, label: str) -> bool:
         """Whether a client served ``label`` lists something different after this change."""
@@ -96,7 +114,7 @@ def keyed_messages_for(change: ChangeEvent, client: ClientState) -> list[tuple[i
     list_changed is sent, so live and replayed events are numbered alike) and its coalescing key:
     a later message of the same key (the list_changed of a kind, the resources/updated of a URI)
     makes an earlier one redundant, since the client re-lists or re-reads what it names."""
-    if client.label not in change.labels:
+    if client.label not in change.labels or not change.reaches(client.visible_teams):
         return []
     messages: list[tuple[int, Hashable, dict[str, Any]]] = []
     if change.changes_list_of(client.label):
@@ -336,6 +354,9 @@ class Notifier:
             # Raises when the database cannot be read: nothing was offered yet and the feed has not
             # advanced, so the feed retries this same batch (and the snapshots keep serving).
             await self.apply(events)
+        # Governance events (append_event: a team, a token, a change request) name no labels: no
+        # client's view changed, so nobody is told (the feed still moves past them).
+        events = [event for event in events if event.labels]
         streams = list(self.hub.streams())
         if any(event.kind == "resource" for event in events):
             persisted = [s for s in streams if getattr(s.client, "id", "") and getattr(s, "persistent", False)]
@@ -366,11 +387,16 @@ class Notifier:
             first_id = f"{event.id}:0"
             kind = event.kind
             list_changed = _ENCODED_LIST_CHANGED[kind]
+            audience = event.audience  # None (everyone) for all but a team's changes
             sent_for_event = 0
             for stream in streams:
                 client = stream.client
                 if client.label not in event.labels:
                     continue
+                if audience is not None:
+                    visible = client.visible_teams
+                    if visible is not None and audience.isdisjoint(visible):
+                        continue  # another team's change: nothing of it reaches this client
                 if event.changes_list_of(client.label):
                     sent_for_event += stream.offer((first_id, list_changed), kind)
                 if kind == "resource" and client.subscriptions:

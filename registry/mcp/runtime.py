@@ -11,6 +11,7 @@ from collections.abc import Callable
 from sqlalchemy import text
 
 from registry.catalog.service import PRODUCTION
+from registry.catalog.usage import UsageCounter
 from registry.db.engine import is_unavailable, warn_unavailable
 from registry.mcp.client_requests import CLIENT_RESPONSE_CHANNEL
 from registry.mcp.listen import ListenService
@@ -40,6 +41,14 @@ class McpRuntime:
             cache_ttl_ms=settings.cache_ttl_ms,
         )
         self.server.observe = self.metrics.observe_request
+        #: Uses per entry version and agent (None: REGISTRY_USAGE=false, nothing is counted).
+        self.usage: UsageCounter | None = None
+        if settings.usage_enabled:
+            self.usage = UsageCounter(
+                registry.db, flush_s=settings.usage_flush_s, max_pending_keys=settings.limits.usage_pending_keys
+            )
+            self.usage.bind_metrics(self.metrics.registry)
+        self.server.usage = self.usage
         self.sessions = SessionStore(registry.db, idle_timeout_s=settings.session_idle_timeout_s)
         self.hub = StreamHub(
             keepalive_s=min(StreamHub.KEEPALIVE_S, settings.session_idle_timeout_s / 4),
@@ -114,7 +123,7 @@ class McpRuntime:
         self.metrics.notification_lag.observe(seconds)
 
     async def _dispatch(self, events: list[ChangeEvent], advance: Callable[[int], None]) -> None:
-        self.registry.watchers.publish((event.kind, event.name) for event in events)
+        self.registry.watchers.publish((event.kind, event.name) for event in events if event.labels)
         await self.notifier.dispatch(events, advance)
 
     async def _save_state(self, client: ClientState) -> None:
@@ -162,6 +171,8 @@ class McpRuntime:
             gc.collect()
             gc.freeze()
         self._tasks.append(asyncio.create_task(self._sweep_forever()))
+        if self.usage is not None:
+            self.usage.start()
 
     def drain(self) -> None:
         """Close every stream now (SIGTERM): clients reconnect, to another replica if this one is going.
@@ -183,6 +194,8 @@ class McpRuntime:
         self.listen.close_all()  # each listen ends with its final result (a graceful end)
 
     async def stop(self) -> None:
+        if self.usage is not None:
+            await self.usage.stop()  # first: the counts are written even if a later step hangs
         await self.listen.stop()
         await self.hub.stop()
         for task in self._tasks:

@@ -26,6 +26,7 @@ from registry.catalog.rendering import ArgumentError
 from registry.catalog.service import PRODUCTION, CatalogService
 from registry.catalog.templates import TemplateError
 from registry.catalog.tool_calls import call_tool_step
+from registry.catalog.usage import UsageCounter
 from registry.db.engine import is_unavailable, warn_unavailable
 from registry.limits import DEFAULT_LIMITS, LimitExceeded, Limits
 from registry.mcp.completions import CompletionHistory, suggestions
@@ -59,7 +60,7 @@ from registry.mcp.protocol import (
     result_message,
 )
 from registry.mcp.sessions import ClientState
-from registry.mcp.snapshot import CatalogSnapshot, SnapshotCache
+from registry.mcp.snapshot import CatalogSnapshot, SnapshotCache, sees
 from registry.webhooks import HttpResourceCache, WebhookAnswer, make_guarded_client, parse_networks
 
 log = logging.getLogger("registry.mcp")
@@ -157,11 +158,12 @@ def _decode_cursor(cursor: Any, list_name: str) -> str | None:
         raise JsonRpcError(INVALID_PARAMS, "invalid cursor") from None
 
 
-def _page(snapshot: CatalogSnapshot, params: dict[str, Any], list_name: str) -> dict[str, Any]:
-    """One page of a list, keyset-paged by entry name: a cursor names the last entry returned, so
-    entries added or removed before it (edits between two pages) neither repeat nor skip any."""
+def _page(snapshot: CatalogSnapshot, params: dict[str, Any], list_name: str, client: ClientState) -> dict[str, Any]:
+    """One page of a list as ``client`` is shown it (global entries and its teams'), keyset-paged
+    by entry name: a cursor names the last entry returned, so entries added or removed before it
+    (edits between two pages) neither repeat nor skip any."""
     after = _decode_cursor(params.get("cursor"), list_name)
-    items, last = snapshot.page(list_name, after, PAGE_SIZE)
+    items, last = snapshot.page(list_name, after, PAGE_SIZE, client.visible_teams)
     result: dict[str, Any] = {list_name: items}
     if last is not None:
         result["nextCursor"] = _encode_cursor(list_name, last)
@@ -229,6 +231,8 @@ class McpServer:
         self.on_state_change: Callable[[ClientState], Awaitable[None]] | None = None
         #: Called with (method, seconds) after each request (request-latency metrics).
         self.observe: Callable[[str, float], None] | None = None
+        #: Counts uses per entry version and agent (set by the runtime; None: not counted).
+        self.usage: UsageCounter | None = None
 
     def _serve_own_write(self, change_id: int) -> None:
         self.snapshots.written(change_id)
@@ -331,7 +335,8 @@ class McpServer:
         stamped["resultType"] = "complete"
         if method in CACHEABLE:
             stamped["ttlMs"] = self.cache_ttl_ms
-            stamped["cacheScope"] = "public" if method == "server/discover" or _public_view(client) else "private"
+            public = method == "server/discover" or _public_view(client, self.snapshots.peek(client.label))
+            stamped["cacheScope"] = "public" if public else "private"
         return stamped
 
     async def handle_notification(self, message: Message, client: ClientState) -> None:
@@ -392,12 +397,13 @@ class McpServer:
 
     # ------------------------------------------------------------------ prompts
     async def prompts_list(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
-        return _page(await self.snapshot(ctx), params, "prompts")
+        return _page(await self.snapshot(ctx), params, "prompts", ctx.client)
 
     async def prompts_get(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
         name = _require_str(params, "name")
         snapshot = await self.snapshot(ctx)
-        entry = snapshot.prompts.get(name)
+        visible = ctx.client.visible_teams
+        entry = snapshot.prompt(name, visible)  # another team's prompt is unknown too
         if entry is None:
             raise JsonRpcError(INVALID_PARAMS, f"unknown prompt: {name}")
         arguments = params.get("arguments") or {}
@@ -413,7 +419,7 @@ class McpServer:
         renderer = entry.renderer  # binding the arguments refuses undeclared ones (-32602), as previews do
         try:
             result = await self.renders.run(
-                lambda: renderer.render(arguments, snapshot.read_static, limits=self.limits),
+                lambda: renderer.render(arguments, lambda uri: snapshot.read_static(uri, visible), limits=self.limits),
                 inline=renderer.renders_inline,
             )
         except ArgumentError as exc:
@@ -423,25 +429,30 @@ class McpServer:
         for key, value in arguments.items():
             if isinstance(value, str) and key in declared:
                 self._remember(ctx, ("ref/prompt", name), key, value)
+        if self.usage is not None:  # a use: rendered (not refused, not asked for input)
+            self.usage.count("prompt", entry.name, entry.version, ctx.client.token_id, ctx.client.user, "get")
         return result
 
     # ------------------------------------------------------------------ resources
     async def resources_list(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
-        return _page(await self.snapshot(ctx), params, "resources")
+        return _page(await self.snapshot(ctx), params, "resources", ctx.client)
 
     async def resource_templates_list(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
-        return _page(await self.snapshot(ctx), params, "resourceTemplates")
+        return _page(await self.snapshot(ctx), params, "resourceTemplates", ctx.client)
 
     async def resources_read(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
         uri = _require_str(params, "uri")
         if len(uri) > self.limits.uri_chars:
             raise _limit_error("uri_chars", f"the URI has {len(uri)} characters; at most {self.limits.uri_chars}")
         snapshot = await self.snapshot(ctx)
-        entry = snapshot.find_resource(uri)
+        entry = snapshot.find_resource(uri, ctx.client.visible_teams)  # another team's: not found too
         if entry is None:
             raise JsonRpcError(RESOURCE_NOT_FOUND, f"resource not found: {uri}", {"uri": uri})
         if entry.spec.kind == "http":
-            return {"contents": await self.http_resources.read(uri, entry.spec)}
+            fetched = await self.http_resources.read(uri, entry.spec)
+            if self.usage is not None:
+                self.usage.count("resource", entry.name, entry.version, ctx.client.token_id, ctx.client.user, "read")
+            return {"contents": fetched}
         renderer = entry.renderer
         try:
             contents = await self.renders.run(
@@ -457,6 +468,8 @@ class McpServer:
             for key, value in (entry.renderer.match(uri) or {}).items():
                 if key in variables:
                     self._remember(ctx, ref, key, value)
+        if self.usage is not None:  # a use: read (not missing, not failed)
+            self.usage.count("resource", entry.name, entry.version, ctx.client.token_id, ctx.client.user, "read")
         return {"contents": contents}
 
     async def resources_subscribe(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
@@ -486,11 +499,11 @@ class McpServer:
 
     # ------------------------------------------------------------------ tools
     async def tools_list(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
-        return _page(await self.snapshot(ctx), params, "tools")
+        return _page(await self.snapshot(ctx), params, "tools", ctx.client)
 
     async def tools_call(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
         name = _require_str(params, "name")
-        tool = (await self.snapshot(ctx)).tools.get(name)
+        tool = (await self.snapshot(ctx)).tool(name, ctx.client.visible_teams)  # another team's: unknown too
         if tool is None:
             raise JsonRpcError(INVALID_PARAMS, f"unknown tool: {name}")
         arguments = params.get("arguments")
@@ -506,10 +519,14 @@ class McpServer:
             await ctx.log(level, data, logger=name)
 
         capabilities = ctx.client.client_capabilities
+        # A use is a call made to the webhook, counted once per call on its first round (not on
+        # the rounds that answer its input requests), whatever the webhook answered.
+        uncounted = self.usage is not None and not (ctx.modern and params.get("requestState") is not None)
 
         async def step(responses: dict[str, Any] | None, state: str | None) -> WebhookAnswer:
+            nonlocal uncounted
             # The same code path as the admin API's tool test (registry/catalog/tool_calls.py).
-            return await call_tool_step(
+            answer = await call_tool_step(
                 name,
                 tool,
                 arguments,
@@ -524,6 +541,10 @@ class McpServer:
                 state=state,
                 hook_services=self,
             )
+            if uncounted:
+                uncounted = False
+                self._count_call(tool, arguments, answer, ctx.client)
+            return answer
 
         # A webhook may ask for input mid-call (registry/mcp/input_required.py): a stateless
         # caller answers by retrying, a session is asked on its own channel.
@@ -541,15 +562,24 @@ class McpServer:
             return await run_stateless(step, params, capabilities, binding, self.request_states, what)
         return await run_with_session(step, ctx.ask, capabilities, what)
 
+    def _count_call(self, tool: Any, arguments: dict[str, Any], answer: WebhookAnswer, client: ClientState) -> None:
+        """Count a call that went to the webhook: not one refused for invalid arguments (an
+        isError result made without calling it; only error results are checked again)."""
+        if self.usage is None:
+            return
+        if isinstance(answer, dict) and answer.get("isError") and not tool.input_validator.is_valid(arguments):
+            return
+        self.usage.count("tool", tool.name, tool.version, client.token_id, client.user, "call")
+
     # ------------------------------------------------------------------ completion
     def _remember(self, ctx: RequestContext, ref: tuple[str, str], argument: str, value: str) -> None:
-        """Completion history is per token or session: an anonymous stateless caller has neither
-        (each of its requests is a stranger), so it keeps none."""
-        if not ctx.modern or ctx.client.token_id is not None:
+        """Completion history is per token, user or session: an anonymous stateless caller has none
+        of them (each of its requests is a stranger), so it keeps none."""
+        if not ctx.modern or ctx.client.token_id is not None or ctx.client.user is not None:
             self.completions.remember(ctx.client, ref, argument, value)
 
     def _recall(self, ctx: RequestContext, ref: tuple[str, str], argument: str) -> list[str]:
-        if ctx.modern and ctx.client.token_id is None:
+        if ctx.modern and ctx.client.token_id is None and ctx.client.user is None:
             return []
         return self.completions.recall(ctx.client, ref, argument)
 
@@ -563,10 +593,11 @@ class McpServer:
         if not isinstance(arg_name, str) or not isinstance(prefix, str):
             raise JsonRpcError(INVALID_PARAMS, '"argument" needs string "name" and "value"')
         snapshot = await self.snapshot(ctx)
+        visible = ctx.client.visible_teams
         candidates: list[str] = []
         if ref.get("type") == "ref/prompt":
             name = ref.get("name")
-            entry = snapshot.prompts.get(name) if isinstance(name, str) else None
+            entry = snapshot.prompt(name, visible) if isinstance(name, str) else None
             if entry is None:
                 raise JsonRpcError(INVALID_PARAMS, f"unknown prompt: {name}")
             declared = next((a for a in entry.spec.arguments if a.name == arg_name), None)
@@ -580,7 +611,9 @@ class McpServer:
             uri = ref.get("uri")
             if isinstance(uri, str) and len(uri) > self.limits.uri_chars:
                 raise _limit_error("uri_chars", f"the URI has {len(uri)} characters; at most {self.limits.uri_chars}")
-            template = next((t for t in snapshot.templates if t.spec.uriTemplate == uri), None)
+            template = next(
+                (t for t in snapshot.templates if sees(visible, t.team) and t.spec.uriTemplate == uri), None
+            )
             if template is None:
                 raise JsonRpcError(INVALID_PARAMS, f"unknown resource template: {uri}")
             if template.renderer.uri_template and arg_name not in template.renderer.uri_template.variables:
@@ -591,10 +624,18 @@ class McpServer:
         return {"completion": suggestions(candidates, prefix)}
 
 
-def _public_view(client: ClientState) -> bool:
-    """Whether what a caller is served depends on nobody: an anonymous caller on the default label
-    (a token's label, or a chosen ``?label=``, makes the view the caller's own: private)."""
-    return client.token_id is None and client.label == PRODUCTION
+def _public_view(client: ClientState, snapshot: CatalogSnapshot | None) -> bool:
+    """Whether what a caller is served depends on nobody, so that a shared cache may hand it to
+    anyone: an anonymous caller on the default label, shown global entries only (a token's label,
+    or a chosen ``?label=``, makes the view the caller's own: private; so does a signed-in user).
+    A caller without identity that sees teams (stdio sees them all) is shown what anonymous
+    callers are only while the label serves no team entries; then it is public too."""
+    if client.token_id is not None or client.user is not None or client.label != PRODUCTION:
+        return False
+    visible = client.visible_teams
+    if visible is not None and not visible:
+        return True
+    return snapshot is not None and not snapshot.has_team_entries
 
 
 def _limit_error(limit: str, message: str) -> JsonRpcError:

@@ -34,6 +34,12 @@ class ClientState:
     label: str
     principal: str
     token_id: int | None = None
+    #: A single-sign-on user's subject (None: a token or anonymous); with ``token_id``, who the
+    #: caller is for usage counts and ownership checks.
+    user: str | None = None
+    #: Teams whose entries this client sees besides global ones; None: every team (an admin).
+    #: Set from the authenticated principal on every request; the default shows global entries only.
+    visible_teams: frozenset[str] | None = frozenset()
     protocol_version: str | None = None
     client_info: dict[str, Any] = field(default_factory=dict)
     client_capabilities: dict[str, Any] = field(default_factory=dict)
@@ -99,6 +105,7 @@ class SessionStore:
             label=session.label,
             principal=session.principal,
             token_id=session.token_id,
+            user=session.user,
             client_info=session.client_info,
             client_capabilities=session.client_capabilities,
             log_level=session.log_level,
@@ -207,6 +214,7 @@ class SessionStore:
             label=row.label,
             principal=row.principal,
             token_id=row.token_id,
+            user=row.user,
             protocol_version=row.protocol_version,
             client_info=row.client_info,
             client_capabilities=row.client_capabilities,

@@ -18,6 +18,14 @@ Memory at 100,000 entries: an entry keeps its stored definition as JSON text and
 nothing more. The parsed model, compiled templates, decrypted webhook and JSON Schema validators
 are built on first use and kept for the most recently used entries only (``Materialized``).
 Entries are shared between labels serving the same version.
+
+Teams: each entry carries its team (None: global). A client sees global entries and those of its
+``visible_teams`` (None: every team, an admin); an entry it does not see answers exactly like a
+missing one. Besides each list's sorted keys, a snapshot keeps them split by team
+(``team_keys``, and ``global_keys`` for the global ones); a filtered page merges the global keys
+with the visible teams' (a bisect and a slice each), so it costs the page, not the catalog, and
+needs no cache to invalidate. While a list holds no team entries (the common case), ``global_keys``
+*is* ``keys`` and every client is served the unfiltered list exactly as before.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import gc
+import heapq
 import logging
 import threading
 import time
@@ -52,6 +61,14 @@ from registry.webhooks import WebhookTarget
 log = logging.getLogger("registry.mcp")
 
 T = TypeVar("T")
+
+#: What a client sees besides global entries: team names; None: every team (an admin).
+Visible = frozenset[str] | None
+
+
+def sees(visible: Visible, team: str | None) -> bool:
+    """Whether a client seeing ``visible`` teams sees an entry of ``team`` (None: global)."""
+    return team is None or visible is None or team in visible
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,18 +159,23 @@ class ServedEntry:
     """One entry as a label serves it: the stored definition as JSON text, and its list item.
     Immutable once built (a change replaces the object), so labels serving the same version share it."""
 
-    __slots__ = ("_lazy", "listing", "name", "source", "version")
+    __slots__ = ("_lazy", "listing", "name", "source", "team", "version")
     kind: ClassVar[str] = ""
 
-    def __init__(self, name: str, version: int, source: str, item: dict[str, Any], lazy: Materialized) -> None:
+    def __init__(
+        self, name: str, version: int, source: str, item: dict[str, Any], lazy: Materialized, team: str | None = None
+    ) -> None:
         self.name = name
         self.version = version
         self.source = source
         self.listing = item
         self._lazy = lazy
+        #: Who sees it over MCP: that team's members and admins; None: everyone (a global entry).
+        self.team = team
 
-    def same_as(self, version: int, source: str) -> bool:
-        return self.version == version and self.source == source
+    def same_as(self, version: int, source: str, team: str | None = None) -> bool:
+        """Serves the same thing to the same clients (a move to another team is a change too)."""
+        return self.version == version and self.source == source and self.team == team
 
 
 class PromptEntry(ServedEntry):
@@ -174,9 +196,16 @@ class ResourceEntry(ServedEntry):
     kind = "resource"
 
     def __init__(
-        self, name: str, version: int, source: str, item: dict[str, Any], lazy: Materialized, stored: Mapping[str, Any]
+        self,
+        name: str,
+        version: int,
+        source: str,
+        item: dict[str, Any],
+        lazy: Materialized,
+        stored: Mapping[str, Any],
+        team: str | None = None,
     ) -> None:
-        super().__init__(name, version, source, item, lazy)
+        super().__init__(name, version, source, item, lazy, team)
         #: What must be unique: the URI, or the URI template of a template resource.
         self.uri: str = stored.get("uri") or stored.get("uriTemplate") or ""
         self.resource_kind: str = stored.get("kind", "static")
@@ -222,18 +251,20 @@ class ToolEntry(ServedEntry):
         return self.served.target
 
 
-def make_entry(kind: str, name: str, version: int, source: str, lazy: Materialized) -> ServedEntry:
+def make_entry(
+    kind: str, name: str, version: int, source: str, lazy: Materialized, team: str | None = None
+) -> ServedEntry:
     """Parse the stored text once, keep its list item (whose strings are the only ones kept)."""
     stored = orjson.loads(source)
     if not isinstance(stored, dict) or stored.get("name") != name:
         raise ValueError("the stored definition does not name this entry")
     item = listing(kind, stored)
     if kind == "prompt":
-        return PromptEntry(name, version, source, item, lazy)
+        return PromptEntry(name, version, source, item, lazy, team)
     if kind == "resource":
-        return ResourceEntry(name, version, source, item, lazy, stored)
+        return ResourceEntry(name, version, source, item, lazy, stored, team)
     if kind == "tool":
-        return ToolEntry(name, version, source, item, lazy)
+        return ToolEntry(name, version, source, item, lazy, team)
     raise ValueError(f"unknown kind {kind!r}")
 
 
@@ -253,6 +284,18 @@ class UriIndex:
 
     def get(self, uri: str) -> ResourceEntry | None:
         return self.winners.get(uri)
+
+    def find(self, uri: str, visible: Visible) -> ResourceEntry | None:
+        """The resource at ``uri`` a client seeing ``visible`` teams is served: the winner, or, if
+        it cannot see that one, the greatest-named claimant it can see."""
+        winner = self.winners.get(uri)
+        if winner is None or winner.team is None or visible is None or winner.team in visible:
+            return winner
+        claims = self.contested.get(uri)
+        if claims is None:
+            return None
+        seen = [name for name, entry in claims.items() if sees(visible, entry.team)]
+        return claims[max(seen)] if seen else None
 
     def add(self, entry: ResourceEntry) -> None:
         uri = entry.uri
@@ -309,6 +352,15 @@ class CatalogSnapshot:
     templates: tuple[ResourceEntry, ...] = ()
     #: List name -> its entries' names, sorted: the order of the list and of its cursors.
     keys: dict[str, list[str]] = field(default_factory=lambda: {name: [] for name in LISTS})
+    #: List name -> team -> the names of that team's entries in the list, sorted (teams with
+    #: entries only: empty while the list holds no team entries).
+    team_keys: dict[str, dict[str, list[str]]] = field(default_factory=lambda: {name: {} for name in LISTS})
+    #: List name -> the names of its global entries, sorted; the very ``keys`` list while the list
+    #: holds no team entries.
+    global_keys: dict[str, list[str]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.global_keys = dict(self.keys)
 
     # ------------------------------------------------------------------ reading
     def entries(self, kind: str) -> Mapping[str, ServedEntry]:
@@ -318,21 +370,70 @@ class CatalogSnapshot:
             return self.tools
         return self.resource_entries
 
-    def page(self, list_name: str, after: str | None, size: int) -> tuple[list[dict[str, Any]], str | None]:
-        """Up to ``size`` list items after the key ``after`` (None: from the start), and the key to
-        continue after (None: that was the last page). Keyset, not offset: an entry added or removed
-        before the cursor neither repeats nor skips one after it."""
-        keys = self.keys[list_name]
-        entries = self.entries(LISTS[list_name])
-        start = 0 if after is None else bisect.bisect_right(keys, after)
-        chosen = keys[start : start + size]
-        items = [entries[key].listing for key in chosen]
-        return items, (chosen[-1] if chosen and start + size < len(keys) else None)
+    def prompt(self, name: str, visible: Visible) -> PromptEntry | None:
+        """The prompt ``name`` as a client seeing ``visible`` teams is served (None: none it sees)."""
+        entry = self.prompts.get(name)
+        return entry if entry is not None and sees(visible, entry.team) else None
 
-    def listed(self, list_name: str) -> list[dict[str, Any]]:
-        """A whole list, in order."""
+    def tool(self, name: str, visible: Visible) -> ToolEntry | None:
+        """The tool ``name`` as a client seeing ``visible`` teams is served (None: none it sees)."""
+        entry = self.tools.get(name)
+        return entry if entry is not None and sees(visible, entry.team) else None
+
+    @property
+    def has_team_entries(self) -> bool:
+        """Whether any list holds a team's entry (else every client is shown the same)."""
+        return any(self.team_keys[name] for name in LISTS)
+
+    def _sources(self, list_name: str, visible: Visible) -> list[list[str]]:
+        """The sorted key lists whose union is the list a client seeing ``visible`` teams is shown:
+        the whole list (no team entries in it, an admin, or every team in it visible), else the
+        global keys and each visible team's."""
+        teams = self.team_keys[list_name]
+        if visible is None or not teams:
+            return [self.keys[list_name]]
+        if len(visible) < len(teams):
+            chosen = [teams[team] for team in visible if team in teams]
+        else:
+            chosen = [names for team, names in teams.items() if team in visible]
+        if not chosen:
+            return [self.global_keys[list_name]]
+        if len(chosen) == len(teams):
+            return [self.keys[list_name]]
+        return [self.global_keys[list_name], *chosen]
+
+    def page(
+        self, list_name: str, after: str | None, size: int, visible: Visible
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """Up to ``size`` list items after the key ``after`` (None: from the start), and the key to
+        continue after (None: that was the last page), of the list a client seeing ``visible``
+        teams is shown. Keyset, not offset: an entry added or removed before the cursor neither
+        repeats nor skips one after it."""
         entries = self.entries(LISTS[list_name])
-        return [entries[key].listing for key in self.keys[list_name]]
+        sources = self._sources(list_name, visible)
+        if len(sources) == 1:
+            keys = sources[0]
+            start = 0 if after is None else bisect.bisect_right(keys, after)
+            chosen = keys[start : start + size]
+            items = [entries[key].listing for key in chosen]
+            return items, (chosen[-1] if chosen and start + size < len(keys) else None)
+        # Names are unique within a list, so the sources are disjoint: the next ``size`` + 1 of
+        # each, merged, say which ``size`` come next and whether any follow.
+        heads = []
+        for keys in sources:
+            start = 0 if after is None else bisect.bisect_right(keys, after)
+            heads.append(keys[start : start + size + 1])
+        merged = list(heapq.merge(*heads))
+        chosen = merged[:size]
+        items = [entries[key].listing for key in chosen]
+        return items, (chosen[-1] if chosen and len(merged) > size else None)
+
+    def listed(self, list_name: str, visible: Visible = None) -> list[dict[str, Any]]:
+        """A whole list, in order (as a client seeing ``visible`` teams is shown it; None: all)."""
+        entries = self.entries(LISTS[list_name])
+        sources = self._sources(list_name, visible)
+        keys = sources[0] if len(sources) == 1 else heapq.merge(*sources)
+        return [entries[key].listing for key in keys]
 
     @property
     def prompt_list(self) -> list[dict[str, Any]]:
@@ -350,18 +451,23 @@ class CatalogSnapshot:
     def tool_list(self) -> list[dict[str, Any]]:
         return self.listed("tools")
 
-    def find_resource(self, uri: str) -> ResourceEntry | None:
-        exact = self.resources.get(uri)
+    def find_resource(self, uri: str, visible: Visible) -> ResourceEntry | None:
+        """The resource a client seeing ``visible`` teams reads at ``uri``: a static or http one
+        there, else the first template (in name order) that matches; a team's template never
+        matches for a client outside it."""
+        exact = self.resources.find(uri, visible)
         if exact is not None:
             return exact
         for template in self.templates:
-            if template.match(uri) is not None:
+            team = template.team
+            if (team is None or visible is None or team in visible) and template.match(uri) is not None:
                 return template
         return None
 
-    def read_static(self, uri: str) -> list[dict[str, Any]] | None:
-        """Contents of a static or template resource (used to embed resources in prompts)."""
-        entry = self.find_resource(uri)
+    def read_static(self, uri: str, visible: Visible) -> list[dict[str, Any]] | None:
+        """Contents of a static or template resource (used to embed resources in prompts), as a
+        client seeing ``visible`` teams reads it."""
+        entry = self.find_resource(uri, visible)
         if entry is None or entry.resource_kind == "http":
             return None
         return entry.renderer.read(uri)
@@ -376,6 +482,12 @@ class CatalogSnapshot:
             "lists": {name: self.listed(name) for name in LISTS},
             "uris": {uri: (entry.name, entry.version) for uri, entry in sorted(self.resources.winners.items())},
             "templates": [(t.name, t.version, t.source) for t in self.templates],
+            "teams": {
+                kind: sorted((name, e.team) for name, e in self.entries(kind).items() if e.team is not None)
+                for kind in ("prompt", "resource", "tool")
+            },
+            "team_keys": {name: dict(sorted(self.team_keys[name].items())) for name in LISTS},
+            "global_keys": self.global_keys,
         }
 
     # ------------------------------------------------------------------ building
@@ -389,8 +501,8 @@ class CatalogSnapshot:
             position, rows = catalog.served_rows(label)
             snapshot = cls(label, position)
             changes: dict[tuple[str, str], ServedEntry | None] = {}
-            for kind, name, version, source in rows:
-                changes[(kind, name)] = _entry_for(kind, name, version, source, label, lazy, shared)
+            for kind, name, version, source, team in rows:
+                changes[(kind, name)] = _entry_for(kind, name, version, source, team, label, lazy, shared)
             del rows
             snapshot.apply(snapshot.prepare(changes))
         return snapshot
@@ -402,12 +514,15 @@ class CatalogSnapshot:
         effective: dict[tuple[str, str], ServedEntry | None] = {}
         added: dict[str, set[str]] = {name: set() for name in LISTS}
         removed: dict[str, set[str]] = {name: set() for name in LISTS}
+        #: The same per (list, team): where team key lists change (a move changes no list).
+        team_added: dict[tuple[str, str | None], set[str]] = {}
+        team_removed: dict[tuple[str, str | None], set[str]] = {}
         templates_changed = False
         for (kind, name), new in changes.items():
             old = self.entries(kind).get(name)
             if old is None and new is None:
                 continue
-            if old is not None and new is not None and old.same_as(new.version, new.source):
+            if old is not None and new is not None and old.same_as(new.version, new.source, new.team):
                 continue
             effective[(kind, name)] = new
             old_list = _list_of(old) if old is not None else None
@@ -417,6 +532,13 @@ class CatalogSnapshot:
                     removed[old_list].add(name)
                 if new_list is not None:
                     added[new_list].add(name)
+            old_slot = (old_list, old.team) if old is not None and old_list is not None else None
+            new_slot = (new_list, new.team) if new is not None and new_list is not None else None
+            if old_slot != new_slot:
+                if old_slot is not None:
+                    team_removed.setdefault(old_slot, set()).add(name)
+                if new_slot is not None:
+                    team_added.setdefault(new_slot, set()).add(name)
             if "resourceTemplates" in (old_list, new_list):
                 templates_changed = True
         keys = {
@@ -424,7 +546,25 @@ class CatalogSnapshot:
             for list_name in LISTS
             if added[list_name] or removed[list_name]
         }
-        return Patch(effective, keys, templates_changed)
+        groups: dict[str, tuple[dict[str, list[str]], list[str]]] = {}
+        for list_name in {slot[0] for slot in team_added} | {slot[0] for slot in team_removed} | set(keys):
+            teams = dict(self.team_keys[list_name])
+            touched = {team for in_list, team in (*team_added, *team_removed) if in_list == list_name and team}
+            for team in touched:
+                plus, minus = team_added.get((list_name, team), set()), team_removed.get((list_name, team), set())
+                names = _merged(teams.get(team, []), plus, minus)
+                if names:
+                    teams[team] = names
+                else:
+                    teams.pop(team, None)
+            new_keys = keys.get(list_name, self.keys[list_name])
+            if not teams:  # no team entries: the global keys are the list (shared, not copied)
+                global_keys = new_keys
+            else:
+                plus, minus = team_added.get((list_name, None), set()), team_removed.get((list_name, None), set())
+                global_keys = _merged(self.global_keys[list_name], plus, minus)
+            groups[list_name] = (teams, global_keys)
+        return Patch(effective, keys, templates_changed, groups)
 
     def apply(self, patch: Patch) -> None:
         """Swap a prepared patch in: synchronous, so a reader on the event loop sees all or nothing."""
@@ -442,6 +582,9 @@ class CatalogSnapshot:
                     self.resources.add(new)
         for list_name, keys in patch.keys.items():
             self.keys[list_name] = keys
+        for list_name, (teams, global_keys) in patch.groups.items():
+            self.team_keys[list_name] = teams
+            self.global_keys[list_name] = global_keys
         if patch.templates_changed:
             self.templates = tuple(self.resource_entries[name] for name in self.keys["resourceTemplates"])
 
@@ -453,6 +596,8 @@ class Patch:
     entries: dict[tuple[str, str], ServedEntry | None]
     keys: dict[str, list[str]]
     templates_changed: bool
+    #: List name -> its new (team key lists, global keys), for the lists whose split changed.
+    groups: dict[str, tuple[dict[str, list[str]], list[str]]] = field(default_factory=dict)
 
 
 def _swap(entries: dict[str, Any], name: str, new: ServedEntry | None) -> None:
@@ -526,19 +671,26 @@ def _apply_thread() -> ThreadPoolExecutor:
     return _apply_executor
 
 
-#: Looks up an entry another label already serves at (kind, name, version, text), to share it.
-SharedEntries = Callable[[str, str, int, str, str], ServedEntry | None]
+#: Looks up an entry another label already serves at (kind, name, version, text, team), to share it.
+SharedEntries = Callable[[str, str, int, str, str | None, str], ServedEntry | None]
 
 
 def _entry_for(
-    kind: str, name: str, version: int, source: str, label: str, lazy: Materialized, shared: SharedEntries | None
+    kind: str,
+    name: str,
+    version: int,
+    source: str,
+    team: str | None,
+    label: str,
+    lazy: Materialized,
+    shared: SharedEntries | None,
 ) -> ServedEntry | None:
     if shared is not None:
-        found = shared(kind, name, version, source, label)
+        found = shared(kind, name, version, source, team, label)
         if found is not None:
             return found
     try:
-        return make_entry(kind, name, version, source, lazy)
+        return make_entry(kind, name, version, source, lazy, team)
     except Exception:  # one broken row must not take the whole catalog down
         log.exception("skipping %s %s v%s for label %s: it cannot be served", kind, name, version, label)
         return None
@@ -635,13 +787,15 @@ class SnapshotCache:
                 del self._building[label]
         return built
 
-    def _shared(self, kind: str, name: str, version: int, source: str, label: str) -> ServedEntry | None:
-        """The entry another label already serves at this version, to share (immutable)."""
+    def _shared(
+        self, kind: str, name: str, version: int, source: str, team: str | None, label: str
+    ) -> ServedEntry | None:
+        """The entry another label already serves at this version (and team), to share (immutable)."""
         for other, snapshot in list(self._snapshots.items()):
             if other == label:
                 continue
             entry = snapshot.entries(kind).get(name)
-            if entry is not None and entry.same_as(version, source):
+            if entry is not None and entry.same_as(version, source, team):
                 return entry
         return None
 
@@ -711,9 +865,9 @@ class SnapshotCache:
         labels = [snapshot.label for snapshot in snapshots]
         keys = set().union(*(wanted.get(label, set()) for label in labels))
         rows = self.catalog.served_rows_of(labels, keys)
-        served: dict[str, dict[tuple[str, str], tuple[int, str]]] = {}
-        for kind, name, label, version, source in rows:
-            served.setdefault(label, {})[(kind, name)] = (version, source)
+        served: dict[str, dict[tuple[str, str], tuple[int, str, str | None]]] = {}
+        for kind, name, label, version, source, team in rows:
+            served.setdefault(label, {})[(kind, name)] = (version, source, team)
         return [
             (snapshot, self._patch(snapshot, wanted.get(snapshot.label, set()), served.get(snapshot.label, {})))
             for snapshot in snapshots
@@ -726,7 +880,7 @@ class SnapshotCache:
         self,
         snapshot: CatalogSnapshot,
         keys: Iterable[tuple[str, str]],
-        served: Mapping[tuple[str, str], tuple[int, str]],
+        served: Mapping[tuple[str, str], tuple[int, str, str | None]],
     ) -> Patch:
         changes: dict[tuple[str, str], ServedEntry | None] = {}
         entries = {kind: snapshot.entries(kind) for kind in ("prompt", "resource", "tool")}
@@ -735,11 +889,13 @@ class SnapshotCache:
             if row is None:
                 changes[(kind, name)] = None
                 continue
-            version, source = row
+            version, source, team = row
             current = entries[kind].get(name)
-            if current is not None and current.same_as(version, source):
+            if current is not None and current.same_as(version, source, team):
                 continue
-            changes[(kind, name)] = _entry_for(kind, name, version, source, snapshot.label, self.lazy, self._shared)
+            changes[(kind, name)] = _entry_for(
+                kind, name, version, source, team, snapshot.label, self.lazy, self._shared
+            )
         return snapshot.prepare(changes)
 
     def _applied(self, change_id: int) -> None:

@@ -14,16 +14,20 @@ from starlette.types import ASGIApp
 from registry.catalog.specs import KIND_BY_COLLECTION
 from registry.paths import admin_ui_dir
 from registry.runtime import Registry
-from registry.ui import agents, bundles, entries, errors, overview, signin, tokens, tool_test
+from registry.ui import agents, bundles, entries, errors, overview, signin, sso, tokens, tool_test
+from registry.ui.audit import router as audit_router
 from registry.ui.auth import UPLOAD_FORM_BYTES
 from registry.ui.editor import EntryForm, editor_router
 from registry.ui.prompt_form import PromptForm
 from registry.ui.resource_form import ResourceForm
+from registry.ui.reviews import router as reviews_router
 from registry.ui.security import UiGuard
 from registry.ui.sessions import UiSessionStore
+from registry.ui.teams import router as teams_router
 from registry.ui.templating import COLLECTIONS, Pages
 from registry.ui.tool_form import ToolForm
 from registry.ui.uploads import UploadStore
+from registry.ui.usage import router as usage_router
 
 
 def build_ui(registry: Registry) -> ASGIApp:
@@ -41,11 +45,16 @@ def build_ui(registry: Registry) -> ASGIApp:
     ui.mount("/docs", StaticFiles(directory=static / "docs"), name="ui-docs")
 
     ui.include_router(signin.router(pages))
+    ui.include_router(sso.router(pages))
     ui.include_router(overview.router(pages))
     ui.include_router(tokens.router(pages))
+    ui.include_router(teams_router(pages))
     ui.include_router(agents.router(pages))
     ui.include_router(bundles.router(pages))
     ui.include_router(tool_test.router(pages))
+    ui.include_router(audit_router(pages))
+    ui.include_router(usage_router(pages))
+    ui.include_router(reviews_router(pages))
     titles = dict(COLLECTIONS)
     forms: dict[str, EntryForm] = {"prompt": PromptForm(), "resource": ResourceForm(), "tool": ToolForm()}
     pages.env.globals["editable_kinds"] = frozenset(forms)

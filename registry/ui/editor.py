@@ -40,14 +40,17 @@ from starlette.responses import RedirectResponse, Response
 from registry.catalog.drafts import DraftIssue, draft_issues, reapply
 from registry.catalog.errors import CatalogError, Invalid, NotFound, PreconditionFailed
 from registry.catalog.preconditions import make_etag
-from registry.catalog.service import CatalogService, EntryView
+from registry.catalog.protection import ReviewAsk
+from registry.catalog.service import CatalogService, EntryView, WriteResult
 from registry.catalog.specs import dump_spec, is_label
 from registry.limits import LimitExceeded, Limits
 from registry.runtime import Registry
-from registry.ui.auth import Editor, EditorForm, UiForbidden, Viewer, is_https
+from registry.tokens import Principal
+from registry.ui.auth import Editor, EditorForm, UiForbidden, Viewer, is_https, signed_in
 from registry.ui.diffview import diff_specs
 from registry.ui.entries import EntryName
 from registry.ui.sessions import SignedIn
+from registry.ui.teams import team_choices
 from registry.ui.templating import Pages, friendly_where, set_flash
 
 #: Where a save publishes: the label it moves besides ``latest``.
@@ -120,6 +123,15 @@ def _catalog(request: Request) -> CatalogService:
     return _registry(request).catalog
 
 
+def session_access(request: Request) -> Principal:
+    """Who this page acts for (the catalog checks what they see and may edit): the request's
+    signed-in session, which every editor route requires."""
+    ui = signed_in(request)
+    if ui is None:
+        raise UiForbidden("This needs a signed-in session.")
+    return ui.principal
+
+
 def _text(form: FormData, key: str) -> str:
     value = form.get(key)
     return value if isinstance(value, str) else ""
@@ -127,7 +139,7 @@ def _text(form: FormData, key: str) -> str:
 
 def _read_common(form: FormData, *, name: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(state, spec fields) of the fields every kind has; ``name`` when editing an entry."""
-    state = {
+    state: dict[str, Any] = {
         "name": name if name is not None else _text(form, "name").strip(),
         "title": _text(form, "title"),
         "description": _text(form, "description"),
@@ -135,6 +147,8 @@ def _read_common(form: FormData, *, name: str | None) -> tuple[dict[str, Any], d
         "change_note": _text(form, "change_note"),
         "publish": _text(form, "publish") or "production",
         "base_version": _text(form, "base_version"),
+        "request_review": _text(form, "request_review") == "1",
+        "team": _text(form, "team").strip(),
     }
     spec: dict[str, Any] = {"name": state["name"]}
     if state["title"].strip():
@@ -156,6 +170,8 @@ def _common_state(spec: Mapping[str, Any], version: int | None) -> dict[str, Any
         "change_note": "",
         "publish": "production",
         "base_version": str(version) if version is not None else "",
+        "request_review": True,  # when the label published to is protected (the form says so)
+        "team": "",
     }
 
 
@@ -199,6 +215,7 @@ class EditorPages:
     ) -> Response:
         name = entry.name if entry is not None else None
         action = f"/ui/{self.collection}/{name}/edit" if name else f"/ui/{self.collection}/-/new"
+        ui = signed_in(request)
         context = {
             **self.common,
             "title": f"Edit {self.title.lower()} {name}" if name else f"New {self.title.lower()}",
@@ -218,6 +235,10 @@ class EditorPages:
             "check": check,
             "tab": "edit",
             "partial": False,
+            # A new entry's owner: where this session may create entries (None: global).
+            "team_choices": team_choices(request, ui) if ui is not None and entry is None else [],
+            # Labels a save does not move (the form offers a change request for them).
+            "protected_labels": sorted(_registry(request).protection.names_hint()),
         }
         return self.pages.render(request, "editor.html", context, status=status)
 
@@ -226,11 +247,11 @@ class EditorPages:
         return self.form.check(request, draft, form, issues)
 
     # ------------------------------------------------------------------ conflict view
-    def conflict(self, request: Request, name: str, base: int, mine: dict[str, Any]) -> dict[str, Any]:
+    def conflict(self, request: Request, name: str, base: int, mine: dict[str, Any], ui: SignedIn) -> dict[str, Any]:
         catalog = _catalog(request)
-        theirs = catalog.get(self.kind, name)
+        theirs = catalog.get(self.kind, name, access=ui.principal)
         try:
-            base_spec = catalog.get(self.kind, name, version=base).spec
+            base_spec = catalog.get(self.kind, name, version=base, access=ui.principal).spec
         except NotFound:
             base_spec = {}
         # Compared in the stored form (defaults dropped), as both other sides are.
@@ -268,7 +289,9 @@ def editor_router(pages: Pages, collection: str, kind: str, title: str, form: En
 
     @routes.get("/-/new")
     def new_page(request: Request, ui: Editor) -> Response:
+        choices = team_choices(request, ui)
         state = {**_common_state({}, None), **form.state_from_spec({})}
+        state["team"] = (choices[0] or "") if choices else ""
         return editor.render(request, state=state, entry=None)
 
     @routes.post("/-/new")
@@ -285,19 +308,26 @@ def editor_router(pages: Pages, collection: str, kind: str, title: str, form: En
                 _catalog(request).create,
                 kind,
                 draft.spec,
-                actor=ui.principal.name,
+                actor=ui.principal.actor(),
                 note=draft.state["change_note"].strip() or None,
                 labels=editor.labels(draft.state),
+                team=draft.state["team"] or None,
+                access=ui.principal,
+                review=_review_ask(draft.state),
             )
         except CatalogError as exc:
             return refused(request, draft, None, exc)
         view = result.view
         published = ", ".join(sorted(label for label in view.labels if label != "latest"))
-        return saved(request, view.name, f"Created {view.name} v1; {published} serves it.")
+        serves = f"; {published} serves it." if published else "."
+        return saved(request, view.name, f"Created {view.name} v1{serves}{_held_notice(result)}")
 
     @routes.get("/{name}/edit")
     def edit_page(request: Request, ui: Editor, name: EntryName) -> Response:
-        view = _catalog(request).get(kind, name)
+        view = _catalog(request).get(kind, name, access=ui.principal)
+        if not ui.may_edit(view.team):
+            where = f"team {view.team!r}" if view.team else "global entries"
+            raise UiForbidden(f"Editing {kind} {name} needs the editor role on {where}.")
         if view.archived:
             raise Invalid(f"{kind} {name!r} is archived; restore it before editing")
         state = {**_common_state(view.spec, view.latest_version), **form.state_from_spec(view.spec)}
@@ -307,7 +337,7 @@ def editor_router(pages: Pages, collection: str, kind: str, title: str, form: En
     async def save(request: Request, posted: EditorForm, name: EntryName) -> Response:
         ui, fields = posted
         catalog = _catalog(request)
-        current = await run_in_threadpool(catalog.get, kind, name)
+        current = await run_in_threadpool(catalog.get, kind, name, access=ui.principal)
         draft = editor.read(fields, _limits(request), name=name)
         op = _text(fields, "op")
         if op and op != "save":
@@ -323,13 +353,15 @@ def editor_router(pages: Pages, collection: str, kind: str, title: str, form: En
                 kind,
                 name,
                 draft.spec,
-                actor=ui.principal.name,
+                actor=ui.principal.actor(),
                 if_match=make_etag(int(base)),
                 note=draft.state["change_note"].strip() or None,
                 labels=editor.labels(draft.state),
+                access=ui.principal,
+                review=_review_ask(draft.state),
             )
         except PreconditionFailed:
-            conflict = await run_in_threadpool(editor.conflict, request, name, int(base), draft.spec)
+            conflict = await run_in_threadpool(editor.conflict, request, name, int(base), draft.spec, ui)
             theirs: EntryView = conflict["theirs"]
             state = {
                 **draft.state,
@@ -337,15 +369,16 @@ def editor_router(pages: Pages, collection: str, kind: str, title: str, form: En
                 **form.state_from_spec(conflict["merged"]),
                 "change_note": draft.state["change_note"],
                 "publish": draft.state["publish"],
+                "request_review": draft.state["request_review"],
             }
             return editor.render(request, state=state, entry=theirs, status=409, conflict=conflict)
         except CatalogError as exc:
             return refused(request, draft, current, exc)
         view = result.view
         if not result.changed:
-            return saved(request, name, f"Nothing to save: v{view.version} already says this.")
+            return saved(request, name, f"Nothing to save: v{view.version} already says this.{_held_notice(result)}")
         published = ", ".join(sorted(label for label, v in view.labels.items() if v == view.version))
-        return saved(request, name, f"Saved {name} v{view.version} ({published}).")
+        return saved(request, name, f"Saved {name} v{view.version} ({published}).{_held_notice(result)}")
 
     @routes.post("/-/check")
     async def check(request: Request, posted: EditorForm) -> Response:
@@ -400,7 +433,7 @@ def editor_router(pages: Pages, collection: str, kind: str, title: str, form: En
                     while True:
                         woken.clear()
                         try:
-                            view = await run_in_threadpool(registry.catalog.get, kind, name)
+                            view = await run_in_threadpool(registry.catalog.get, kind, name, access=ui.principal)
                         except NotFound:
                             yield ServerSentEvent(event="gone", data=json.dumps({"name": name}))
                             return
@@ -422,6 +455,25 @@ def editor_router(pages: Pages, collection: str, kind: str, title: str, form: En
         return EventSourceResponse(saves(), ping=PING_SECONDS, headers={"Cache-Control": "no-store"})
 
     return routes
+
+
+def _review_ask(state: Mapping[str, Any]) -> ReviewAsk | None:
+    """The change requests a save asks for when its label is protected ("Request review")."""
+    return ReviewAsk() if state.get("request_review") else None
+
+
+def _held_notice(result: WriteResult) -> str:
+    """What a save says about the protected labels it did not move."""
+    if not result.held:
+        return ""
+    held = ", ".join(result.held)
+    if result.change_requests:
+        opened = ", ".join(f"#{number}" for number in result.change_requests)
+        return (
+            f" {held} is protected, so it still serves the version before: change request {opened} asks "
+            "reviewers to move it."
+        )
+    return f" {held} is protected, so it still serves the version before (no review was requested)."
 
 
 def _saved_event(view: EntryView, ui: SignedIn) -> dict[str, Any]:

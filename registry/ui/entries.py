@@ -16,12 +16,14 @@ from fastapi import APIRouter, Path, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import RedirectResponse, Response
 
-from registry.catalog.errors import Invalid
+from registry.catalog.errors import Forbidden, Invalid
 from registry.catalog.service import CatalogService
 from registry.catalog.specs import NAME_PATTERN, TAG_PATTERN, is_label
+from registry.catalog.teams import GLOBAL_ONLY, is_team_name
 from registry.limits import LimitExceeded
 from registry.ui.auth import Editor, EditorForm, Viewer, is_https
 from registry.ui.diffview import diff_specs
+from registry.ui.teams import team_choices, visible_teams
 from registry.ui.templating import Pages, set_flash
 
 #: Entries per list page.
@@ -29,6 +31,8 @@ PAGE_SIZE = 50
 #: Labels offered when promoting, besides those the entry already has.
 COMMON_LABELS = ("production", "staging")
 INT32_MAX = 2**31 - 1
+#: Longest reason a team move may give (as in the admin API).
+REASON_CHARS = 2000
 
 EntryName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=128)]
 VersionQuery = Annotated[int | None, Query(ge=1, le=INT32_MAX)]
@@ -72,12 +76,14 @@ def entry_router(pages: Pages, collection: str, kind: str, title: str) -> APIRou
         tag: Annotated[str | None, Query(max_length=256)] = None,
         archived: Annotated[str | None, Query(max_length=8)] = None,
         page: Annotated[int, Query(ge=1, le=INT32_MAX)] = 1,
+        team: Annotated[str | None, Query(max_length=64)] = None,
     ) -> Response:
         catalog = _catalog(request)
         q = (q or "").strip() or None
         tag = (tag or "").strip() or None
+        team = (team or "").strip() or None
         show_archived = archived not in (None, "", "0")
-        filters = {"q": q or "", "tag": tag or "", "archived": "1" if show_archived else ""}
+        filters = {"q": q or "", "tag": tag or "", "archived": "1" if show_archived else "", "team": team or ""}
         error = None
         if q is not None and len(q) > catalog.limits.search_chars:
             error = str(
@@ -88,11 +94,20 @@ def entry_router(pages: Pages, collection: str, kind: str, title: str) -> APIRou
             )
         elif tag is not None and not _matches(TAG_PATTERN, tag):
             error = f"{tag!r} is not a tag: tags are 1-64 of A-Z a-z 0-9 _ . : -"
+        elif team is not None and team != GLOBAL_ONLY and not is_team_name(team):
+            error = f"{team!r} is not a team name: 1-64 of a-z 0-9 _ . -, starting with a letter or digit"
         items: list[dict[str, Any]] = []
         total, exact = 0, True
         if error is None:
             result = catalog.list_entries(
-                kind, q=q, tag=tag, archived=show_archived, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE
+                kind,
+                q=q,
+                tag=tag,
+                archived=show_archived,
+                limit=PAGE_SIZE,
+                offset=(page - 1) * PAGE_SIZE,
+                team=team,
+                access=ui.principal,
             )
             items, total = result.items, result.total
             exact = getattr(result, "total_exact", True)
@@ -107,12 +122,14 @@ def entry_router(pages: Pages, collection: str, kind: str, title: str) -> APIRou
             "pages_total": pages_total,
             "filters": filters,
             "error": error,
+            "teams": visible_teams(request, ui),
+            "global_only": GLOBAL_ONLY,
         }
         return pages.render(request, "list.html", context, status=400 if error else 200, partial="_list_results.html")
 
     @routes.get("/{name}")
     def entry(request: Request, ui: Viewer, name: EntryName, version: VersionQuery = None) -> Response:
-        view = _catalog(request).get(kind, name, version=version)
+        view = _catalog(request).get(kind, name, version=version, access=ui.principal)
         context = {
             **common,
             "title": f"{title} {name}",
@@ -120,14 +137,16 @@ def entry_router(pages: Pages, collection: str, kind: str, title: str) -> APIRou
             "viewing_old": view.version != view.latest_version,
             "label_choices": _label_choices(view.labels),
             "tab": "entry",
+            # Open change requests to move its protected labels (registry/ui/reviews.py shows each).
+            "change_requests": request.app.state.registry.reviews.for_entry(kind, name, access=ui.principal),
         }
         return pages.render(request, "entry.html", context)
 
     @routes.get("/{name}/history")
     def history(request: Request, ui: Viewer, name: EntryName) -> Response:
         catalog = _catalog(request)
-        view = catalog.get(kind, name)
-        versions = catalog.versions(kind, name)
+        view = catalog.get(kind, name, access=ui.principal)
+        versions = catalog.versions(kind, name, access=ui.principal)
         context = {
             **common,
             "title": f"History of {title.lower()} {name}",
@@ -147,11 +166,11 @@ def entry_router(pages: Pages, collection: str, kind: str, title: str) -> APIRou
         to: VersionQuery = None,
     ) -> Response:
         catalog = _catalog(request)
-        newest = catalog.get(kind, name)
+        newest = catalog.get(kind, name, access=ui.principal)
         to_version = to or newest.latest_version
         from_version = from_ if from_ is not None else max(1, to_version - 1)
-        old = catalog.get(kind, name, version=from_version)
-        new = catalog.get(kind, name, version=to_version)
+        old = catalog.get(kind, name, version=from_version, access=ui.principal)
+        new = catalog.get(kind, name, version=to_version, access=ui.principal)
         changed, same = diff_specs(old.spec, new.spec)
         context = {
             **common,
@@ -174,12 +193,12 @@ def entry_router(pages: Pages, collection: str, kind: str, title: str) -> APIRou
         version: VersionQuery = None,
         label: Annotated[str | None, Query(max_length=64)] = None,
     ) -> Response:
-        view = _catalog(request).get(kind, name)
+        view = _catalog(request).get(kind, name, access=ui.principal)
         label = (label or "production").strip()
         if not is_label(label):
             raise Invalid(f"{label!r} is not a label name: 1-64 of a-z 0-9 _ . -, starting with a letter or digit")
         target = version or view.latest_version
-        _catalog(request).get(kind, name, version=target)  # 404 page for a version that does not exist
+        _catalog(request).get(kind, name, version=target, access=ui.principal)  # 404 page: no such version
         current = view.labels.get(label)
         context = {
             **common,
@@ -189,6 +208,8 @@ def entry_router(pages: Pages, collection: str, kind: str, title: str) -> APIRou
             "version": target,
             "current": current,
             "rollback": current is not None and target < current,
+            # A protected label moves by review (a change request), not by this form.
+            "protected": request.app.state.registry.protection.protected(label),
         }
         return pages.render(request, "confirm_label.html", context)
 
@@ -198,7 +219,7 @@ def entry_router(pages: Pages, collection: str, kind: str, title: str) -> APIRou
         label = _field(fields, "label")
         version = _version_field(fields)
         result = await run_in_threadpool(
-            _catalog(request).set_label, kind, name, label, version, actor=ui.principal.name
+            _catalog(request).set_label, kind, name, label, version, actor=ui.principal.actor(), access=ui.principal
         )
         notice = (
             f"{label} now serves v{version} of {name}." if result.changed else f"{label} already served v{version}."
@@ -207,27 +228,66 @@ def entry_router(pages: Pages, collection: str, kind: str, title: str) -> APIRou
 
     @routes.get("/{name}/archive")
     def archive_confirm(request: Request, ui: Editor, name: EntryName) -> Response:
-        view = _catalog(request).get(kind, name)
+        view = _catalog(request).get(kind, name, access=ui.principal)
         context = {**common, "title": f"Archive {name}?", "entry": view.as_dict(), "action": "archive"}
         return pages.render(request, "confirm_archive.html", context)
 
     @routes.get("/{name}/restore")
     def restore_confirm(request: Request, ui: Editor, name: EntryName) -> Response:
-        view = _catalog(request).get(kind, name)
+        view = _catalog(request).get(kind, name, access=ui.principal)
         context = {**common, "title": f"Restore {name}?", "entry": view.as_dict(), "action": "restore"}
         return pages.render(request, "confirm_archive.html", context)
 
     @routes.post("/{name}/archive")
     async def archive(request: Request, form: EditorForm, name: EntryName) -> Response:
         ui, _fields = form
-        await run_in_threadpool(_catalog(request).set_archived, kind, name, True, actor=ui.principal.name)
+        await run_in_threadpool(
+            _catalog(request).set_archived, kind, name, True, actor=ui.principal.actor(), access=ui.principal
+        )
         return redirect_with_notice(request, entry_url(name), f"{name} is archived: agents no longer see it.")
 
     @routes.post("/{name}/restore")
     async def restore(request: Request, form: EditorForm, name: EntryName) -> Response:
         ui, _fields = form
-        await run_in_threadpool(_catalog(request).set_archived, kind, name, False, actor=ui.principal.name)
+        await run_in_threadpool(
+            _catalog(request).set_archived, kind, name, False, actor=ui.principal.actor(), access=ui.principal
+        )
         return redirect_with_notice(request, entry_url(name), f"{name} is restored: agents see it again.")
+
+    @routes.get("/{name}/team")
+    def team_confirm(
+        request: Request,
+        ui: Editor,
+        name: EntryName,
+        team: Annotated[str | None, Query(max_length=64)] = None,
+    ) -> Response:
+        view = _catalog(request).get(kind, name, access=ui.principal)
+        if not ui.may_edit(view.team):
+            where = f"team {view.team!r}" if view.team else "global entries"
+            raise Forbidden(f"{kind} {name!r}: moving it needs the editor role on {where}")
+        choices = [c for c in team_choices(request, ui) if c != view.team]
+        context = {
+            **common,
+            "title": f"Move {name} to another team?",
+            "entry": view.as_dict(),
+            "choices": choices,
+            "chosen": (team or "").strip(),
+        }
+        return pages.render(request, "confirm_team.html", context)
+
+    @routes.post("/{name}/team")
+    async def move_team(request: Request, form: EditorForm, name: EntryName) -> Response:
+        ui, fields = form
+        team = _field(fields, "team") or None
+        reason = _field(fields, "reason") or None
+        if reason is not None and len(reason) > REASON_CHARS:
+            raise Invalid(f"the reason has {len(reason)} characters; at most {REASON_CHARS}")
+        result = await run_in_threadpool(
+            _catalog(request).set_team, kind, name, team, actor=ui.principal.actor(reason), access=ui.principal
+        )
+        where = f"team {team}" if team else "global (everyone sees it)"
+        notice = f"{name} now belongs to {where}." if result.changed else f"{name} already belonged to {where}."
+        return redirect_with_notice(request, entry_url(name), notice)
 
     return routes
 

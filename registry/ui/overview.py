@@ -69,10 +69,10 @@ def router(pages: Pages) -> APIRouter:
         counts = []
         for collection, title in COLLECTIONS:
             kind = KIND_BY_COLLECTION[collection]
-            active = catalog.list_entries(kind, limit=1).total
-            archived = catalog.list_entries(kind, archived=True, limit=1).total
+            active = catalog.list_entries(kind, limit=1, access=ui.principal).total
+            archived = catalog.list_entries(kind, archived=True, limit=1, access=ui.principal).total
             counts.append({"collection": collection, "title": title, "active": active, "archived": archived})
-        changes = recent_changes(catalog, limit=HOME_CHANGES).items
+        changes = recent_changes(catalog, limit=HOME_CHANGES, access=ui.principal).items
         base = f"{request.url.scheme}://{request.url.netloc}"
         context = {
             "title": "Home",
@@ -95,7 +95,7 @@ def router(pages: Pages) -> APIRouter:
         before: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None,
     ) -> Response:
         where = ChangeFilter(kind=kind or None, name=name.strip() or None, actor=author.strip() or None)
-        page = recent_changes(_catalog(request), where, before=before, limit=ACTIVITY_PAGE)
+        page = recent_changes(_catalog(request), where, before=before, limit=ACTIVITY_PAGE, access=ui.principal)
         context = {
             "title": "Activity",
             "nav": "activity",

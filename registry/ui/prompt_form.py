@@ -22,6 +22,7 @@ from registry.catalog.errors import CatalogError
 from registry.catalog.service import CatalogService
 from registry.limits import Limits
 from registry.ui.editor import Draft, apply_row_op
+from registry.ui.editor import session_access as _access
 
 ROLES = ("user", "assistant")
 #: Message content types the form offers (audio like image: a MIME type and base64 data).
@@ -82,7 +83,15 @@ class PromptForm:
     def state_from_spec(self, spec: Mapping[str, Any]) -> dict[str, Any]:
         messages = [_message_state(m) for m in spec.get("messages") or []] or [_empty_message()]
         arguments = [_argument_state(a) for a in spec.get("arguments") or []]
-        return {"arguments": arguments, "messages": messages, "samples": {}, "show_raw": False}
+        stored = spec.get("samples")
+        return {
+            "arguments": arguments,
+            "messages": messages,
+            "samples": {},
+            "show_raw": False,
+            # The argument sets the pre-publish checks render (kept as JSON text, so a save keeps them).
+            "stored_samples": json.dumps(stored, ensure_ascii=False) if stored else "",
+        }
 
     def read(self, form: FormData, limits: Limits) -> Draft:
         problems: list[DraftIssue] = []
@@ -123,13 +132,22 @@ class PromptForm:
             for key, value in form.multi_items()
             if key.startswith(SAMPLE_PREFIX) and key != "sample-names" and isinstance(value, str)
         }
+        stored_text = form.get("stored_samples")
+        stored_text = stored_text.strip() if isinstance(stored_text, str) else ""
         state = {
             "arguments": arguments_state,
             "messages": messages_state,
             "samples": samples,
             "show_raw": form.get("show_raw") == "1",
+            "stored_samples": stored_text,
         }
-        return Draft(state=state, spec={"arguments": arguments, "messages": messages}, problems=problems)
+        spec: dict[str, Any] = {"arguments": arguments, "messages": messages}
+        if stored_text:
+            try:
+                spec["samples"] = json.loads(stored_text)
+            except ValueError as exc:
+                problems.append(DraftIssue("samples", f"sample argument sets are not JSON: {exc}"))
+        return Draft(state=state, spec=spec, problems=problems)
 
     def apply_op(self, state: dict[str, Any], op: str) -> bool:
         return apply_row_op(state, op, {"argument": _empty_argument, "message": _empty_message})
@@ -144,7 +162,7 @@ class PromptForm:
             # An empty sample is "not given": the argument's default applies, or it is missing.
             given = {name: value for name, value in samples.items() if value != ""}
             try:
-                result = preview_prompt(catalog, draft.spec, given)
+                result = preview_prompt(catalog, draft.spec, given, access=_access(request))
             except CatalogError as exc:
                 preview_error = exc.detail
         raw = json.dumps({"jsonrpc": "2.0", "id": PREVIEW_ID, "result": result}, indent=2, ensure_ascii=False)

@@ -50,6 +50,7 @@ from registry.catalog.errors import CatalogError
 from registry.catalog.service import CatalogService
 from registry.limits import LimitExceeded, Limits
 from registry.ui.editor import Draft, apply_row_op
+from registry.ui.editor import session_access as _access
 from registry.webhooks import parse_networks
 
 KINDS = (
@@ -358,7 +359,11 @@ class ResourceForm:
             elif values["fetch_asked"]:
                 allowed = parse_networks(request.app.state.registry.settings.webhook_allowed_networks)
                 fetched = fetch_resource_draft(
-                    catalog, spec, editing=_text(form, "editing").strip() or None, allowed_networks=allowed
+                    catalog,
+                    spec,
+                    editing=_text(form, "editing").strip() or None,
+                    allowed_networks=allowed,
+                    access=_access(request),
                 )
                 values["fetched"] = _fetched_view(fetched)
                 values["contents"] = fetched.contents

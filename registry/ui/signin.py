@@ -1,5 +1,9 @@
 """``/ui/signin`` and ``/ui/signout``: a pasted API token becomes a session cookie, and back.
 
+With single sign-on configured for the web UI (``REGISTRY_OIDC_ISSUER`` and
+``REGISTRY_OIDC_CLIENT_ID``) the page also offers "Sign in with single sign-on", a link to
+``/ui/sso/start`` (``registry/ui/sso.py``), which shows its own errors on this page too.
+
 The sign-in form has a CSRF token of its own (there is no session yet): a random value in a
 short-lived cookie and in a hidden field, which must match (double submit). It stops another
 site from signing a visitor in as someone else ("login CSRF").
@@ -46,29 +50,51 @@ def safe_next(value: str | None) -> str:
     return value
 
 
+def sso_enabled(request: Request) -> bool:
+    """Whether the web UI offers single sign-on (an issuer and the UI's client at it)."""
+    settings = request.app.state.registry.settings
+    return bool(settings.oidc_issuer and settings.oidc_client_id)
+
+
+def signin_page(
+    pages: Pages,
+    request: Request,
+    next_path: str,
+    *,
+    error: str | None = None,
+    notice: str | None = None,
+    status: int = 200,
+) -> Response:
+    """The sign-in page (with a fresh form nonce), showing ``error`` or ``notice`` if given."""
+    nonce = secrets.token_urlsafe(24)
+    context = {
+        "next": next_path,
+        "signin_nonce": nonce,
+        "error": error,
+        "notice": notice,
+        "title": "Sign in",
+        "sso": sso_enabled(request),
+    }
+    response = pages.render(request, "signin.html", context, status=status)
+    response.set_cookie(
+        SIGNIN_COOKIE,
+        nonce,
+        max_age=3600,
+        path="/ui/signin",
+        httponly=True,
+        samesite="lax",
+        secure=is_https(request),
+    )
+    return response
+
+
 def router(pages: Pages) -> APIRouter:
     routes = APIRouter()
 
     def form_page(
         request: Request, next_path: str, *, error: str | None = None, notice: str | None = None, status: int = 200
     ) -> Response:
-        nonce = secrets.token_urlsafe(24)
-        response = pages.render(
-            request,
-            "signin.html",
-            {"next": next_path, "signin_nonce": nonce, "error": error, "notice": notice, "title": "Sign in"},
-            status=status,
-        )
-        response.set_cookie(
-            SIGNIN_COOKIE,
-            nonce,
-            max_age=3600,
-            path="/ui/signin",
-            httponly=True,
-            samesite="lax",
-            secure=is_https(request),
-        )
-        return response
+        return signin_page(pages, request, next_path, error=error, notice=notice, status=status)
 
     @routes.get("/signin")
     def signin_form(

@@ -14,12 +14,17 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import RedirectResponse, Response
 
 from registry.catalog.errors import CatalogError, Invalid
-from registry.tokens import SCOPES, TokenService
+from registry.catalog.teams import TeamService
+from registry.tokens import SCOPES, TEAM_ROLES, TokenService
 from registry.ui.auth import Admin, AdminForm, is_https
 from registry.ui.templating import Pages, set_flash
 
 #: Longest expiry offered (days); the service accepts any future instant.
 MAX_EXPIRY_DAYS = 3650
+#: Empty team-membership rows the creation form offers (more: submit, and it comes back with more).
+BLANK_TEAM_ROWS = 3
+#: Most team memberships one token may have (as ``registry.tokens.check_teams`` says).
+MAX_TEAM_ROWS = 256
 TokenId = Annotated[int, Path(ge=1, le=2**63 - 1)]
 
 
@@ -36,14 +41,19 @@ def router(pages: Pages) -> APIRouter:
     ) -> Response:
         items = _tokens(request).list_tokens()
         items.reverse()  # newest first
+        shown = values or {"name": "", "scopes": [], "label": "", "expires_in_days": "", "teams": []}
         context = {
             "title": "Tokens",
             "nav": "tokens",
             "tokens": items,
             "scopes": SCOPES,
-            "values": values or {"name": "", "scopes": [], "label": "", "expires_in_days": ""},
+            "values": shown,
             "error": error,
             "max_days": MAX_EXPIRY_DAYS,
+            "team_names": _teams(request).names(),
+            "team_roles": TEAM_ROLES,
+            # The memberships sent back (after a refusal), then a few empty rows.
+            "team_rows": [*shown["teams"], *([("", "viewer")] * BLANK_TEAM_ROWS)],
         }
         return pages.render(request, "tokens.html", context, status=status)
 
@@ -56,9 +66,11 @@ def router(pages: Pages) -> APIRouter:
         ui, fields = form
         name, label, days = (_text(fields.get(key)) for key in ("name", "label", "expires_in_days"))
         scopes = [s for s in fields.getlist("scopes") if isinstance(s, str)]
-        values = {"name": name, "scopes": scopes, "label": label, "expires_in_days": days}
+        rows = _team_rows(fields.getlist("team"), fields.getlist("role"))
+        values = {"name": name, "scopes": scopes, "label": label, "expires_in_days": days, "teams": rows}
         try:
             expires_at = _expiry(days)
+            teams = _memberships(rows)
             token, info = await run_in_threadpool(
                 _tokens(request).create,
                 name,
@@ -66,6 +78,7 @@ def router(pages: Pages) -> APIRouter:
                 label=label or None,
                 created_by=ui.principal.name,
                 expires_at=expires_at,
+                teams=teams,
             )
         except CatalogError as exc:
             detail = exc.detail
@@ -103,6 +116,30 @@ def router(pages: Pages) -> APIRouter:
 
 def _text(value: object) -> str:
     return value.strip() if isinstance(value, str) else ""
+
+
+def _teams(request: Request) -> TeamService:
+    teams: TeamService = request.app.state.registry.teams
+    return teams
+
+
+def _team_rows(teams: list[Any], roles: list[Any]) -> list[tuple[str, str]]:
+    """The form's (team, role) rows that name a team, in order (at most ``MAX_TEAM_ROWS`` + 1,
+    so one too many is refused rather than cut)."""
+    rows = [(_text(team), _text(role)) for team, role in zip(teams, roles, strict=False)]
+    return [row for row in rows if row[0]][: MAX_TEAM_ROWS + 1]
+
+
+def _memberships(rows: list[tuple[str, str]]) -> dict[str, str]:
+    """Team -> role; a team named twice is refused (which role was meant?)."""
+    if len(rows) > MAX_TEAM_ROWS:
+        raise Invalid(f"a token may belong to at most {MAX_TEAM_ROWS} teams")
+    memberships: dict[str, str] = {}
+    for team, role in rows:
+        if team in memberships:
+            raise Invalid(f"team {team!r} is named twice: give it one role")
+        memberships[team] = role
+    return memberships
 
 
 def _expiry(days: str) -> datetime | None:

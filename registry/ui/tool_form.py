@@ -35,6 +35,7 @@ from registry.catalog.secrets import MASK
 from registry.catalog.service import CatalogService
 from registry.limits import Limits, env_name
 from registry.ui.editor import Draft, apply_row_op
+from registry.ui.editor import session_access as _access
 
 METHODS = ("POST", "PUT")
 #: The annotation hints, each "not said" / yes / no (``None`` is not ``False``: both are kept).
@@ -313,7 +314,8 @@ class ToolForm:
         listing: dict[str, Any] | None = None
         if not draft.problems:
             editing = _text(form, "editing").strip() or None
-            issues.extend(i for i in kept_value_issues(catalog, "tool", draft.spec, editing) if i not in issues)
+            kept = kept_value_issues(catalog, "tool", draft.spec, editing, _access(request))
+            issues.extend(i for i in kept if i not in issues)
             try:
                 listing = preview_tool(catalog, draft.spec)
             except CatalogError:

@@ -53,7 +53,7 @@ from registry.catalog.service import CatalogService, EntryView
 from registry.catalog.specs import is_label
 from registry.catalog.tool_calls import ToolTest, resolve_tool_test, run_tool_test
 from registry.limits import Limits
-from registry.ui.auth import Editor, EditorForm
+from registry.ui.auth import Editor, EditorForm, UiForbidden
 from registry.ui.entries import INT32_MAX, EntryName, VersionQuery
 from registry.ui.schema_form import (
     ARGUMENTS_FIELD,
@@ -176,10 +176,10 @@ def _posted_choice(fields: Any) -> Choice:
     return Choice(label or "production", None)
 
 
-def _load(catalog: CatalogService, name: str, choice: Choice) -> tuple[ToolTest, EntryView]:
+def _load(catalog: CatalogService, name: str, choice: Choice, ui: SignedIn) -> tuple[ToolTest, EntryView]:
     """The tool as the test runs it, and its newest version (the page's header), in one thread hop."""
-    test = resolve_tool_test(catalog, name, version=choice.version, label=choice.label)
-    return test, catalog.get("tool", name)
+    test = resolve_tool_test(catalog, name, version=choice.version, label=choice.label, access=ui.principal)
+    return test, catalog.get("tool", name, access=ui.principal)
 
 
 def _label_options(labels: Mapping[str, int]) -> list[tuple[str, int]]:
@@ -360,10 +360,13 @@ def router(pages: Pages) -> APIRouter:
         version: VersionQuery = None,
     ) -> Response:
         catalog = _catalog(request)
-        newest = catalog.get("tool", name)
+        newest = catalog.get("tool", name, access=ui.principal)
+        if not ui.may_edit(newest.team):
+            where = f"team {newest.team!r}" if newest.team else "global entries"
+            raise UiForbidden(f"A test call of {name} needs the editor role on {where}.")
         choice = _choose(newest.labels, (label or "").strip() or None, version)
         number = choice.version if choice.version is not None else newest.labels[str(choice.label)]
-        spec = catalog.get("tool", name, version=number).spec  # a 404 page for a version that does not exist
+        spec = catalog.get("tool", name, version=number, access=ui.principal).spec  # 404 page: no such version
         hook = spec.get("webhook") or {}
         form = build_form(spec.get("inputSchema", {}))
         return page(
@@ -384,7 +387,7 @@ def router(pages: Pages) -> APIRouter:
         catalog = _catalog(request)
         limits = _limits(request)
         choice = _posted_choice(fields)
-        test, newest = await run_in_threadpool(_load, catalog, name, choice)
+        test, newest = await run_in_threadpool(_load, catalog, name, choice, ui)
         form = build_form(test.input_schema)
         mode = "json" if fields.get(MODE_FIELD) == "json" else "form"
         raw_field = fields.get(ARGUMENTS_FIELD)

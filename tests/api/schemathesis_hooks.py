@@ -9,13 +9,26 @@ Two things generated data must not do against the test server, whatever the sche
   would be called by ``POST /api/v1/tools/{name}/test``. Generated webhook URLs are pointed at
   TEST-NET-1 (192.0.2.0/24, RFC 5737), which the SSRF guard refuses, so such a save is a 422.
   ``builtin://`` hooks (from the schema's examples) still run.
+
+Change requests need two things generated data cannot provide:
+
+* a second person: the run's admin token opens requests, and their author never approves or
+  rejects them, so those calls carry a reviewer's token instead (``REGISTRY_TEST_REVIEWER_TOKEN``),
+  but only where they would carry the admin's: requests that test missing or wrong credentials
+  keep theirs;
+* a request in the state each step needs (a draft to submit, one in review to approve): until a
+  step has answered 2xx once, its calls are pointed at a request seeded for it through the API
+  (``REGISTRY_TEST_BASE_URL``), on a label protected for that purpose. Generated ids rarely name
+  a request at all, and the order in which the phases' examples run is not the order of steps.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 from typing import Any
 
+import httpx
 import schemathesis
 
 #: Token ids no generated request may revoke.
@@ -24,6 +37,46 @@ PROTECTED = {int(v) for v in os.environ.get("REGISTRY_TEST_PROTECTED_TOKEN_IDS",
 UNUSED_TOKEN_ID = 2**62
 #: Refused by the SSRF guard (reserved documentation network), so nothing is ever called there.
 UNREACHABLE_WEBHOOK = "https://192.0.2.1/hook"
+#: The run's own token, and a reviewer's for approving what it opened.
+ADMIN_TOKEN = os.environ.get("REGISTRY_TEST_ADMIN_TOKEN", "")
+REVIEWER_TOKEN = os.environ.get("REGISTRY_TEST_REVIEWER_TOKEN", "")
+BASE_URL = os.environ.get("REGISTRY_TEST_BASE_URL", "")
+#: Change request steps, by path suffix; those that have answered 2xx (then left to generated data).
+STEPS = ("submit", "approve", "reject", "withdraw", "publish")
+_answered: set[str] = set()
+_seeds = itertools.count(1)
+
+
+def _step(case: Any) -> str | None:
+    if case.method.upper() != "POST" or not case.path.startswith("/api/v1/change-requests/{request_id}/"):
+        return None
+    step = case.path.rsplit("/", 1)[-1]
+    return step if step in STEPS else None
+
+
+def _seed_request(step: str) -> int | None:
+    """A fresh request for ``step`` (a draft to submit, else one in review), opened by the admin on
+    a label protected for it; None if the server would not (the call then goes out as generated)."""
+    if not (BASE_URL and ADMIN_TOKEN):
+        return None
+    # A global prompt of its own: generated calls may have moved or archived any other entry.
+    name = label = f"contract-{step}-{next(_seeds)}"
+    with httpx.Client(base_url=BASE_URL, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=30) as http:
+        created = http.post("/api/v1/prompts", json={"name": name, "template": "Hello", "labels": ["staging"]})
+        if created.status_code != 201 or http.put(f"/api/v1/protected-labels/{label}", json={}).status_code != 200:
+            return None
+        opened = http.post(
+            "/api/v1/change-requests",
+            json={"kind": "prompt", "name": name, "label": label, "draft": step == "submit"},
+        )
+    return int(opened.json()["id"]) if opened.status_code == 201 else None
+
+
+def _as_reviewer(request: Any) -> Any:
+    """A ``requests`` auth hook: the admin's bearer token becomes the reviewer's (others stay)."""
+    if ADMIN_TOKEN and REVIEWER_TOKEN and request.headers.get("Authorization") == f"Bearer {ADMIN_TOKEN}":
+        request.headers["Authorization"] = f"Bearer {REVIEWER_TOKEN}"
+    return request
 
 
 def _is(case: Any, method: str, suffix: str) -> bool:
@@ -40,8 +93,26 @@ def before_call(context: Any, case: Any, kwargs: dict[str, Any]) -> None:
         if token_id in PROTECTED:
             case.path_parameters["token_id"] = UNUSED_TOKEN_ID
         return
+    step = _step(case)
+    if step is not None:
+        if step not in _answered and case.path_parameters is not None:
+            seeded = _seed_request(step)
+            if seeded is not None:
+                case.path_parameters["request_id"] = seeded
+        if step in ("approve", "reject"):
+            # The run's token is merged into the request after this hook: swap it where requests
+            # applies ``auth``, last, on the prepared request.
+            kwargs["auth"] = _as_reviewer
+        return
     if case.path in ("/api/v1/tools", "/api/v1/tools/{name}") and isinstance(case.body, dict):
         webhook = case.body.get("webhook")
         url = webhook.get("url") if isinstance(webhook, dict) else None
         if isinstance(url, str) and url.lower().startswith(("http://", "https://")):
             webhook["url"] = UNREACHABLE_WEBHOOK
+
+
+@schemathesis.hook
+def after_call(context: Any, case: Any, response: Any) -> None:
+    step = _step(case)
+    if step is not None and 200 <= response.status_code < 300:
+        _answered.add(step)

@@ -287,6 +287,9 @@ def schemathesis_config(tmp_path: Path) -> Path:
     """The run's settings, each exception with its reason."""
     writes = [f"{verb}{kind}" for verb in ("create", "update", "patch") for kind in ("Prompt", "Resource", "Tool")]
     label_ops = [f"{verb}{kind}Label" for verb in ("move", "delete") for kind in ("Prompt", "Resource", "Tool")]
+    review_ops = [
+        f"{verb}ChangeRequest" for verb in ("open", "get", "submit", "approve", "reject", "withdraw", "publish")
+    ]
     config = f"""
 hooks = {json.dumps(str(HERE / "schemathesis_hooks.py"))}
 workers = 1
@@ -335,8 +338,21 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404",
 checks.ensure_resource_availability.enabled = false
 
 [[operations]]
+# An entry's move names a team that must exist (as a create's `team` does): 422 otherwise.
+include-operation-id = ["movePromptTeam", "moveResourceTeam", "moveToolTeam"]
+checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404", "422"]
+
+[[operations]]
 # The same for a label move's version, and for a label the entry was created without.
 include-operation-id = {json.dumps(label_ops)}
+checks.ensure_resource_availability.enabled = false
+
+[[operations]]
+# Change requests: a generated one names an entry, version or label that may not exist or not be
+# protected (404, 409); a generated state may not allow the step (409); overriding checks needs a
+# reason, which JSON Schema cannot tie to the flag (422).
+include-operation-id = {json.dumps(review_ops)}
+checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404", "409", "422"]
 checks.ensure_resource_availability.enabled = false
 """
     path = tmp_path / "schemathesis.toml"
@@ -349,6 +365,8 @@ def test_schemathesis_finds_no_contract_violation(
 ) -> None:
     with served.admin() as api:
         tokens = api.get("/api/v1/tokens").json()["items"]
+        reviewer = api.post("/api/v1/tokens", json={"name": "contract-reviewer", "scopes": ["reviewer"]})
+        assert reviewer.status_code == 201, reviewer.text
     protected = [t["id"] for t in tokens if t["name"] == "admin (REGISTRY_ADMIN_TOKEN)"]
     assert protected, tokens
     config = schemathesis_config(tmp_path)
@@ -370,7 +388,13 @@ def test_schemathesis_finds_no_contract_violation(
         str(tmp_path / "report"),
         "--no-color",
     ]
-    env = {**os.environ, "REGISTRY_TEST_PROTECTED_TOKEN_IDS": ",".join(map(str, protected))}
+    env = {
+        **os.environ,
+        "REGISTRY_TEST_PROTECTED_TOKEN_IDS": ",".join(map(str, [*protected, reviewer.json()["id"]])),
+        "REGISTRY_TEST_ADMIN_TOKEN": served.admin_token,
+        "REGISTRY_TEST_BASE_URL": served.url,
+        "REGISTRY_TEST_REVIEWER_TOKEN": reviewer.json()["token"],
+    }
     run = subprocess.run(
         command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=env, cwd=tmp_path, check=False
     )

@@ -69,7 +69,7 @@ def _reference(catalog: CatalogService, label: str) -> dict[str, Any]:
     lists: dict[str, list[dict[str, Any]]] = {"prompts": [], "resources": [], "resourceTemplates": [], "tools": []}
     uris: dict[str, tuple[str, int]] = {}
     templates: list[tuple[str, int]] = []
-    for kind, name, version, stored in catalog.served_entries(label):  # ordered by kind, name
+    for kind, name, version, stored, _team in catalog.served_entries(label):  # ordered by kind, name
         entries[kind].append((name, version))
         item = listing(kind, stored)
         if kind == "prompt":
@@ -259,7 +259,7 @@ def test_list_items_are_built_from_the_stored_text_as_before(registry: Registry)
     registry.seed("conformance")
     rows = registry.catalog.served_entries("production")
     assert len(rows) > 20
-    for kind, name, _version, stored in rows:
+    for kind, name, _version, stored, _team in rows:
         assert listing(kind, stored) == _spec_listing(kind, stored), f"{kind} {name}"
 
 
@@ -334,8 +334,8 @@ def test_each_kind_of_change_is_applied(registry: Registry) -> None:
         catalog.create("resource", _resource("tpl", "tpl://t", "T", True), actor=ACTOR)
         catalog.create("tool", _tool("hook", "Echoes"), actor=ACTOR)
         await catch_up()
-        assert production.read_static("doc://a") == [{"uri": "doc://a", "text": "A"}]
-        assert production.read_static("tpl://t/7") == [{"uri": "tpl://t/7", "text": "T 7"}]
+        assert production.read_static("doc://a", None) == [{"uri": "doc://a", "text": "A"}]
+        assert production.read_static("tpl://t/7", None) == [{"uri": "tpl://t/7", "text": "T 7"}]
         assert [t["name"] for t in production.tool_list] == ["hook"]
         assert production.tools["hook"].target.url == "builtin://echo"
 
@@ -344,8 +344,8 @@ def test_each_kind_of_change_is_applied(registry: Registry) -> None:
         await catch_up()
         assert production.resource_list == []
         assert [t["uriTemplate"] for t in production.template_list] == ["doc://b/{id}", "tpl://t/{id}"]
-        assert production.find_resource("doc://a") is None
-        assert production.read_static("doc://b/1") == [{"uri": "doc://b/1", "text": "B 1"}]
+        assert production.find_resource("doc://a", None) is None
+        assert production.read_static("doc://b/1", None) == [{"uri": "doc://b/1", "text": "B 1"}]
         _assert_current(catalog, cache)
 
     asyncio.run(scenario())
@@ -362,7 +362,7 @@ def test_a_change_during_a_build_is_not_lost(registry: Registry, monkeypatch: py
         loop = asyncio.get_running_loop()
         cache = SnapshotCache(catalog)
 
-        def served_rows_then_an_edit(label: str) -> tuple[int, list[tuple[str, str, int, str]]]:
+        def served_rows_then_an_edit(label: str) -> tuple[int, list[tuple[str, str, int, str, str | None]]]:
             read = real(label)  # the build has read the catalog: v1...
             catalog.update("prompt", "p", _prompt("p", "v2", "Now titled"), actor=ACTOR)  # ...then v2 lands
             events = _events_after(registry, read[0])

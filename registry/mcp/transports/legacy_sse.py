@@ -70,12 +70,19 @@ class LegacySseTransport:
                 raise HttpError(405, INVALID_REQUEST, "Method not allowed", {"Allow": "GET"})
             check_origin_and_host(headers, self.settings)
             with database_errors_as_503(log, "MCP token lookup answers 503"):
-                principal = await authenticate(headers, self.tokens, self.settings)
+                principal = await authenticate(headers, self.tokens, self.settings, scope)
             label = served_label(principal, scope, self.settings)
         except HttpError as exc:
             await send_http_error(send, exc)
             return
-        session = Session(label=label, principal=principal.name, token_id=principal.token_id, id=new_session_id())
+        session = Session(
+            label=label,
+            principal=principal.name,
+            token_id=principal.token_id,
+            user=principal.user,
+            visible_teams=principal.visible_teams,
+            id=new_session_id(),
+        )
         self._sessions[session.id] = session
         endpoint = f"{scope.get('root_path', '')}/messages?session_id={session.id}"
         try:
@@ -131,13 +138,21 @@ class LegacySseTransport:
                 raise HttpError(405, INVALID_REQUEST, "Method not allowed", {"Allow": "POST"})
             check_origin_and_host(headers, self.settings)
             with database_errors_as_503(log, "MCP token lookup answers 503"):
-                principal = await authenticate(headers, self.tokens, self.settings)
+                principal = await authenticate(headers, self.tokens, self.settings, scope)
             session_id = query_param(scope, "session_id")
             if not session_id:
                 raise HttpError(400, INVALID_REQUEST, "Bad Request: session_id query parameter is required")
             session = self._sessions.get(session_id)
-            if session is None or session.token_id != principal.token_id:
+            if (
+                session is None
+                or session.token_id != principal.token_id
+                or session.principal != principal.name
+                or session.user != principal.user
+            ):
                 raise HttpError(404, -32001, "Session not found: open a new /sse stream")
+            # Served what the principal sees as of this message (its stream's notifications too).
+            session.visible_teams = principal.visible_teams
+            session.user = principal.user
             # Size, JSON structure and batch length are bounded here, each before the next step runs.
             _batch, items = await read_messages(receive, headers, self.settings.limits)
         except HttpError as exc:

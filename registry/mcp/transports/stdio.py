@@ -6,6 +6,11 @@ to stderr only (stdout belongs to the protocol).
 Both eras share the pipe, decided per message (basic/versioning): a request whose ``_meta`` names a
 protocol version (and is not ``initialize``) is a stateless 2026-07-28 request, served from its own
 ``_meta``; everything else is the session era's, served to the process's ``ClientState``.
+
+Teams: stdio has no token. Whoever starts the process holds the database credentials (the same
+trust as the CLI, which acts as the system), so the process's ``ClientState`` sees every team's
+entries (``visible_teams`` None), as it did before teams existed; both eras' requests, and listen
+streams, are served with that visibility.
 """
 
 from __future__ import annotations
@@ -204,7 +209,12 @@ class StdioTransport:
             meta = modern.check_meta(message)
             modern.check_version(meta)
             client = modern.client_state(
-                meta, label=self.client.label, principal=self.client.principal, token_id=self.client.token_id
+                meta,
+                label=self.client.label,
+                principal=self.client.principal,
+                token_id=self.client.token_id,
+                visible_teams=self.client.visible_teams,
+                user=self.client.user,
             )
         except JsonRpcError as exc:
             await self.write(error_message(message.id, exc))

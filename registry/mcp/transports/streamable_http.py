@@ -54,7 +54,7 @@ from registry.mcp.protocol import (
     parse_message,
 )
 from registry.mcp.server import Ask, McpServer, RequestContext
-from registry.mcp.sessions import STREAMABLE_HTTP, Session, SessionStore
+from registry.mcp.sessions import STREAMABLE_HTTP, ClientState, Session, SessionStore
 from registry.mcp.streams import StreamHub
 from registry.tokens import Principal, TokenService
 
@@ -112,7 +112,7 @@ class StreamableHttpTransport:
         try:
             check_origin_and_host(headers, self.settings)
             with database_errors_as_503(log, "MCP token lookup answers 503"):
-                principal = await authenticate(headers, self.tokens, self.settings)
+                principal = await authenticate(headers, self.tokens, self.settings, scope)
             # Absent, the version is taken to be 2025-03-26 (spec); a session-era value keeps the
             # session path; anything else is a stateless request (an unknown version is told so there).
             version = headers.get(VERSION_HEADER)
@@ -138,8 +138,16 @@ class StreamableHttpTransport:
         with database_errors_as_503(log, "MCP session lookup answers 503"):
             session = await self.sessions.get(session_id)
         # A session belongs to the token that opened it; anyone else is told it does not exist.
-        if session is None or session.token_id != principal.token_id or session.principal != principal.name:
+        if session is None or (session.token_id, session.user, session.principal) != (
+            principal.token_id,
+            principal.user,
+            principal.name,
+        ):
             raise HttpError(404, -32001, "Session not found: initialize a new session")
+        # What it sees is the principal's, as of this request (the session row keeps no teams: a
+        # session restored on another replica, or a token whose teams changed, is served right).
+        session.visible_teams = principal.visible_teams
+        session.user = principal.user
         self.sessions.touch(session)
         return session
 
@@ -265,7 +273,13 @@ class StreamableHttpTransport:
         if not message.is_request:
             raise HttpError(400, INVALID_REQUEST, "Bad Request: initialize must be a request with an id")
         label = served_label(principal, scope, self.settings)
-        session = Session(label=label, principal=principal.name, token_id=principal.token_id)
+        session = Session(
+            label=label,
+            principal=principal.name,
+            token_id=principal.token_id,
+            user=principal.user,
+            visible_teams=principal.visible_teams,
+        )
         ctx = RequestContext(client=session)
         answer = await self.server.handle_request(message, ctx)
         if "error" in answer:
@@ -326,9 +340,16 @@ class StreamableHttpTransport:
                     send, exc.status, error_message(message.id, JsonRpcError(exc.code, exc.message)), exc.headers
                 )
                 return
-            client = modern.client_state(meta, label=label, principal=principal.name, token_id=principal.token_id)
+            client = modern.client_state(
+                meta,
+                label=label,
+                principal=principal.name,
+                token_id=principal.token_id,
+                visible_teams=principal.visible_teams,
+                user=principal.user,
+            )
             if message.method == "tools/call":
-                await self._check_param_headers(message, label, headers)
+                await self._check_param_headers(message, client, headers)
             if message.method == "subscriptions/listen" and self.listen is not None:
                 stream = await self.listen.open(message.id, message.params, client)
                 await self.listen.serve_sse(stream, receive, send)
@@ -366,15 +387,15 @@ class StreamableHttpTransport:
             await sse.message(answer)
             await sse.close()
 
-    async def _check_param_headers(self, message: Message, label: str, headers: dict[str, str]) -> None:
+    async def _check_param_headers(self, message: Message, client: ClientState, headers: dict[str, str]) -> None:
         """A stateless ``tools/call`` of a tool whose schema annotates arguments with
         ``x-mcp-header``: the ``Mcp-Param-*`` headers must mirror them (-32020 otherwise)."""
         name = message.params.get("name")
         if not isinstance(name, str):
             return
-        entry = (await self.server.snapshots.get(label)).tools.get(name)
+        entry = (await self.server.snapshots.get(client.label)).tool(name, client.visible_teams)
         if entry is None:
-            return  # the handler answers for an unknown tool
+            return  # the handler answers for an unknown tool (another team's is unknown too)
         annotations = modern.param_headers(entry.listing.get("inputSchema"))
         if annotations:
             modern.check_param_headers(annotations, message.params.get("arguments"), headers)

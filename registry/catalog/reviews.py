@@ -1,0 +1,629 @@
+"""Change requests: moving a protected label by review.
+
+A request asks to point one protected label of one entry at a version. It is opened by an
+editor of the entry's team (or by a save that held the label, ``CatalogService`` with
+``review``), reviewed by others, and published, which moves the label:
+
+    draft --submit--> in_review --approvals--> approved --publish--> published
+                          |   ^                    |
+                          v   |  (a reviewer       v
+                       rejected  changes verdict)  withdrawn (author or admin, any open state)
+
+* **Reviewers** hold the ``reviewer`` role on the entry's team and are never the author: the
+  author is compared by ``Actor.key`` (the token, or the single-sign-on user behind any of their
+  tokens), not by name. Each reviewer's latest verdict counts once. A request is approved while
+  it has ``approvals_required`` approvals from distinct reviewers and no standing rejection.
+* **Checks** (``registry.catalog.checks``) are run fresh whenever a request is shown, approved or
+  published. Failing checks block publication unless a reviewer approved with
+  ``override_checks`` and a reason.
+* **Publication** moves the label in one transaction with the request's state change and its
+  change-log rows (``label_moved``, noted "change request #N"; agents are notified through the
+  normal change feed), and only while the label still points where it did when the request was
+  opened (else 409: the request is stale). An admin may publish in an emergency with a reason,
+  skipping approvals and checks; the change row is marked ``override`` with that reason.
+
+Every transition is a ``change_request`` event in the hash-chained change log. Concurrency: a
+request's row is locked (PostgreSQL ``FOR UPDATE``; SQLite serialises writers) and its state
+changes by compare-and-swap, so two approvals or publications at once cannot double-publish.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, or_, select, update
+from sqlalchemy.orm import Session, selectinload
+
+from registry.catalog.access import Access, check_may, check_sees
+from registry.catalog.checks import CheckReport, run_checks
+from registry.catalog.errors import Conflict, Forbidden, Invalid, NotFound
+from registry.catalog.protection import (
+    OPEN_STATES,
+    STATES,
+    ProtectionPolicy,
+    check_reason,
+    check_request_text,
+    open_request,
+    pending_request,
+)
+from registry.catalog.service import PRODUCTION, CatalogService
+from registry.catalog.specs import KINDS, is_label
+from registry.db.audit import Actor, as_actor
+from registry.db.changelog import append_event
+from registry.db.models import ChangeRequest, ChangeRequestReview, Entry, utcnow
+
+#: Most requests one list page shows.
+MAX_PAGE = 100
+#: States a reviewer's verdict may still change.
+REVIEWABLE = ("in_review", "approved", "rejected")
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _v(version: int | None) -> str:
+    return f"v{version}" if version is not None else "(unset)"
+
+
+def standing(request: ChangeRequest) -> tuple[list[ChangeRequestReview], list[ChangeRequestReview]]:
+    """(approvals, rejections) that count: each reviewer's latest verdict, the author's never."""
+    latest: dict[str, ChangeRequestReview] = {}
+    for review in sorted(request.reviews, key=lambda r: r.id):
+        if review.verdict in ("approve", "reject") and review.reviewer_key != request.author_key:
+            latest[review.reviewer_key] = review
+    approvals = [r for r in latest.values() if r.verdict == "approve"]
+    rejections = [r for r in latest.values() if r.verdict == "reject"]
+    return approvals, rejections
+
+
+def checks_override(request: ChangeRequest) -> ChangeRequestReview | None:
+    """A standing approval that overrides failing checks (it carries the reason), if any."""
+    approvals, _rejections = standing(request)
+    return next((r for r in approvals if r.override_checks and (r.comment or "").strip()), None)
+
+
+def derived_state(request: ChangeRequest) -> str:
+    """The state the verdicts put an in-review request in."""
+    approvals, rejections = standing(request)
+    if rejections:
+        return "rejected"
+    if len(approvals) >= request.approvals_required:
+        return "approved"
+    return "in_review"
+
+
+class ChangeRequestService:
+    """Opens, lists, reviews and publishes change requests (see the module docstring)."""
+
+    def __init__(self, catalog: CatalogService, protection: ProtectionPolicy) -> None:
+        self.catalog = catalog
+        self.db = catalog.db
+        self.protection = protection
+        self.limits = catalog.limits
+
+    # ------------------------------------------------------------------ reading
+    def _load(
+        self, session: Session, request_id: int, access: Access | None, *, lock: bool = False
+    ) -> tuple[ChangeRequest, str | None]:
+        """The request and its entry's team now; hidden ones answer like missing ones."""
+        stmt = select(ChangeRequest).where(ChangeRequest.id == request_id).options(selectinload(ChangeRequest.reviews))
+        if lock:
+            stmt = stmt.with_for_update()
+        request = session.scalar(stmt)
+        if request is None:
+            raise NotFound(f"change request #{request_id} does not exist")
+        team = session.scalar(select(Entry.team).where(Entry.kind == request.kind, Entry.name == request.name))
+        team = team if team is not None else request.team
+        check_sees(access, request.team, f"change request #{request_id}")
+        check_sees(access, team, f"change request #{request_id}")
+        return request, team
+
+    def summary(self, request: ChangeRequest) -> dict[str, Any]:
+        approvals, rejections = standing(request)
+        stored = request.checks if isinstance(request.checks, Mapping) else None
+        return {
+            "id": request.id,
+            "kind": request.kind,
+            "name": request.name,
+            "team": request.team,
+            "label": request.label,
+            "from_version": request.from_version,
+            "to_version": request.to_version,
+            "state": request.state,
+            "title": request.title or "",
+            "description": request.description,
+            "author": request.author,
+            "approvals_required": request.approvals_required,
+            "approvals": len(approvals),
+            "rejections": len(rejections),
+            "checks_failed": bool(stored.get("failed")) if stored is not None else None,
+            "created_at": _iso(request.created_at),
+            "updated_at": _iso(request.updated_at),
+            "published_at": _iso(request.published_at),
+            "published_by": request.published_by,
+        }
+
+    def list_requests(
+        self,
+        *,
+        access: Access | None = None,
+        state: str | None = None,
+        kind: str | None = None,
+        name: str | None = None,
+        team: str | None = None,
+        label: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> dict[str, Any]:
+        """Requests ``access`` may see, newest first, filtered."""
+        if state is not None and state not in STATES:
+            raise Invalid(f"unknown state {state!r}: one of {', '.join(STATES)}")
+        if kind is not None and kind not in KINDS:
+            raise Invalid(f"unknown kind {kind!r}: one of {', '.join(KINDS)}")
+        limit = max(1, min(limit, MAX_PAGE))
+        offset = max(0, offset)
+        terms = []
+        teams = access.visible_teams if access is not None else None
+        if teams is not None:
+            terms.append(
+                or_(ChangeRequest.team.is_(None), ChangeRequest.team.in_(sorted(teams)))
+                if teams
+                else ChangeRequest.team.is_(None)
+            )
+        for column, value in (
+            (ChangeRequest.state, state),
+            (ChangeRequest.kind, kind),
+            (ChangeRequest.name, name),
+            (ChangeRequest.team, team),
+            (ChangeRequest.label, label),
+        ):
+            if value is not None:
+                terms.append(column == value)
+        with self.db.session() as session:
+            total = session.scalar(select(func.count()).select_from(ChangeRequest).where(*terms)) or 0
+            rows = session.scalars(
+                select(ChangeRequest)
+                .where(*terms)
+                .options(selectinload(ChangeRequest.reviews))
+                .order_by(ChangeRequest.id.desc())
+                .limit(limit)
+                .offset(offset)
+            ).all()
+            items = [self.summary(row) for row in rows]
+        return {"items": items, "total": total, "limit": limit, "offset": offset}
+
+    def for_entry(self, kind: str, name: str, *, access: Access | None = None) -> list[dict[str, Any]]:
+        """The open requests of one entry (its page lists them)."""
+        self.catalog.get(kind, name, access=access)  # 404 when hidden
+        with self.db.session() as session:
+            rows = session.scalars(
+                select(ChangeRequest)
+                .where(
+                    ChangeRequest.kind == kind,
+                    ChangeRequest.name == name,
+                    ChangeRequest.state.in_(OPEN_STATES),
+                )
+                .options(selectinload(ChangeRequest.reviews))
+                .order_by(ChangeRequest.id.desc())
+                .limit(MAX_PAGE)
+            ).all()
+            return [self.summary(row) for row in rows]
+
+    def get(
+        self,
+        request_id: int,
+        *,
+        access: Access | None = None,
+        viewer: Actor | None = None,
+        report: CheckReport | None = None,
+    ) -> dict[str, Any]:
+        """A request with its reviews, the diff it asks for, fresh checks and what may happen next.
+        ``viewer``: who is looking (``authored_by_you``)."""
+        with self.db.session() as session:
+            request, _team = self._load(session, request_id, access)
+            detail = self.summary(request)
+            reviews = [
+                {
+                    "id": review.id,
+                    "verdict": review.verdict,
+                    "reviewer": review.reviewer,
+                    "comment": review.comment,
+                    "override_checks": review.override_checks,
+                    "created_at": _iso(review.created_at),
+                }
+                for review in request.reviews
+            ]
+            override = checks_override(request)
+            current = session.scalar(select(Entry).where(Entry.kind == request.kind, Entry.name == request.name))
+            label_now = (
+                next((lb.version for lb in current.labels if lb.name == request.label), None) if current else None
+            )
+            snapshot = (request.kind, request.name, request.label, request.from_version, request.to_version)
+            author_key = request.author_key
+        kind, name, label, from_version, to_version = snapshot
+        diff = (
+            self.catalog.diff(kind, name, from_version, to_version, access=access) if from_version is not None else None
+        )
+        if report is None:
+            report = self.checks(kind, name, version=to_version, label=label, against=from_version, access=access)
+        stale = label_now != from_version
+        is_open = detail["state"] in OPEN_STATES
+        checks_ok = not report.failed or override is not None
+        return {
+            **detail,
+            "current_version": label_now,
+            "stale": stale and is_open,
+            "reviews": reviews,
+            "diff": diff,
+            "checks": report.as_dict(),
+            "checks_overridden": override is not None,
+            "checks_override_reason": override.comment if override is not None else None,
+            "publishable": detail["state"] == "approved" and checks_ok and not stale,
+            "authored_by_you": viewer is not None and viewer.key == author_key,
+        }
+
+    # ------------------------------------------------------------------ checks
+    def checks(
+        self,
+        kind: str,
+        name: str,
+        *,
+        version: int | None = None,
+        label: str = PRODUCTION,
+        against: int | str | None = "current",
+        access: Access | None = None,
+    ) -> CheckReport:
+        """Pre-publish checks of moving ``label`` to ``version`` (default: the newest) of an entry:
+        against the version the label serves now (``against="current"``) or a given one (None:
+        the label is unset, nothing to compare with)."""
+        if not is_label(label):
+            raise Invalid(f"invalid label {label!r}: use 1-64 of [a-z0-9_.-], starting with a letter or digit")
+        new = self.catalog.get(kind, name, version=version, access=access)
+        old_version = new.labels.get(label) if against == "current" else against
+        old = (
+            self.catalog.get(kind, name, version=old_version, access=access).spec
+            if isinstance(old_version, int)
+            else None
+        )
+        embedding: list[str] = []
+        if kind == "resource":
+            embedding = self.catalog.prompts_embedding([s for s in (old, new.spec) if s], label=label, access=access)
+
+        def resolve(uri: str) -> list[dict[str, Any]] | None:
+            return self.catalog.read_resource(uri, label=label, access=access)
+
+        return run_checks(kind, new.spec, old, label=label, resolve=resolve, embedding=embedding, limits=self.limits)
+
+    def _checks_of(self, request: Mapping[str, Any], access: Access | None) -> CheckReport:
+        return self.checks(
+            request["kind"],
+            request["name"],
+            version=request["to_version"],
+            label=request["label"],
+            against=request["from_version"],
+            access=access,
+        )
+
+    # ------------------------------------------------------------------ opening
+    def open(
+        self,
+        kind: str,
+        name: str,
+        *,
+        actor: Actor | str,
+        access: Access | None = None,
+        label: str = PRODUCTION,
+        to_version: int | None = None,
+        title: str | None = None,
+        description: str | None = None,
+        draft: bool = False,
+    ) -> dict[str, Any]:
+        """Ask to point protected ``label`` of an entry at ``to_version`` (default: its newest).
+        The caller needs editor on the entry's team; the label must be protected and not already
+        there; a pending request asking the same move is a 409 naming it."""
+        if kind not in KINDS:
+            raise NotFound(f"unknown kind {kind!r}")
+        if not is_label(label):
+            raise Invalid(f"invalid label {label!r}: use 1-64 of [a-z0-9_.-], starting with a letter or digit")
+        title, description = check_request_text(title, description, self.limits)
+        with self.db.session() as session:
+            entry = self.catalog.lock_entry(session, kind, name, access=access)
+            check_may(access, "editor", entry.team, f"{kind} {name!r}")
+            protected = self.protection.protected_in(session, [label])
+            if label not in protected:
+                raise Conflict(
+                    f"label {label!r} is not protected: move it directly (PUT /api/v1/{kind}s/{name}/labels/{label})"
+                )
+            number = to_version if to_version is not None else entry.latest_version
+            self.catalog.version_in(session, entry, number)  # 404 for a version it does not have
+            current = next((lb.version for lb in entry.labels if lb.name == label), None)
+            if current == number:
+                raise Conflict(f"{label} already serves v{number} of {kind} {name!r}")
+            pending = pending_request(session, kind, name, label, number)
+            if pending is not None:
+                raise Conflict(
+                    f"change request #{pending} already asks to move {label} of {kind} {name!r} to v{number}"
+                )
+            request = open_request(
+                session,
+                kind=kind,
+                name=name,
+                team=entry.team,
+                label=label,
+                from_version=current,
+                to_version=number,
+                actor=actor,
+                approvals_required=protected[label],
+                title=title,
+                description=description,
+                state="draft" if draft else "in_review",
+            )
+            request_id = request.id
+        return self.get(request_id, access=access, viewer=as_actor(actor))
+
+    # ------------------------------------------------------------------ transitions
+    def _transition(
+        self,
+        request_id: int,
+        *,
+        access: Access | None,
+        actor: Actor,
+        allowed: tuple[str, ...],
+        action: str,
+        note: str,
+        authorize: Callable[[ChangeRequest, str | None], None],
+        change: Callable[[Session, ChangeRequest], dict[str, Any]],
+        report: CheckReport | None = None,
+    ) -> None:
+        """Lock the request, check it may move on, apply ``change`` (the new column values), swap
+        the state only if it is still the one read (compare-and-swap), and append the event."""
+        with self.db.session() as session:
+            request, team = self._load(session, request_id, access, lock=True)
+            authorize(request, team)
+            if request.state not in allowed:
+                raise Conflict(f"change request #{request_id} is {request.state}; this needs it {' or '.join(allowed)}")
+            seen = request.state
+            values = change(session, request)
+            values.setdefault("updated_at", utcnow())
+            if report is not None:
+                values["checks"] = report.as_dict()
+            swapped = session.execute(
+                update(ChangeRequest)
+                .where(ChangeRequest.id == request_id, ChangeRequest.state == seen)
+                .values(**values)
+                .execution_options(synchronize_session=False)
+            )
+            if swapped.rowcount != 1:  # type: ignore[attr-defined]
+                raise Conflict(f"change request #{request_id} changed concurrently; reload it")
+            state = values.get("state", seen)
+            append_event(
+                session,
+                kind="change_request",
+                name=f"{request.kind}/{request.name}"[:128],
+                action=action,
+                actor=actor,
+                team=team,
+                version=request.to_version,
+                note=f"change request #{request_id} ({request.kind} {request.name}: {request.label} "
+                f"{_v(request.from_version)} -> v{request.to_version}): {note}; now {state}",
+            )
+
+    def submit(self, request_id: int, *, actor: Actor | str, access: Access | None = None) -> dict[str, Any]:
+        """A draft goes to review (its author, or an admin)."""
+        who = as_actor(actor)
+
+        def authorize(request: ChangeRequest, team: str | None) -> None:
+            if who.key != request.author_key and not _admin(access, team):
+                raise Forbidden(f"change request #{request_id}: only its author (or an admin) submits it")
+
+        self._transition(
+            request_id,
+            access=access,
+            actor=who,
+            allowed=("draft",),
+            action="cr_submitted",
+            note="submitted for review",
+            authorize=authorize,
+            change=lambda _s, _r: {"state": "in_review"},
+        )
+        return self.get(request_id, access=access, viewer=who)
+
+    def _review(
+        self,
+        request_id: int,
+        verdict: str,
+        *,
+        actor: Actor | str,
+        access: Access | None,
+        comment: str | None,
+        override_checks: bool = False,
+    ) -> dict[str, Any]:
+        who = as_actor(actor)
+        if override_checks:
+            comment = check_reason(comment, "overriding failing checks", self.limits)
+        elif verdict == "reject":
+            comment = check_reason(comment, "a rejection", self.limits)
+        else:
+            comment = (comment or "").strip() or None
+            if comment is not None and len(comment) > self.limits.change_note_chars:
+                check_reason(comment, "a comment", self.limits)  # raises with the limit's name
+
+        def authorize(request: ChangeRequest, team: str | None) -> None:
+            check_may(access, "reviewer", team, f"change request #{request_id}")
+            if who.key == request.author_key:
+                raise Forbidden(
+                    f"you opened change request #{request_id}: its author cannot {verdict} it; "
+                    "another reviewer must (withdraw it instead to drop it)"
+                    if verdict == "reject"
+                    else f"you opened change request #{request_id}: its author cannot approve it; another reviewer must"
+                )
+
+        # Authorise before the (possibly slow) checks; then run them outside the write transaction.
+        with self.db.session() as session:
+            request, team = self._load(session, request_id, access)
+            authorize(request, team)
+            if request.state not in REVIEWABLE:
+                raise Conflict(
+                    f"change request #{request_id} is {request.state}; only requests in review take verdicts"
+                    + (" (submit it first)" if request.state == "draft" else "")
+                )
+            snapshot = self.summary(request)
+        report = self._checks_of(snapshot, access)
+
+        def change(session: Session, request: ChangeRequest) -> dict[str, Any]:
+            review = ChangeRequestReview(
+                verdict=verdict,
+                reviewer=who.name[:128],
+                reviewer_key=who.key[:300],
+                comment=comment,
+                override_checks=override_checks,
+                created_at=utcnow(),
+            )
+            request.reviews.append(review)
+            session.flush()
+            return {"state": derived_state(request)}
+
+        action = "cr_approved" if verdict == "approve" else "cr_rejected"
+        note = (
+            "approved" + (" overriding failing checks" if override_checks else "")
+            if verdict == "approve"
+            else "rejected"
+        )
+        self._transition(
+            request_id,
+            access=access,
+            actor=who.with_reason(comment, override=override_checks) if comment else who,
+            allowed=REVIEWABLE,
+            action=action,
+            note=note,
+            authorize=authorize,
+            change=change,
+            report=report,
+        )
+        return self.get(request_id, access=access, viewer=who, report=report)
+
+    def approve(
+        self,
+        request_id: int,
+        *,
+        actor: Actor | str,
+        access: Access | None = None,
+        comment: str | None = None,
+        override_checks: bool = False,
+    ) -> dict[str, Any]:
+        """A reviewer (not the author) approves; ``override_checks`` (with ``comment`` as the
+        reason) lets the request be published although its checks fail."""
+        return self._review(
+            request_id, "approve", actor=actor, access=access, comment=comment, override_checks=override_checks
+        )
+
+    def reject(
+        self, request_id: int, *, actor: Actor | str, access: Access | None = None, comment: str | None = None
+    ) -> dict[str, Any]:
+        """A reviewer (not the author) rejects, saying why; it stands until they approve."""
+        return self._review(request_id, "reject", actor=actor, access=access, comment=comment)
+
+    def withdraw(self, request_id: int, *, actor: Actor | str, access: Access | None = None) -> dict[str, Any]:
+        """The author (or an admin) drops an open request."""
+        who = as_actor(actor)
+
+        def authorize(request: ChangeRequest, team: str | None) -> None:
+            if who.key != request.author_key and not _admin(access, team):
+                raise Forbidden(f"change request #{request_id}: only its author (or an admin) withdraws it")
+
+        self._transition(
+            request_id,
+            access=access,
+            actor=who,
+            allowed=OPEN_STATES,
+            action="cr_withdrawn",
+            note="withdrawn",
+            authorize=authorize,
+            change=lambda _s, _r: {"state": "withdrawn"},
+        )
+        return self.get(request_id, access=access, viewer=who)
+
+    def publish(
+        self,
+        request_id: int,
+        *,
+        actor: Actor | str,
+        access: Access | None = None,
+        override_reason: str | None = None,
+    ) -> dict[str, Any]:
+        """Move the label: an approved request whose checks pass (or were overridden by a
+        reviewer), while the label still points at ``from_version``. With ``override_reason`` an
+        admin publishes any open request at once (an emergency), skipping approvals and checks."""
+        who = as_actor(actor)
+        emergency = override_reason is not None
+        if emergency:
+            reason = check_reason(override_reason, "an emergency publication", self.limits)
+            mover = who.with_reason(reason, override=True)
+        else:
+            mover = who
+
+        def authorize(request: ChangeRequest, team: str | None) -> None:
+            check_may(access, "editor", team, f"change request #{request_id}")
+            if emergency and not _admin(access, team):
+                raise Forbidden(
+                    f"change request #{request_id}: an emergency publication (override_reason) needs an admin"
+                )
+
+        with self.db.session() as session:
+            request, team = self._load(session, request_id, access)
+            authorize(request, team)
+            snapshot = self.summary(request)
+        report = None if emergency else self._checks_of(snapshot, access)
+        published: dict[str, int | None] = {}
+
+        def change(session: Session, request: ChangeRequest) -> dict[str, Any]:
+            if not emergency:
+                approvals, rejections = standing(request)
+                if rejections:
+                    raise Conflict(f"change request #{request_id} has a standing rejection; it cannot be published")
+                if len(approvals) < request.approvals_required:
+                    raise Conflict(
+                        f"change request #{request_id} needs {request.approvals_required} approval(s) from reviewers "
+                        f"other than its author; it has {len(approvals)}"
+                    )
+                assert report is not None
+                if report.failed and checks_override(request) is None:
+                    failing = "; ".join(item.title for item in report.items if item.status == "fail")
+                    raise Conflict(
+                        f"change request #{request_id}: pre-publish checks fail ({failing}); a reviewer must approve "
+                        "with override_checks and a reason to publish it anyway"
+                    )
+            entry = self.catalog.lock_entry(session, request.kind, request.name)
+            current = next((lb.version for lb in entry.labels if lb.name == request.label), None)
+            if current != request.from_version:
+                raise Conflict(
+                    f"{request.label} moved since this request was opened (from {_v(request.from_version)} to "
+                    f"{_v(current)}); open a new change request"
+                )
+            target = self.catalog.version_in(session, entry, request.to_version)
+            published["change"] = self.catalog.move_label_in(
+                session, entry, request.label, target, actor=mover, note=f"change request #{request_id}"
+            )
+            now = utcnow()
+            return {"state": "published", "published_at": now, "published_by": who.name[:128], "updated_at": now}
+
+        self._transition(
+            request_id,
+            access=access,
+            actor=mover,
+            allowed=OPEN_STATES if emergency else ("approved",),
+            action="cr_published",
+            note="published as an emergency override" if emergency else "published",
+            authorize=authorize,
+            change=change,
+            report=report,
+        )
+        self.catalog.committed(published.get("change"))
+        return self.get(request_id, access=access, viewer=who)
+
+
+def _admin(access: Access | None, team: str | None) -> bool:
+    return access is None or access.may("admin", team)

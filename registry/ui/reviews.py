@@ -1,0 +1,299 @@
+"""``/ui/reviews`` (change requests) and ``/ui/labels`` (protected labels, admins).
+
+The review queue lists change requests (in review by default); a request's page shows what it
+asks (the diff from the version the label serves to the proposed one), its pre-publish checks
+and reviews, and the forms that move it on: approve or reject with a comment, approve overriding
+failing checks with a reason, publish, an admin's emergency publication with a reason, withdraw,
+submit a draft. The change request service decides who may do what (``registry.catalog.reviews``:
+reviewers other than the author, editors to publish, admins to override); these pages only offer
+the forms that can work for the signed-in person, and show a refusal on the page when one comes.
+Every POST carries the session's CSRF token; everything works without JavaScript.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
+from starlette.responses import RedirectResponse, Response
+
+from registry.catalog.errors import CatalogError, Invalid, NotFound
+from registry.catalog.protection import MAX_APPROVALS, STATES, ProtectionPolicy
+from registry.catalog.reviews import REVIEWABLE, ChangeRequestService
+from registry.catalog.service import CatalogService
+from registry.catalog.specs import KIND_BY_COLLECTION
+from registry.ui.auth import Admin, AdminForm, Viewer, is_https, require_form
+from registry.ui.diffview import diff_specs
+from registry.ui.sessions import SignedIn
+from registry.ui.templating import Pages, set_flash
+
+#: Requests per queue page.
+PAGE_SIZE = 50
+INT64_MAX = 2**63 - 1
+INT32_MAX = 2**31 - 1
+COLLECTION_BY_KIND = {kind: collection for collection, kind in KIND_BY_COLLECTION.items()}
+#: The queue's state filter: "all" or one state.
+STATE_CHOICES = ("all", *STATES)
+
+RequestId = Annotated[int, Path(ge=1, le=INT64_MAX)]
+#: A signed-in session's form (any scope: the service checks the role on the entry's team).
+SessionForm = Annotated[tuple[SignedIn, FormData], Depends(require_form("viewer"))]
+
+
+def _reviews(request: Request) -> ChangeRequestService:
+    service: ChangeRequestService = request.app.state.registry.reviews
+    return service
+
+
+def _catalog(request: Request) -> CatalogService:
+    catalog: CatalogService = request.app.state.registry.catalog
+    return catalog
+
+
+def _protection(request: Request) -> ProtectionPolicy:
+    policy: ProtectionPolicy = request.app.state.registry.protection
+    return policy
+
+
+def _field(form: FormData, name: str) -> str:
+    value = form.get(name)
+    return value.strip() if isinstance(value, str) else ""
+
+
+def router(pages: Pages) -> APIRouter:
+    routes = APIRouter()
+
+    # ------------------------------------------------------------------ the queue
+    @routes.get("/reviews")
+    def queue(
+        request: Request,
+        ui: Viewer,
+        state: Annotated[str, Query(max_length=16)] = "in_review",
+        page: Annotated[int, Query(ge=1, le=100_000)] = 1,
+    ) -> Response:
+        error = None
+        if state not in STATE_CHOICES:
+            error, state = f"{state!r} is not a state; showing requests in review", "in_review"
+        found = _reviews(request).list_requests(
+            access=ui.principal,
+            state=None if state == "all" else state,
+            limit=PAGE_SIZE,
+            offset=(page - 1) * PAGE_SIZE,
+        )
+        context = {
+            "title": "Reviews",
+            "nav": "reviews",
+            "items": found["items"],
+            "total": found["total"],
+            "page": page,
+            "pages_total": max(1, -(-found["total"] // PAGE_SIZE)),
+            "state": state,
+            "states": STATE_CHOICES,
+            "error": error,
+            "collections_by_kind": COLLECTION_BY_KIND,
+        }
+        return pages.render(request, "reviews.html", context, status=400 if error else 200)
+
+    # ------------------------------------------------------------------ opening one (a label move's page)
+    @routes.post("/reviews/open")
+    async def open_request(request: Request, posted: SessionForm) -> Response:
+        ui, fields = posted
+        version = _field(fields, "version")
+        kind, name, label = _field(fields, "kind"), _field(fields, "name"), _field(fields, "label")
+        description = _field(fields, "description")
+
+        def step() -> dict[str, Any]:
+            if not version.isdigit() or not 1 <= int(version) <= INT32_MAX:
+                raise Invalid(f"the version must be a whole number from 1 (got {version[:20]!r})")
+            return _reviews(request).open(
+                kind,
+                name,
+                actor=ui.principal.actor(),
+                access=ui.principal,
+                label=label,
+                to_version=int(version),
+                description=description or None,
+            )
+
+        opened = await run_in_threadpool(step)
+        response = RedirectResponse(f"/ui/reviews/{opened['id']}", status_code=303)
+        set_flash(response, f"Change request #{opened['id']} opened: reviewers are asked.", secure=is_https(request))
+        return response
+
+    # ------------------------------------------------------------------ one request
+    def request_page(
+        request: Request, ui: SignedIn, request_id: int, *, error: str | None = None, status: int = 200
+    ) -> Response:
+        reviews = _reviews(request)
+        catalog = _catalog(request)
+        detail = reviews.get(request_id, access=ui.principal, viewer=ui.principal.actor())
+        kind, name = detail["kind"], detail["name"]
+        new = catalog.get(kind, name, version=detail["to_version"], access=ui.principal)
+        old_spec: dict[str, Any] = {}
+        if detail["from_version"] is not None:
+            old_spec = catalog.get(kind, name, version=detail["from_version"], access=ui.principal).spec
+        changed, same = diff_specs(old_spec, new.spec)
+        team = new.team
+        is_open = detail["state"] in ("draft", *REVIEWABLE)
+        mine = detail["authored_by_you"]
+        may_review = ui.principal.may("reviewer", team) and not mine
+        context = {
+            "title": f"Change request #{request_id}",
+            "nav": "reviews",
+            "cr": detail,
+            "entry_url": f"/ui/{COLLECTION_BY_KIND[kind]}/{name}",
+            "changed": changed,
+            "same": same,
+            "from_label": f"v{detail['from_version']}" if detail["from_version"] is not None else "unset",
+            "can": {
+                "review": may_review and detail["state"] in REVIEWABLE,
+                "override": may_review and detail["state"] in REVIEWABLE and detail["checks"]["failed"],
+                "publish": ui.principal.may("editor", team) and detail["state"] == "approved",
+                "emergency": ui.principal.may("admin", team) and is_open,
+                "withdraw": (mine or ui.principal.may("admin", team)) and is_open,
+                "submit": (mine or ui.principal.may("admin", team)) and detail["state"] == "draft",
+            },
+            "mine": mine,
+            "error": error,
+        }
+        return pages.render(request, "review.html", context, status=status)
+
+    @routes.get("/reviews/{request_id}")
+    def show(request: Request, ui: Viewer, request_id: RequestId) -> Response:
+        return request_page(request, ui, request_id)
+
+    async def act(request: Request, ui: SignedIn, request_id: int, step: Any, done: str) -> Response:
+        """Run one transition; back to the request with a notice, or its page with the refusal."""
+        try:
+            await run_in_threadpool(step)
+        except NotFound:
+            raise
+        except CatalogError as exc:
+            detail, status = exc.detail, exc.status
+            return await run_in_threadpool(lambda: request_page(request, ui, request_id, error=detail, status=status))
+        response = RedirectResponse(f"/ui/reviews/{request_id}", status_code=303)
+        set_flash(response, done, secure=is_https(request))
+        return response
+
+    @routes.post("/reviews/{request_id}/approve")
+    async def approve(request: Request, posted: SessionForm, request_id: RequestId) -> Response:
+        ui, fields = posted
+        override = _field(fields, "override_checks") == "1"
+        comment = _field(fields, "comment")
+
+        def step() -> None:
+            _reviews(request).approve(
+                request_id,
+                actor=ui.principal.actor(),
+                access=ui.principal,
+                comment=comment or None,
+                override_checks=override,
+            )
+
+        done = "Approved, overriding the failing checks." if override else "Approved."
+        return await act(request, ui, request_id, step, done)
+
+    @routes.post("/reviews/{request_id}/reject")
+    async def reject(request: Request, posted: SessionForm, request_id: RequestId) -> Response:
+        ui, fields = posted
+        comment = _field(fields, "comment")
+
+        def step() -> None:
+            _reviews(request).reject(request_id, actor=ui.principal.actor(), access=ui.principal, comment=comment)
+
+        return await act(request, ui, request_id, step, "Rejected.")
+
+    @routes.post("/reviews/{request_id}/publish")
+    async def publish(request: Request, posted: SessionForm, request_id: RequestId) -> Response:
+        ui, fields = posted
+        reason = _field(fields, "override_reason")
+        emergency = _field(fields, "emergency") == "1"
+
+        def step() -> None:
+            _reviews(request).publish(
+                request_id,
+                actor=ui.principal.actor(),
+                access=ui.principal,
+                # An emergency form with an empty reason is refused as such, not taken as a plain publish.
+                override_reason=reason if emergency else None,
+            )
+
+        done = "Published as an emergency override." if emergency else "Published: agents are served it now."
+        return await act(request, ui, request_id, step, done)
+
+    @routes.post("/reviews/{request_id}/withdraw")
+    async def withdraw(request: Request, posted: SessionForm, request_id: RequestId) -> Response:
+        ui, _fields = posted
+
+        def step() -> None:
+            _reviews(request).withdraw(request_id, actor=ui.principal.actor(), access=ui.principal)
+
+        return await act(request, ui, request_id, step, "Withdrawn.")
+
+    @routes.post("/reviews/{request_id}/submit")
+    async def submit(request: Request, posted: SessionForm, request_id: RequestId) -> Response:
+        ui, _fields = posted
+
+        def step() -> None:
+            _reviews(request).submit(request_id, actor=ui.principal.actor(), access=ui.principal)
+
+        return await act(request, ui, request_id, step, "Submitted for review.")
+
+    # ------------------------------------------------------------------ protected labels (admins)
+    def labels_page(
+        request: Request, *, values: dict[str, str] | None = None, error: str | None = None, status: int = 200
+    ) -> Response:
+        context = {
+            "title": "Protected labels",
+            "nav": "reviews",
+            "labels": _protection(request).list_labels(),
+            "values": values or {"name": "", "approvals": ""},
+            "error": error,
+            "max_approvals": MAX_APPROVALS,
+            "default_approvals": _protection(request).default_approvals,
+        }
+        return pages.render(request, "labels.html", context, status=status)
+
+    @routes.get("/labels")
+    def labels(request: Request, ui: Admin) -> Response:
+        return labels_page(request)
+
+    @routes.post("/labels")
+    async def protect(request: Request, posted: AdminForm) -> Response:
+        ui, fields = posted
+        name, approvals = _field(fields, "name"), _field(fields, "approvals")
+        values = {"name": name, "approvals": approvals}
+        try:
+            count = int(approvals) if approvals else None
+        except ValueError:
+            count = -1  # refused below, with the bound in the message
+        try:
+            await run_in_threadpool(
+                _protection(request).protect, name, count, actor=ui.principal.actor(), access=ui.principal
+            )
+        except CatalogError as exc:
+            detail = exc.detail
+            return await run_in_threadpool(lambda: labels_page(request, values=values, error=detail, status=422))
+        response = RedirectResponse("/ui/labels", status_code=303)
+        set_flash(response, f"{name} is protected: saves no longer move it.", secure=is_https(request))
+        return response
+
+    @routes.post("/labels/{label}/unprotect")
+    async def unprotect(
+        request: Request, posted: AdminForm, label: Annotated[str, Path(min_length=1, max_length=64)]
+    ) -> Response:
+        ui, _fields = posted
+        try:
+            await run_in_threadpool(
+                _protection(request).unprotect, label, actor=ui.principal.actor(), access=ui.principal
+            )
+        except CatalogError as exc:
+            detail, status = exc.detail, exc.status
+            return await run_in_threadpool(lambda: labels_page(request, error=detail, status=status))
+        response = RedirectResponse("/ui/labels", status_code=303)
+        set_flash(response, f"{label} is no longer protected.", secure=is_https(request))
+        return response
+
+    return routes

@@ -1,0 +1,534 @@
+"""Protected labels and change requests, over the admin API and MCP of real server processes.
+
+One ``mcp-registry serve`` per database (SQLite, then PostgreSQL) with
+``REGISTRY_PROTECTED_LABELS=production`` and single sign-on from the test issuer
+(``tests/oidc_issuer.py``): a save leaves production alone (agents keep the old text); a change
+request is never approved by its author (same token, or another token of the same SSO user), is
+invisible to agents until published, and publishing moves production for agents (their open
+stream hears it). Breaking changes block publication until a reviewer overrides them with a
+reason; an admin's emergency override needs a reason and is marked in the change log; a stale
+request is refused; concurrent publications publish once.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import secrets
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import _drop_postgres_schema, _fresh_postgres_schema, require_postgres
+from tests.interop.mcp_wire import SseEvent, StreamableHttpClient, iter_sse
+from tests.oidc_issuer import TestIssuer
+from tests.serve_process import ServerProcess
+
+AUDIENCE = "mcp-registry"
+
+
+class Setup:
+    """The server and one token per person."""
+
+    def __init__(self, server: ServerProcess, issuer: TestIssuer) -> None:
+        self.server = server
+        self.issuer = issuer
+        with server.admin() as admin:
+            # A reviewer too, so that refusing their own approvals is the author rule, not a missing role.
+            self.editor_a = _token(admin, "editor-a", ["reviewer"])
+            self.editor_only = _token(admin, "editor-only", ["editor"])
+            self.reviewer_b = _token(admin, "reviewer-b", ["reviewer"])
+            self.reviewer_c = _token(admin, "reviewer-c", ["reviewer"])
+            self.agent = _token(admin, "agent", ["agent"])
+
+    def http(self, token: str) -> httpx.Client:
+        return self.server.client(token)
+
+    def admin(self) -> httpx.Client:
+        return self.server.admin()
+
+    def mcp(self) -> StreamableHttpClient:
+        client = StreamableHttpClient(
+            httpx.Client(base_url=self.server.url, timeout=30), extra_headers={"Authorization": f"Bearer {self.agent}"}
+        )
+        client.initialize()
+        return client
+
+    def served_text(self, name: str, arguments: dict[str, str]) -> str:
+        client = self.mcp()
+        try:
+            answer = client.request("prompts/get", {"name": name, "arguments": arguments})
+        finally:
+            client.http.close()
+        assert "result" in answer, answer
+        text: str = answer["result"]["messages"][0]["content"]["text"]
+        return text
+
+
+def _token(admin: httpx.Client, name: str, scopes: list[str]) -> str:
+    created = admin.post("/api/v1/tokens", json={"name": name, "scopes": scopes})
+    assert created.status_code == 201, created.text
+    value: str = created.json()["token"]
+    return value
+
+
+@pytest.fixture(scope="module")
+def issuer() -> Iterator[TestIssuer]:
+    with TestIssuer(audience=AUDIENCE) as running:
+        yield running
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def setup(
+    request: pytest.FixtureRequest,
+    issuer: TestIssuer,
+    tmp_path_factory: pytest.TempPathFactory,
+    postgres_server_url: str | None,
+) -> Iterator[Setup]:
+    folder = tmp_path_factory.mktemp(f"reviews-{request.param}")
+    database_url, schema = None, None
+    if request.param == "postgresql":
+        server_url = require_postgres(postgres_server_url)
+        database_url, schema = _fresh_postgres_schema(server_url)
+    env = {
+        "REGISTRY_PROTECTED_LABELS": "production",
+        "REGISTRY_OIDC_ISSUER": issuer.url,
+        "REGISTRY_OIDC_AUDIENCE": AUDIENCE,
+        "REGISTRY_OIDC_JWKS_MIN_REFRESH_S": "0",
+    }
+    try:
+        with ServerProcess(folder / "data", database_url=database_url, env=env, name=f"reviews-{request.param}") as srv:
+            yield Setup(srv, issuer)
+    finally:
+        if schema is not None and postgres_server_url is not None:
+            _drop_postgres_schema(postgres_server_url, schema)
+
+
+def fresh(prefix: str) -> str:
+    return f"{prefix}-{secrets.token_hex(4)}"
+
+
+def ok(response: httpx.Response, status: int = 200) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+GREETING = {
+    "title": "Greeting",
+    "description": "Greets someone",
+    "arguments": [{"name": "who", "required": True}],
+    "samples": [{"who": "Ada"}],
+}
+
+
+def published_prompt(s: Setup, template: str, **spec: Any) -> str:
+    """A new prompt whose v1 production serves (put there by an admin's override: the setup)."""
+    name = fresh("greet")
+    with s.admin() as admin:
+        created = ok(admin.post("/api/v1/prompts", json={"name": name, **GREETING, **spec, "template": template}), 201)
+        assert created["held_labels"] == ["production"] and "production" not in created["labels"]
+        ok(admin.put(f"/api/v1/prompts/{name}/labels/production", json={"version": 1, "override_reason": "setup"}))
+    return name
+
+
+def open_review(s: Setup, name: str, body: dict[str, Any], token: str | None = None) -> int:
+    """Editor A saves ``body`` asking for review; the id of the request it opened."""
+    with s.http(token or s.editor_a) as a:
+        saved = ok(
+            a.put(
+                f"/api/v1/prompts/{name}",
+                json={**body, "request_review": True, "change_request": {"title": f"update {name}"}},
+            )
+        )
+    assert saved["held_labels"] == ["production"], saved
+    assert len(saved["change_requests"]) == 1, saved
+    request_id: int = saved["change_requests"][0]
+    return request_id
+
+
+class GetStream:
+    """An agent's MCP GET stream, held open in a thread (its events queued)."""
+
+    def __init__(self, s: Setup, client: StreamableHttpClient) -> None:
+        self.events: queue.Queue[SseEvent] = queue.Queue()
+        headers = {**client.headers(), "Accept": "text/event-stream"}
+        headers.pop("Content-Type", None)
+        self._http = httpx.Client(base_url=s.server.url, timeout=httpx.Timeout(10, read=60))
+        self._opened = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(headers,), daemon=True)
+        self._thread.start()
+        assert self._opened.wait(10), "the GET stream did not open"
+
+    def _run(self, headers: dict[str, str]) -> None:
+        try:
+            with self._http.stream("GET", "/mcp", headers=headers) as response:
+                assert response.status_code == 200
+                self._opened.set()
+                for event in iter_sse(response.iter_lines()):
+                    self.events.put(event)
+        except (httpx.HTTPError, RuntimeError, AssertionError):
+            self._opened.set()
+
+    def methods(self, wait: float) -> list[str]:
+        found = []
+        try:
+            while True:
+                event = self.events.get(timeout=wait)
+                if event.data:
+                    found.append(json.loads(event.data).get("method", ""))
+                wait = 0.5
+        except queue.Empty:
+            return found
+
+    def close(self) -> None:
+        self._http.close()
+
+
+# ------------------------------------------------------------------ the review flow
+
+
+def test_a_save_holds_production_and_a_reviewed_request_publishes_it(setup: Setup) -> None:
+    s = setup
+    name = published_prompt(s, "Hello {{ who }}")
+    assert s.served_text(name, {"who": "Ada"}) == "Hello Ada"
+    agent = s.mcp()
+    stream = GetStream(s, agent)
+    try:
+        # A save (text and description changed) leaves production alone and opens a request.
+        request_id = open_review(s, name, {**GREETING, "description": "Greets warmly", "template": "Hi {{ who }}!"})
+        with s.admin() as admin:
+            entry = ok(admin.get(f"/api/v1/prompts/{name}"))
+        assert entry["labels"] == {"latest": 2, "production": 1}
+        assert s.served_text(name, {"who": "Ada"}) == "Hello Ada"
+
+        # Agents see nothing of it: the admin API is closed to them, MCP serves v1.
+        with s.http(s.agent) as agent_api:
+            assert agent_api.get("/api/v1/change-requests").status_code == 403
+            assert agent_api.get(f"/api/v1/change-requests/{request_id}").status_code == 403
+
+        with s.http(s.editor_a) as a:
+            detail = ok(a.get(f"/api/v1/change-requests/{request_id}"))
+            assert detail["state"] == "in_review" and detail["authored_by_you"] is True
+            assert (detail["from_version"], detail["to_version"], detail["label"]) == (1, 2, "production")
+            assert detail["title"] == f"update {name}"
+            assert "Hi {{ who }}!" in detail["diff"]["diff"]
+            assert detail["checks"]["failed"] is False
+            # The author cannot approve, with the token that opened it.
+            refused = a.post(f"/api/v1/change-requests/{request_id}/approve", json={"comment": "lgtm"})
+            assert refused.status_code == 403, refused.text
+            assert "author" in refused.json()["detail"]
+            # Nor publish it unapproved.
+            assert a.post(f"/api/v1/change-requests/{request_id}/publish").status_code == 409
+
+        with s.http(s.reviewer_b) as b:
+            approved = ok(b.post(f"/api/v1/change-requests/{request_id}/approve", json={"comment": "nice"}))
+        assert approved["state"] == "approved" and approved["approvals"] == 1 and approved["publishable"]
+        assert s.served_text(name, {"who": "Ada"}) == "Hello Ada", "approval alone publishes nothing"
+
+        with s.http(s.editor_a) as a:
+            published = ok(a.post(f"/api/v1/change-requests/{request_id}/publish"))
+        assert published["state"] == "published" and published["published_by"] == "editor-a"
+        assert s.served_text(name, {"who": "Ada"}) == "Hi Ada!"
+        assert "notifications/prompts/list_changed" in stream.methods(wait=10)
+    finally:
+        stream.close()
+        agent.http.close()
+
+    with s.admin() as admin:
+        changes = ok(admin.get("/api/v1/changes", params={"after": 0, "limit": 1000}))["items"]
+        moved = [c for c in changes if c["name"] == name and c["action"] == "label_moved" and c["version"] == 2]
+        assert len(moved) == 1 and f"change request #{request_id}" in moved[0]["note"]
+        assert moved[0]["override"] is False
+        # The request's own transitions are in the audit trail, never in the agents' feed.
+        assert all(c["kind"] in ("prompt", "resource", "tool") for c in changes)
+        listed = ok(admin.get("/api/v1/change-requests", params={"name": name}))
+        assert [i["id"] for i in listed["items"]] == [request_id] and listed["items"][0]["state"] == "published"
+
+
+def test_the_same_sso_user_cannot_approve_with_another_token(setup: Setup) -> None:
+    s = setup
+    name = published_prompt(s, "Hello {{ who }}")
+    sub = "user-" + secrets.token_hex(4)
+    first = s.issuer.mint(sub=sub, email=f"{sub}@example.test", registry_role="reviewer", jti="a")
+    second = s.issuer.mint(sub=sub, email=f"{sub}@example.test", registry_role="reviewer", jti="b")
+    assert first != second
+    request_id = open_review(s, name, {**GREETING, "template": "Hey {{ who }}"}, token=first)
+    with s.http(second) as same_person:
+        refused = same_person.post(f"/api/v1/change-requests/{request_id}/approve", json={})
+    assert refused.status_code == 403, refused.text
+    assert "author" in refused.json()["detail"]
+    other = s.issuer.mint(sub=sub + "-other", registry_role="reviewer")
+    with s.http(other) as someone_else:
+        ok(someone_else.post(f"/api/v1/change-requests/{request_id}/approve", json={}))
+
+
+def test_breaking_changes_block_publication_until_a_reviewer_overrides(setup: Setup) -> None:
+    s = setup
+    name = published_prompt(s, "Hello {{ who }}", arguments=[{"name": "who", "required": True, "enum": ["Ada", "Bob"]}])
+    # A required argument added and the allowed values narrowed.
+    request_id = open_review(
+        s,
+        name,
+        {
+            **GREETING,
+            "arguments": [{"name": "who", "required": True, "enum": ["Ada"]}, {"name": "tone", "required": True}],
+            "samples": [{"who": "Ada", "tone": "warm"}],
+            "template": "Hello {{ who }}, {{ tone }}",
+        },
+    )
+    with s.http(s.reviewer_b) as b:
+        detail = ok(b.get(f"/api/v1/change-requests/{request_id}"))
+        assert detail["checks"]["failed"] is True
+        breaking = next(i for i in detail["checks"]["items"] if i["status"] == "fail")
+        assert "required argument 'tone' was added" in breaking["detail"]
+        assert "no longer accepts: Bob" in breaking["detail"]
+        ok(b.post(f"/api/v1/change-requests/{request_id}/approve", json={"comment": "fine by me"}))
+    with s.http(s.editor_a) as a:
+        blocked = a.post(f"/api/v1/change-requests/{request_id}/publish")
+    assert blocked.status_code == 409, blocked.text
+    assert "checks fail" in blocked.json()["detail"]
+    with s.http(s.reviewer_b) as b:
+        unexplained = b.post(f"/api/v1/change-requests/{request_id}/approve", json={"override_checks": True})
+        assert unexplained.status_code == 422, unexplained.text
+        assert "reason" in unexplained.json()["detail"]
+        overridden = ok(
+            b.post(
+                f"/api/v1/change-requests/{request_id}/approve",
+                json={"override_checks": True, "comment": "every agent sends a tone already"},
+            )
+        )
+    assert overridden["checks_overridden"] and overridden["publishable"]
+    assert overridden["approvals"] == 1, "one verdict per reviewer counts"
+    with s.http(s.editor_a) as a:
+        ok(a.post(f"/api/v1/change-requests/{request_id}/publish"))
+    assert s.served_text(name, {"who": "Ada", "tone": "warm"}) == "Hello Ada, warm"
+
+
+def test_a_tightened_tool_schema_is_flagged(setup: Setup) -> None:
+    s = setup
+    name = fresh("tool")
+    schema = {"type": "object", "properties": {"message": {"type": "string"}}}
+    tool = {"name": name, "inputSchema": schema, "webhook": {"url": "builtin://echo"}}
+    with s.admin() as admin:
+        ok(admin.post("/api/v1/tools", json=tool), 201)
+        ok(admin.put(f"/api/v1/tools/{name}/labels/production", json={"version": 1, "override_reason": "setup"}))
+    tighter = {**schema, "required": ["message"], "additionalProperties": False}
+    with s.http(s.editor_a) as a:
+        saved = ok(a.put(f"/api/v1/tools/{name}", json={**tool, "inputSchema": tighter, "request_review": True}))
+        assert saved["held_labels"] == ["production"]
+        checks = ok(a.get(f"/api/v1/tools/{name}/checks"))
+        assert checks["failed"] is True
+        detail = next(i for i in checks["items"] if i["status"] == "fail")["detail"]
+        assert "property 'message' is now required" in detail and "additionalProperties is now false" in detail
+        # The version production serves checks clean against itself.
+        assert ok(a.get(f"/api/v1/tools/{name}/checks", params={"version": 1}))["failed"] is False
+        request = ok(a.get(f"/api/v1/change-requests/{saved['change_requests'][0]}"))
+    assert request["checks"]["failed"] is True
+    with s.http(s.reviewer_b) as b:
+        ok(b.post(f"/api/v1/change-requests/{request['id']}/approve", json={}))
+    with s.http(s.editor_a) as a:
+        assert a.post(f"/api/v1/change-requests/{request['id']}/publish").status_code == 409
+
+
+def test_an_emergency_override_needs_an_admin_and_a_reason_and_is_marked(setup: Setup) -> None:
+    s = setup
+    name = published_prompt(s, "Hello {{ who }}")
+    request_id = open_review(s, name, {**GREETING, "template": "Urgent {{ who }}"})
+    with s.http(s.editor_a) as a:
+        assert a.post(f"/api/v1/change-requests/{request_id}/publish", json={"override_reason": ""}).status_code == 422
+        refused = a.post(f"/api/v1/change-requests/{request_id}/publish", json={"override_reason": "hurry"})
+        assert refused.status_code == 403, refused.text
+        # Moving production directly is refused too: a change request moves it.
+        direct = a.put(f"/api/v1/prompts/{name}/labels/production", json={"version": 2})
+        assert direct.status_code == 403 and "change request" in direct.json()["detail"]
+        assert (
+            a.put(f"/api/v1/prompts/{name}/labels/production", json={"version": 2, "override_reason": "me"}).status_code
+            == 403
+        )
+        assert a.delete(f"/api/v1/prompts/{name}/labels/production").status_code == 403
+    with s.admin() as admin:
+        published = ok(
+            admin.post(f"/api/v1/change-requests/{request_id}/publish", json={"override_reason": "incident 42"})
+        )
+        assert published["state"] == "published"
+        changes = ok(admin.get("/api/v1/changes", params={"after": 0, "limit": 1000}))["items"]
+    row = next(c for c in changes if c["name"] == name and c["action"] == "label_moved" and c["version"] == 2)
+    assert row["override"] is True and row["reason"] == "incident 42"
+    assert f"change request #{request_id}" in row["note"]
+    assert s.served_text(name, {"who": "Ada"}) == "Urgent Ada"
+
+
+def test_a_stale_request_is_refused(setup: Setup) -> None:
+    s = setup
+    name = published_prompt(s, "Hello {{ who }}")
+    first = open_review(s, name, {**GREETING, "template": "One {{ who }}"})
+    second = open_review(s, name, {**GREETING, "template": "Two {{ who }}"})
+    with s.http(s.reviewer_b) as b:
+        for request_id in (first, second):
+            ok(b.post(f"/api/v1/change-requests/{request_id}/approve", json={}))
+    with s.http(s.editor_a) as a:
+        ok(a.post(f"/api/v1/change-requests/{first}/publish"))
+        stale = a.post(f"/api/v1/change-requests/{second}/publish")
+        assert stale.status_code == 409, stale.text
+        assert "production moved since this request was opened" in stale.json()["detail"]
+        assert ok(a.get(f"/api/v1/change-requests/{second}"))["stale"] is True
+        ok(a.post(f"/api/v1/change-requests/{second}/withdraw"))
+    assert s.served_text(name, {"who": "Ada"}) == "One Ada"
+
+
+def test_concurrent_publications_publish_once(setup: Setup) -> None:
+    s = setup
+    name = published_prompt(s, "Hello {{ who }}")
+    request_id = open_review(s, name, {**GREETING, "template": "Once {{ who }}"})
+    with s.http(s.reviewer_b) as b:
+        ok(b.post(f"/api/v1/change-requests/{request_id}/approve", json={}))
+
+    def publish(token: str) -> int:
+        with s.http(token) as http:
+            return http.post(f"/api/v1/change-requests/{request_id}/publish").status_code
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        statuses = sorted(pool.map(publish, [s.editor_a, s.reviewer_b, s.reviewer_c]))
+    assert statuses == [200, 409, 409], statuses
+    with s.admin() as admin:
+        changes = ok(admin.get("/api/v1/changes", params={"after": 0, "limit": 1000}))["items"]
+    assert len([c for c in changes if c["name"] == name and c["action"] == "label_moved" and c["version"] == 2]) == 1
+
+
+def test_requests_opened_directly_and_their_rules(setup: Setup) -> None:
+    s = setup
+    name = published_prompt(s, "Hello {{ who }}")
+    with s.http(s.editor_a) as a:
+        saved = ok(a.put(f"/api/v1/prompts/{name}", json={**GREETING, "template": "Later {{ who }}"}))
+        assert saved["held_labels"] == ["production"] and saved["change_requests"] == []
+        assert (
+            a.post("/api/v1/change-requests", json={"kind": "prompt", "name": name, "label": "staging"}).status_code
+            == 409
+        )
+        draft = ok(a.post("/api/v1/change-requests", json={"kind": "prompt", "name": name, "draft": True}), 201)
+        assert draft["state"] == "draft" and draft["to_version"] == 2
+        again = a.post("/api/v1/change-requests", json={"kind": "prompt", "name": name})
+        assert again.status_code == 409 and f"#{draft['id']}" in again.json()["detail"]
+        assert a.post("/api/v1/change-requests", json={"kind": "prompt", "name": "no-such-prompt"}).status_code == 404
+    with s.http(s.reviewer_b) as b:
+        assert b.post(f"/api/v1/change-requests/{draft['id']}/approve", json={}).status_code == 409  # a draft
+        assert b.post(f"/api/v1/change-requests/{draft['id']}/submit").status_code == 403  # not its author
+    with s.http(s.editor_a) as a:
+        assert ok(a.post(f"/api/v1/change-requests/{draft['id']}/submit"))["state"] == "in_review"
+    with s.http(s.editor_only) as editor:
+        refused = editor.post(f"/api/v1/change-requests/{draft['id']}/approve", json={})
+        assert refused.status_code == 403 and "reviewer role" in refused.json()["detail"]
+    with s.http(s.reviewer_b) as b:
+        assert b.post(f"/api/v1/change-requests/{draft['id']}/reject", json={}).status_code == 422  # say why
+        rejected = ok(b.post(f"/api/v1/change-requests/{draft['id']}/reject", json={"comment": "not yet"}))
+        assert rejected["state"] == "rejected"
+    with s.http(s.reviewer_c) as c:
+        assert ok(c.post(f"/api/v1/change-requests/{draft['id']}/approve", json={}))["state"] == "rejected"
+    with s.http(s.reviewer_b) as b:
+        # B changes their verdict: their rejection no longer stands.
+        assert ok(b.post(f"/api/v1/change-requests/{draft['id']}/approve", json={}))["state"] == "approved"
+        assert b.post(f"/api/v1/change-requests/{draft['id']}/withdraw").status_code == 403
+        listed = ok(b.get("/api/v1/change-requests", params={"state": "approved", "name": name}))
+        assert [i["id"] for i in listed["items"]] == [draft["id"]] and listed["items"][0]["approvals"] == 2
+    with s.http(s.editor_a) as a:
+        assert ok(a.post(f"/api/v1/change-requests/{draft['id']}/withdraw"))["state"] == "withdrawn"
+        assert a.post(f"/api/v1/change-requests/{draft['id']}/publish").status_code == 409
+
+
+def test_protected_labels_api(setup: Setup) -> None:
+    s = setup
+    with s.admin() as admin:
+        listed = ok(admin.get("/api/v1/protected-labels"))["items"]
+        assert {"name": "production", "approvals": 1, "source": "environment"}.items() <= listed[0].items()
+        label = "stage-" + secrets.token_hex(3)
+        protected = ok(admin.put(f"/api/v1/protected-labels/{label}", json={"approvals": 2}))
+        assert (protected["source"], protected["approvals"]) == ("api", 2)
+        assert admin.put("/api/v1/protected-labels/latest", json={}).status_code == 422
+        kept = admin.delete("/api/v1/protected-labels/production")
+        assert kept.status_code == 409 and "REGISTRY_PROTECTED_LABELS" in kept.json()["detail"]
+    with s.http(s.editor_a) as a:
+        assert a.put(f"/api/v1/protected-labels/{label}", json={}).status_code == 403
+        assert a.delete(f"/api/v1/protected-labels/{label}").status_code == 403
+        # A save to the newly protected label holds it; its request needs two approvals.
+        name = fresh("staged")
+        created = ok(
+            a.post(
+                "/api/v1/prompts",
+                json={"name": name, **GREETING, "template": "Hi {{ who }}", "labels": [label], "request_review": True},
+            ),
+            201,
+        )
+        assert created["held_labels"] == [label] and created["labels"] == {"latest": 1}
+        request = ok(a.get(f"/api/v1/change-requests/{created['change_requests'][0]}"))
+        assert request["approvals_required"] == 2 and request["from_version"] is None and request["diff"] is None
+    with s.admin() as admin:
+        assert admin.delete(f"/api/v1/protected-labels/{label}").status_code == 204
+        assert admin.delete(f"/api/v1/protected-labels/{label}").status_code == 404
+        events = ok(admin.get("/api/v1/protected-labels"))["items"]
+        assert [i["name"] for i in events] == ["production"]
+    with s.http(s.editor_a) as a:
+        # Unprotected again: a label move needs no request.
+        ok(a.put(f"/api/v1/prompts/{name}/labels/{label}", json={"version": 1}))
+
+
+def test_a_teams_requests_are_seen_and_reviewed_by_its_members_only(setup: Setup) -> None:
+    s = setup
+    team = "t" + secrets.token_hex(3)
+    with s.admin() as admin:
+        ok(admin.post("/api/v1/teams", json={"name": team, "title": "Team"}), 201)
+        member = ok(
+            admin.post("/api/v1/tokens", json={"name": "member", "scopes": ["viewer"], "teams": {team: "reviewer"}}),
+            201,
+        )["token"]
+        author = ok(
+            admin.post("/api/v1/tokens", json={"name": "author", "scopes": ["viewer"], "teams": {team: "editor"}}),
+            201,
+        )["token"]
+        name = fresh("team-prompt")
+        ok(
+            admin.post("/api/v1/prompts", json={"name": name, **GREETING, "template": "Hi {{ who }}", "team": team}),
+            201,
+        )
+    with s.http(author) as a:
+        saved = ok(
+            a.put(f"/api/v1/prompts/{name}", json={**GREETING, "template": "Yo {{ who }}", "request_review": True})
+        )
+    request_id = saved["change_requests"][0]
+    # Someone outside the team: as if it did not exist.
+    with s.http(s.reviewer_b) as outsider:
+        assert outsider.get(f"/api/v1/change-requests/{request_id}").status_code == 404
+        assert outsider.post(f"/api/v1/change-requests/{request_id}/approve", json={}).status_code == 404
+        listed = ok(outsider.get("/api/v1/change-requests", params={"name": name}))
+        assert listed["items"] == [] and listed["total"] == 0
+    # A reviewer of the team (with only the viewer scope) approves; the author (its editor) publishes.
+    with s.http(member) as m:
+        assert ok(m.get("/api/v1/change-requests", params={"team": team}))["total"] == 1
+        ok(m.post(f"/api/v1/change-requests/{request_id}/approve", json={}))
+    with s.http(author) as a:
+        ok(a.post(f"/api/v1/change-requests/{request_id}/publish"))
+
+
+def test_a_longest_name_is_reviewed_too(setup: Setup) -> None:
+    """The change log's name column holds 128 characters; a request's events name the entry's
+    kind and name, so they are cut there (the note keeps them whole)."""
+    s = setup
+    name = fresh("x" * 119)
+    assert len(name) == 128
+    with s.http(s.editor_a) as a:
+        created = ok(
+            a.post(
+                "/api/v1/prompts", json={"name": name, **GREETING, "template": "Hi {{ who }}", "request_review": True}
+            ),
+            201,
+        )
+    request_id = created["change_requests"][0]
+    with s.http(s.reviewer_b) as b:
+        ok(b.post(f"/api/v1/change-requests/{request_id}/approve", json={}))
+    with s.http(s.editor_a) as a:
+        ok(a.post(f"/api/v1/change-requests/{request_id}/publish"))
+    assert s.served_text(name, {"who": "Ada"}) == "Hi Ada"

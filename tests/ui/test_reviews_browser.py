@@ -1,0 +1,199 @@
+"""Change requests in the browser, on a server where production is protected
+(``REGISTRY_PROTECTED_LABELS=production``): an editor's save opens a request instead of
+publishing, another person (a reviewer, in a second browser context) approves and publishes it
+from the review pages, and only then do agents get the new text. Every page is checked for
+console errors, CSP violations and serious accessibility problems (``UiPage.check``); the review
+forms also work without JavaScript."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+try:
+    from playwright.sync_api import expect
+except ImportError:  # pragma: no cover - depends on the machine
+    if os.environ.get("CI") == "true":
+        raise
+    pytest.skip("playwright is not installed (pip install -e '.[test]')", allow_module_level=True)
+
+from tests.serve_process import ServerProcess
+from tests.ui.conftest import UiPage, UiServer, _token
+
+
+class GuardedServer(UiServer):
+    """The UI test server's helpers, plus a reviewer's token."""
+
+    def __init__(self, process: ServerProcess) -> None:
+        super().__init__(process)
+        with self.admin() as admin:
+            self.reviewer_token = _token(admin, "ui-reviewer", ["reviewer"])
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GuardedServer]:
+    """A server of its own (SQLite) whose production label is protected."""
+    data = tmp_path_factory.mktemp("reviews-ui") / "data"
+    env = {"REGISTRY_PROTECTED_LABELS": "production"}
+    with ServerProcess(data, name="reviews-ui", env=env) as process:
+        yield GuardedServer(process)
+
+
+@pytest.fixture
+def editor_page(browser: Any, guarded: GuardedServer, axe_source: str, screenshot_dir: Path) -> Iterator[UiPage]:
+    context = browser.new_context(viewport={"width": 1366, "height": 860})
+    try:
+        yield UiPage(context, guarded, axe_source, screenshot_dir)
+    finally:
+        context.close()
+
+
+@pytest.fixture
+def reviewer_page(browser: Any, guarded: GuardedServer, axe_source: str, screenshot_dir: Path) -> Iterator[UiPage]:
+    context = browser.new_context(viewport={"width": 1366, "height": 860})
+    try:
+        yield UiPage(context, guarded, axe_source, screenshot_dir)
+    finally:
+        context.close()
+
+
+def published_prompt(server: GuardedServer, template: str) -> str:
+    """A prompt whose v1 production serves (moved there by an admin's override, as setup)."""
+    name = server.create_prompt(template, prefix="reviewed")
+    with server.admin() as admin:
+        moved = admin.put(f"/api/v1/prompts/{name}/labels/production", json={"version": 1, "override_reason": "setup"})
+        assert moved.status_code == 200, moved.text
+    return name
+
+
+def test_an_editor_save_is_reviewed_and_published_by_someone_else(
+    editor_page: UiPage, reviewer_page: UiPage, guarded: GuardedServer
+) -> None:
+    name = published_prompt(guarded, "Hello {{ who }}")
+    assert guarded.prompt_text(name, {"who": "Ada"}) == "Hello Ada"
+
+    # The editor saves: the form says production is protected and offers a review (checked).
+    ui = editor_page
+    ui.sign_in(guarded.editor_token)
+    ui.goto(f"/ui/prompts/{name}/edit")
+    page = ui.page
+    expect(page.locator("#f-protected-help")).to_contain_text("production is protected")
+    review_box = page.get_by_label("Request review to move production")
+    expect(review_box).to_be_checked()
+    page.locator("#msg-0-text").fill("Good day, {{ who }}!")
+    page.get_by_label("Change note").fill("friendlier")
+    page.get_by_role("button", name="Save version 2").click()
+    ui.check()
+    flash = page.get_by_role("status").first
+    expect(flash).to_contain_text("production is protected")
+    match = re.search(r"change request #(\d+)", flash.inner_text())
+    assert match, flash.inner_text()
+    request_id = match.group(1)
+    ui.shot("review-saved")
+    # Agents still get the old text; the entry page links to the open request.
+    assert guarded.prompt_text(name, {"who": "Ada"}) == "Hello Ada"
+    page.get_by_role("link", name=f"#{request_id}: production → v2").click()
+    ui.check()
+    expect(page.get_by_role("heading", level=1)).to_contain_text(f"#{request_id}")
+    expect(page.get_by_text("You opened this request")).to_be_visible()
+    assert page.get_by_role("button", name="Approve").count() == 0, "the author is offered no approval"
+
+    # The reviewer, in another browser, finds it in the queue, approves and publishes.
+    other = reviewer_page
+    other.sign_in(guarded.reviewer_token)
+    other.goto("/ui/reviews")
+    other.page.get_by_role("link", name=re.compile(rf"#{request_id} ")).click()
+    other.check()
+    review = other.page
+    expect(review.get_by_role("heading", name="Pre-publish checks")).to_be_visible()
+    expect(review.locator(".field-diff").first).to_contain_text("Good day")
+    other.shot("review-request")
+    review.get_by_label("Comment (optional)").fill("Reads well")
+    review.get_by_role("button", name="Approve", exact=True).click()
+    other.check()
+    expect(review.get_by_role("status").first).to_contain_text("Approved")
+    assert guarded.prompt_text(name, {"who": "Ada"}) == "Hello Ada", "an approval publishes nothing"
+    review.get_by_role("button", name="Publish to production").click()
+    other.check()
+    expect(review.get_by_role("status").first).to_contain_text("Published")
+    expect(review.locator(".meta .badge").first).to_have_text("published")
+    other.shot("review-published")
+
+    assert guarded.prompt_text(name, {"who": "Ada"}) == "Good day, Ada!"
+
+
+def test_the_review_forms_work_without_javascript(browser: Any, guarded: GuardedServer) -> None:
+    name = published_prompt(guarded, "Hi {{ who }}")
+    with guarded.admin() as admin:
+        spec = admin.get(f"/api/v1/prompts/{name}").json()["spec"]
+        saved = admin.put(
+            f"/api/v1/prompts/{name}",
+            json={
+                **spec,
+                "arguments": [*spec["arguments"], {"name": "tone", "required": True}],
+                "request_review": True,
+                "messages": [{"role": "user", "content": {"type": "text", "text": "Hi {{ who }} {{ tone }}"}}],
+            },
+        )
+        assert saved.status_code == 200, saved.text
+    request_id = saved.json()["change_requests"][0]
+    context = browser.new_context(java_script_enabled=False, viewport={"width": 1366, "height": 860})
+    try:
+        page = context.new_page()
+        page.goto(guarded.url + "/ui/signin")
+        page.get_by_label("API token").fill(guarded.reviewer_token)
+        page.get_by_role("button", name="Sign in").click()
+        page.goto(guarded.url + f"/ui/reviews/{request_id}")
+        expect(page.locator(".checks")).to_contain_text("required argument 'tone' was added")
+        # Publishing is refused while the checks fail; a reason-less override is refused too.
+        page.get_by_role("button", name="Approve", exact=True).click()
+        page.get_by_role("button", name="Publish to production").click()
+        expect(page.get_by_role("alert")).to_contain_text("checks fail")
+        page.get_by_label("Why is it safe anyway?").fill("every caller sends a tone")
+        page.get_by_role("button", name="Approve, overriding the checks").click()
+        expect(page.get_by_role("status").first).to_contain_text("overriding")
+        page.get_by_role("button", name="Publish to production").click()
+        expect(page.get_by_role("status").first).to_contain_text("Published")
+    finally:
+        context.close()
+    assert guarded.prompt_text(name, {"who": "Ada", "tone": "warmly"}) == "Hi Ada warmly"
+
+
+def test_admins_manage_protected_labels(editor_page: UiPage, guarded: GuardedServer) -> None:
+    ui = editor_page
+    ui.sign_in(guarded.admin_token)
+    ui.goto("/ui/labels")
+    page = ui.page
+    expect(page.get_by_role("table")).to_contain_text("REGISTRY_PROTECTED_LABELS")
+    page.get_by_label("Label", exact=True).fill("canary")
+    page.get_by_label("Approvals needed").fill("2")
+    page.get_by_role("button", name="Protect").click()
+    ui.check()
+    expect(page.get_by_role("status").first).to_contain_text("canary is protected")
+    page.get_by_role("button", name="Unprotect canary").click()
+    ui.check()
+    expect(page.get_by_role("status").first).to_contain_text("canary is no longer protected")
+    ui.goto("/ui/reviews?state=all")
+
+
+def test_promoting_to_a_protected_label_opens_a_request(editor_page: UiPage, guarded: GuardedServer) -> None:
+    name = published_prompt(guarded, "Hey {{ who }}")
+    with guarded.admin() as admin:
+        saved = admin.patch(f"/api/v1/prompts/{name}", json={"template": "Hey there {{ who }}"})
+        assert saved.status_code == 200 and saved.json()["held_labels"] == ["production"], saved.text
+    ui = editor_page
+    ui.sign_in(guarded.editor_token)
+    ui.goto(f"/ui/prompts/{name}/promote?version=2&label=production")
+    page = ui.page
+    expect(page.locator("#protected-help")).to_contain_text("production is protected")
+    page.get_by_label("Why (for the reviewers, optional)").fill("ready for everyone")
+    page.get_by_role("button", name="Request review to point production at v2").click()
+    ui.check()
+    expect(page.get_by_role("status").first).to_contain_text("opened")
+    expect(page.locator(".prose").first).to_have_text("ready for everyone")
+    assert guarded.prompt_text(name, {"who": "Ada"}) == "Hey Ada"
