@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.exc import OperationalError
 
 from registry import __version__
-from registry.catalog.errors import CatalogError
+from registry.catalog.errors import CatalogError, Invalid
 from registry.catalog.secrets import SecretKeyError
 from registry.config import Settings
 from registry.db.engine import describe
@@ -260,6 +260,20 @@ def _url_guard(settings: Settings) -> Callable[[str], None]:
     return guard
 
 
+def _read_only_database(settings: Settings) -> Database:
+    """The configured database opened for reading only (commands that must not change it)."""
+    from registry.db.engine import Database
+
+    return Database(
+        settings.effective_database_url,
+        connect_timeout_s=settings.db_connect_timeout_s,
+        statement_timeout_s=settings.db_statement_timeout_s,
+        ping_timeout_s=settings.db_ping_timeout_s,
+        busy_timeout_s=settings.db_busy_timeout_s,
+        read_only=True,
+    )
+
+
 def _read_only_catalog(settings: Settings, command: str) -> tuple[CatalogService, bool]:
     """The catalog of an existing database opened read-only (nothing is migrated, created or
     written), and whether it is empty: a database with no tables yet counts as an empty catalog.
@@ -269,17 +283,9 @@ def _read_only_catalog(settings: Settings, command: str) -> tuple[CatalogService
     from registry.catalog.secrets import SecretBox
     from registry.catalog.service import CatalogService
     from registry.db import migrate
-    from registry.db.engine import Database
 
     _require_database(settings, command)
-    db = Database(
-        settings.effective_database_url,
-        connect_timeout_s=settings.db_connect_timeout_s,
-        statement_timeout_s=settings.db_statement_timeout_s,
-        ping_timeout_s=settings.db_ping_timeout_s,
-        busy_timeout_s=settings.db_busy_timeout_s,
-        read_only=True,
-    )
+    db = _read_only_database(settings)
     service = CatalogService(
         db, SecretBox(_existing_key(settings)), url_guard=_url_guard(settings), limits=settings.limits
     )
@@ -387,6 +393,12 @@ def _positive_days(raw: str) -> float:
     return days
 
 
+def _membership(item: str) -> tuple[str, str]:
+    """``payments:editor`` (or ``payments``, a viewer) as (team, role)."""
+    team, _, role = item.partition(":")
+    return team.strip(), (role.strip() or "viewer")
+
+
 def cmd_token_create(args: argparse.Namespace) -> int:
     _require_database(_settings(args), "token create")
     registry = _registry(args)
@@ -396,12 +408,21 @@ def cmd_token_create(args: argparse.Namespace) -> int:
         from datetime import UTC, datetime, timedelta
 
         expires_at = datetime.now(UTC) + timedelta(days=args.expires_in_days)
-    token, info = registry.tokens.create(
-        args.name, args.scope, label=args.label, created_by="cli", expires_at=expires_at
-    )
+    teams = dict(_membership(item) for item in args.team)
+    try:
+        token, info = registry.tokens.create(
+            args.name, args.scope, label=args.label, created_by="cli", expires_at=expires_at, teams=teams
+        )
+    except Invalid as exc:
+        print(f"error: {exc.detail}", file=sys.stderr)
+        return 2
     print(token)
     expiry = f", expires {info['expires_at']}" if info.get("expires_at") else ""
-    print(f"(token {info['id']}, scopes {', '.join(info['scopes'])}{expiry}; shown only now)", file=sys.stderr)
+    shown_teams = "".join(f", {team}: {role}" for team, role in sorted(info.get("teams", {}).items()))
+    print(
+        f"(token {info['id']}, scopes {', '.join(info['scopes'])}{shown_teams}{expiry}; shown only now)",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -409,18 +430,10 @@ def _audited_database(args: argparse.Namespace, command: str) -> Database:
     """The existing database, opened read-only; refused unless at this version's migration (an
     older one has no chain yet: ``db upgrade`` chains its history)."""
     from registry.db import migrate
-    from registry.db.engine import Database
 
     settings = _settings(args)
     _require_database(settings, command)
-    db = Database(
-        settings.effective_database_url,
-        connect_timeout_s=settings.db_connect_timeout_s,
-        statement_timeout_s=settings.db_statement_timeout_s,
-        ping_timeout_s=settings.db_ping_timeout_s,
-        busy_timeout_s=settings.db_busy_timeout_s,
-        read_only=True,
-    )
+    db = _read_only_database(settings)
     if not migrate.is_current(db):
         where = db.engine.url.render_as_string(hide_password=True)
         db.dispose()
@@ -555,8 +568,17 @@ def build_parser() -> argparse.ArgumentParser:
     create = token_commands.add_parser("create", help="create a token and print it (only time it is shown)")
     common(create)
     create.add_argument("--name", required=True)
-    create.add_argument("--scope", action="append", required=True, choices=["admin", "editor", "viewer", "agent"])
+    create.add_argument(
+        "--scope", action="append", required=True, choices=["admin", "reviewer", "editor", "viewer", "agent"]
+    )
     create.add_argument("--label", help="agent tokens: the label this agent is served")
+    create.add_argument(
+        "--team",
+        action="append",
+        default=[],
+        metavar="TEAM[:ROLE]",
+        help="a team membership (role viewer, editor, reviewer or admin; default viewer); repeatable",
+    )
     create.add_argument(
         "--expires-in-days", type=_positive_days, metavar="N", help="the token stops working N days from now"
     )

@@ -137,6 +137,30 @@ def test_token_create(cli: Cli, database_url: str, tmp_path: Path) -> None:
     assert cli.scalar("SELECT label FROM api_tokens WHERE name = 'agent'") == "staging"
 
 
+def test_token_create_with_team_memberships(cli: Cli, database_url: str, tmp_path: Path) -> None:
+    assert cli("db", "upgrade")[0] == 0
+    code, _, err = cli("token", "create", "--name", "pay-bot", "--scope", "agent", "--team", "payments:editor")
+    assert code == 2 and "unknown team 'payments'" in err  # teams exist before tokens join them
+    assert cli.scalar("SELECT COUNT(*) FROM api_tokens") == 0
+
+    registry = Registry(Settings(data_dir=tmp_path / "data", database_url=database_url))
+    try:
+        registry.teams.create("payments", title=None, actor="test")
+        registry.teams.create("support", title=None, actor="test")
+        code, out, err = cli(
+            "token", "create", "--name", "pay-bot", "--scope", "agent", "--team", "payments:editor", "--team", "support"
+        )
+        assert code == 0 and "payments: editor, support: viewer" in err
+        principal = registry.tokens.authenticate(out.strip())
+        assert principal is not None
+        assert principal.team_roles == {"payments": "editor", "support": "viewer"}
+        assert principal.sees("payments") and principal.sees(None) and not principal.sees("billing")
+        code, _, err = cli("token", "create", "--name", "x", "--scope", "agent", "--team", "payments:owner")
+        assert code == 2 and "invalid role 'owner'" in err
+    finally:
+        registry.close()
+
+
 def test_data_dir_gets_a_private_generated_key(cli: Cli) -> None:
     assert cli("db", "upgrade")[0] == 0
     key = cli.data_dir / "secret.key"

@@ -26,7 +26,7 @@ import pytest
 from tests.conftest import _drop_postgres_schema, _fresh_postgres_schema, require_postgres
 from tests.interop.mcp_wire import SseEvent, StreamableHttpClient, iter_sse
 from tests.oidc_issuer import TestIssuer
-from tests.serve_process import ServerProcess
+from tests.serve_process import ServerProcess, issue_token
 
 AUDIENCE = "mcp-registry"
 
@@ -39,11 +39,11 @@ class Setup:
         self.issuer = issuer
         with server.admin() as admin:
             # A reviewer too, so that refusing their own approvals is the author rule, not a missing role.
-            self.editor_a = _token(admin, "editor-a", ["reviewer"])
-            self.editor_only = _token(admin, "editor-only", ["editor"])
-            self.reviewer_b = _token(admin, "reviewer-b", ["reviewer"])
-            self.reviewer_c = _token(admin, "reviewer-c", ["reviewer"])
-            self.agent = _token(admin, "agent", ["agent"])
+            self.editor_a = issue_token(admin, "editor-a", ["reviewer"])["token"]
+            self.editor_only = issue_token(admin, "editor-only", ["editor"])["token"]
+            self.reviewer_b = issue_token(admin, "reviewer-b", ["reviewer"])["token"]
+            self.reviewer_c = issue_token(admin, "reviewer-c", ["reviewer"])["token"]
+            self.agent = issue_token(admin, "agent", ["agent"])["token"]
 
     def http(self, token: str) -> httpx.Client:
         return self.server.client(token)
@@ -67,13 +67,6 @@ class Setup:
         assert "result" in answer, answer
         text: str = answer["result"]["messages"][0]["content"]["text"]
         return text
-
-
-def _token(admin: httpx.Client, name: str, scopes: list[str]) -> str:
-    created = admin.post("/api/v1/tokens", json={"name": name, "scopes": scopes})
-    assert created.status_code == 201, created.text
-    value: str = created.json()["token"]
-    return value
 
 
 @pytest.fixture(scope="module")

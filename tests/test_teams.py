@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.conftest import _drop_postgres_schema, _fresh_postgres_schema, require_postgres
-from tests.serve_process import ServerProcess
+from tests.serve_process import ServerProcess, issue_token
 
 PROBLEM = "application/problem+json"
 COLLECTIONS = ("prompts", "resources", "tools")
@@ -34,13 +34,6 @@ class World:
     beta_viewer: httpx.Client
     plain_viewer: httpx.Client
     global_editor: httpx.Client
-
-
-def _token(admin: httpx.Client, name: str, scopes: list[str], teams: dict[str, str] | None = None) -> str:
-    made = admin.post("/api/v1/tokens", json={"name": name, "scopes": scopes, "teams": teams or {}})
-    assert made.status_code == 201, made.text
-    assert made.json()["teams"] == (teams or {})
-    return str(made.json()["token"])
 
 
 def _ok(response: httpx.Response, status: int = 200) -> dict[str, Any]:
@@ -81,7 +74,7 @@ def world(
             _ok(admin.post("/api/v1/tools", json=tool), 201)
 
             def client(name: str, scopes: list[str], teams: dict[str, str] | None = None) -> httpx.Client:
-                made = server.client(_token(admin, name, scopes, teams))
+                made = server.client(issue_token(admin, name, scopes, teams=teams or {})["token"])
                 clients.append(made)
                 return made
 

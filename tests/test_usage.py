@@ -22,7 +22,7 @@ from registry.db.engine import Database, normalize_database_url
 from registry.db.migrate import upgrade
 from tests.conftest import _drop_postgres_schema, _fresh_postgres_schema, require_postgres
 from tests.interop.mcp_wire import StreamableHttpClient
-from tests.serve_process import ServerProcess
+from tests.serve_process import ServerProcess, issue_token
 from tests.ui.conftest import sign_in
 from tests.webhooks.conftest import WebhookServer, webhook_server
 
@@ -70,9 +70,8 @@ def served(
 
 
 def _token(admin: httpx.Client, name: str, scopes: list[str], **extra: Any) -> tuple[int, str]:
-    made = admin.post("/api/v1/tokens", json={"name": name, "scopes": scopes, **extra})
-    assert made.status_code == 201, made.text
-    return made.json()["id"], made.json()["token"]
+    made = issue_token(admin, name, scopes, **extra)
+    return made["id"], made["token"]
 
 
 def _mcp(server: ServerProcess, token: str) -> StreamableHttpClient:

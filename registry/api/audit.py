@@ -13,8 +13,9 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from registry.api.auth import AdminPrincipal, ViewerPrincipal
+from registry.api.instants import instant_query, parse_instant
 from registry.api.models import INT64_MAX
-from registry.api.problems import ALWAYS, InvalidParameter, documented
+from registry.api.problems import ALWAYS, documented
 from registry.catalog.audit_log import DEFAULT_PAGE, MAX_PAGE, AuditFilter, Order, audit_page, verify_chain
 from registry.db.engine import Database
 
@@ -111,26 +112,9 @@ def _db(request: Request) -> Database:
 
 
 _NAME = "a name, as stored (exact match)"
+
+
 #: An RFC 3339 date-time (JSON Schema's ``date-time``): a date, ``T``, a time, a zone.
-RFC3339 = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
-
-
-def _instant(value: str | None, parameter: str) -> datetime | None:
-    """An RFC 3339 timestamp (the pattern has been checked) as a datetime; 422 naming the
-    parameter for one that is no real instant (a 30th of February, an hour 25)."""
-    if value is None:
-        return None
-    head, dot, rest = value.partition(".")
-    if dot:  # Python takes at most microseconds: drop further digits of the fraction
-        digits = len(rest) - len(rest.lstrip("0123456789"))
-        value = f"{head}.{rest[: min(digits, 6)]}{rest[digits:]}"
-    try:
-        return datetime.fromisoformat(value.upper().replace("Z", "+00:00"))
-    except ValueError:
-        detail = f"{parameter}: {value!r} is not a valid RFC 3339 date-time"
-        raise InvalidParameter(detail, errors=[{"loc": f"query.{parameter}", "msg": detail}]) from None
-
-
 @router.get(
     "/audit",
     summary="The audit trail: every change and governance event, newest (or oldest) first, filtered",
@@ -151,26 +135,8 @@ def list_audit(
     token_id: Annotated[int | None, Query(ge=1, le=INT64_MAX, description="made with this API token")] = None,
     user: Annotated[str | None, Query(max_length=256, description="made by this single-sign-on user")] = None,
     override: Annotated[bool | None, Query(description="true: emergency overrides only; false: none")] = None,
-    since: Annotated[
-        str | None,
-        Query(
-            max_length=64,
-            pattern=RFC3339,
-            description="at or after this instant (RFC 3339)",
-            json_schema_extra={"format": "date-time"},
-            examples=["2026-12-01T00:00:00Z"],
-        ),
-    ] = None,
-    until: Annotated[
-        str | None,
-        Query(
-            max_length=64,
-            pattern=RFC3339,
-            description="before this instant (RFC 3339)",
-            json_schema_extra={"format": "date-time"},
-            examples=["2026-12-31T00:00:00Z"],
-        ),
-    ] = None,
+    since: Annotated[str | None, instant_query("at or after this instant")] = None,
+    until: Annotated[str | None, instant_query("before this instant", "2026-12-31T00:00:00Z")] = None,
     order: Annotated[
         Order, Query(description="newest first (default) or oldest first", json_schema_extra={"maxLength": 6})
     ] = "newest",
@@ -188,8 +154,8 @@ def list_audit(
         token_id=token_id,
         user=user,
         override=override,
-        since=_instant(since, "since"),
-        until=_instant(until, "until"),
+        since=parse_instant(since, "since"),
+        until=parse_instant(until, "until"),
     )
     page = audit_page(_db(request), where, access=principal, order=order, after=after, limit=limit)
     return {"items": page.items, "next_after": page.next_after, "order": page.order, "limit": page.limit}

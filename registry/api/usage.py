@@ -8,16 +8,16 @@ may read them, for the entries it can see.
 
 # No ``from __future__ import annotations``: the per-kind routes are made in a function, and
 # FastAPI reads their annotations at definition time.
-import re
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from registry.api.auth import ViewerPrincipal
+from registry.api.instants import instant_query, parse_instant
 from registry.api.models import INT32_MAX
-from registry.api.problems import ALWAYS, InvalidParameter, documented
+from registry.api.problems import ALWAYS, documented
 from registry.catalog.specs import KIND_BY_COLLECTION, NAME_PATTERN
 from registry.catalog.usage_report import (
     MAX_DAYS,
@@ -31,8 +31,6 @@ from registry.db.engine import Database
 Kind = Literal["prompt", "resource", "tool"]
 Method = Literal["get", "read", "call"]
 GroupName = Literal["entry", "version", "agent", "version_agent", "hour"]
-#: Longest ``since``/``until`` accepted (an RFC 3339 date-time with a fraction and an offset fits).
-DATETIME_CHARS = 64
 #: The schema's bound on a choice's length (every string parameter has one).
 _ENUM_CHARS: dict[str, Any] = {"maxLength": 16}
 #: A name per kind for the reference page to prefill (the demo bundle's, as the entry routes').
@@ -155,41 +153,6 @@ class EntryUsage(BaseModel):
 
 
 #: RFC 3339's date-time (what the schema's ``format: date-time`` means): a zone is required.
-_RFC3339 = re.compile(r"(\d{4}-\d{2}-\d{2})[Tt](\d{2}:\d{2}:\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})", re.ASCII)
-_MIN = datetime.min.replace(tzinfo=UTC)
-_MAX = datetime.max.replace(tzinfo=UTC)
-
-
-def _instant(value: str | None, field: str) -> datetime | None:
-    """An RFC 3339 date-time, in UTC, kept within what can be represented (nothing else: the
-    schema promises that format, so a number or a date alone is refused)."""
-    if value is None:
-        return None
-    found = _RFC3339.fullmatch(value)
-    try:
-        if found is None:
-            raise ValueError(value)
-        day, clock, fraction, zone = found.groups()
-        fraction = (fraction or "")[:7]  # microseconds at most
-        parsed = datetime.fromisoformat(f"{day}T{clock}{fraction}{'+00:00' if zone in 'Zz' else zone}")
-    except ValueError:
-        message = f"{field} must be an RFC 3339 date-time, e.g. 2025-06-02T10:00:00Z"
-        raise InvalidParameter(message, errors=[{"loc": f"query.{field}", "msg": message}]) from None
-    try:
-        return parsed.astimezone(UTC)
-    except OverflowError:  # year 1 or 9999 with an offset
-        return _MIN if parsed.year < 5000 else _MAX
-
-
-def _instant_query(what: str) -> Any:
-    return Query(
-        max_length=DATETIME_CHARS,
-        description=what,
-        json_schema_extra={"format": "date-time"},
-        examples=["2025-06-02T10:00:00Z"],
-    )
-
-
 def _db(request: Request) -> Database:
     db: Database = request.app.state.registry.db
     return db
@@ -221,9 +184,9 @@ def list_usage(
     ] = None,
     method: Annotated[Method | None, Query(description="only get, read or call", json_schema_extra=_ENUM_CHARS)] = None,
     since: Annotated[
-        str | None, _instant_query("from the hour of this instant (default: 7 days before `until`)")
+        str | None, instant_query("from the hour of this instant (default: 7 days before `until`)")
     ] = None,
-    until: Annotated[str | None, _instant_query("to hours starting before this instant (default: now)")] = None,
+    until: Annotated[str | None, instant_query("to hours starting before this instant (default: now)")] = None,
     group: Annotated[
         GroupName,
         Query(
@@ -239,8 +202,8 @@ def list_usage(
         version=version,
         agent=agent,
         method=method,
-        since=_instant(since, "since"),
-        until=_instant(until, "until"),
+        since=parse_instant(since, "since"),
+        until=parse_instant(until, "until"),
     )
     return usage_report(_db(request), principal, filters, group=group, limit=limit)
 

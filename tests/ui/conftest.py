@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from tests.interop.mcp_wire import StreamableHttpClient
-from tests.serve_process import ServerProcess
+from tests.serve_process import ServerProcess, issue_token
 
 HERE = Path(__file__).resolve().parent
 AXE = HERE / "node" / "node_modules" / "axe-core" / "axe.min.js"
@@ -63,8 +63,8 @@ class UiServer:
         self.url = process.url
         self.admin_token = process.admin_token
         with process.admin() as admin:
-            self.editor_token = _token(admin, "ui-editor", ["editor"])
-            self.viewer_token = _token(admin, "ui-viewer", ["viewer"])
+            self.editor_token = issue_token(admin, "ui-editor", ["editor"])["token"]
+            self.viewer_token = issue_token(admin, "ui-viewer", ["viewer"])["token"]
 
     def admin(self) -> httpx.Client:
         return self.process.admin()
@@ -116,13 +116,6 @@ class UiServer:
                 )
                 assert saved.status_code == 200, saved.text
         return name
-
-
-def _token(admin: httpx.Client, name: str, scopes: list[str]) -> str:
-    created = admin.post("/api/v1/tokens", json={"name": name, "scopes": scopes})
-    assert created.status_code == 201, created.text
-    value: str = created.json()["token"]
-    return value
 
 
 @pytest.fixture(scope="package")

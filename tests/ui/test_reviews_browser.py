@@ -22,8 +22,8 @@ except ImportError:  # pragma: no cover - depends on the machine
         raise
     pytest.skip("playwright is not installed (pip install -e '.[test]')", allow_module_level=True)
 
-from tests.serve_process import ServerProcess
-from tests.ui.conftest import UiPage, UiServer, _token
+from tests.serve_process import ServerProcess, issue_token
+from tests.ui.conftest import UiPage, UiServer
 
 
 class GuardedServer(UiServer):
@@ -32,7 +32,7 @@ class GuardedServer(UiServer):
     def __init__(self, process: ServerProcess) -> None:
         super().__init__(process)
         with self.admin() as admin:
-            self.reviewer_token = _token(admin, "ui-reviewer", ["reviewer"])
+            self.reviewer_token = issue_token(admin, "ui-reviewer", ["reviewer"])["token"]
 
 
 @pytest.fixture(scope="module")
