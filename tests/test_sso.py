@@ -87,6 +87,27 @@ def test_a_jwt_opens_mcp(server: ServerProcess, issuer: TestIssuer) -> None:
     assert answer["result"]["prompts"], answer
 
 
+def test_an_mcp_session_belongs_to_its_user_not_to_a_display_name(server: ServerProcess, issuer: TestIssuer) -> None:
+    """Two users who share a display name (the name claim) are still two callers: one cannot use
+    the other's session, which is told it does not exist."""
+    owner = mcp_client(server, issuer.mint(sub="user-owner", email="same@example.test"))
+    other = mcp_client(server, issuer.mint(sub="user-other", email="same@example.test"))
+    try:
+        owner.initialize()
+        assert "result" in owner.request("prompts/list", {})
+        other.session_id = owner.session_id
+        other.protocol_version = owner.protocol_version
+        stolen = other.post({"jsonrpc": "2.0", "id": 1, "method": "prompts/list", "params": {}})
+        assert stolen.status_code == 404, stolen.text
+        assert "Session not found" in stolen.text
+        # The owner, with a fresh token of the same user, keeps it.
+        owner.extra_headers = bearer(issuer.mint(sub="user-owner", email="same@example.test"))
+        assert "result" in owner.request("prompts/list", {})
+    finally:
+        owner.http.close()
+        other.http.close()
+
+
 def test_static_tokens_work_beside_single_sign_on(server: ServerProcess) -> None:
     with server.admin() as admin:
         created = admin.post("/api/v1/tokens", json={"name": "static-agent", "scopes": ["agent"]})
