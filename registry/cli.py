@@ -24,10 +24,13 @@ from registry.db.engine import describe
 if TYPE_CHECKING:
     import asyncio
 
+    import uvicorn
+
     from registry.catalog.bundle_secrets import ExportSecrets, ImportSecrets
     from registry.catalog.service import CatalogService
     from registry.db.engine import Database
     from registry.runtime import Registry
+    from registry.workers import WorkerSlot
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -47,13 +50,26 @@ def _registry(args: argparse.Namespace) -> Registry:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from registry.app import create_app
     from registry.serving import DrainingServer
+    from registry.workers import MAX_WORKERS, WorkerSlot, listening_sockets
 
     settings = _settings(args)
     from registry.runtime import Registry
+
+    slot = WorkerSlot.from_env()
+    if slot is not None:  # one of `serve --workers N`'s processes: the supervisor has prepared all
+        return _serve_worker(args, settings, slot)
+    workers = args.workers if args.workers is not None else settings.workers
+    if not 1 <= workers <= MAX_WORKERS:
+        raise CliError(f"--workers (REGISTRY_WORKERS) must be from 1 to {MAX_WORKERS}, not {workers}")
+    sockets = []
+    if workers > 1:  # bound first: a port in use is reported before anything else happens
+        try:
+            sockets = listening_sockets(settings.host, settings.port, workers)
+        except OSError as exc:
+            raise CliError(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from None
+        settings = settings.with_overrides(port=sockets[0].getsockname()[1])
 
     registry = Registry(settings)
     registry.prepare(seed=args.seed, demo_if_empty=settings.database_url is None)
@@ -74,9 +90,31 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print("  admin token  the value of REGISTRY_ADMIN_TOKEN")
     else:
         print("  admin token  create one with `mcp-registry token create --name me --scope admin`")
+    if workers > 1:
+        print(f"  workers      {workers} processes on one port (each a replica)")
     sys.stdout.flush()
+    if workers > 1:
+        from registry.workers import Supervisor, worker_command
+
+        registry.close()  # the supervisor serves nothing: the workers open their own pools
+        command = worker_command(
+            host=settings.host,
+            port=settings.port,
+            log_level=args.log_level,
+            access_log=args.access_log,
+            database_url=args.database_url,
+            data_dir=args.data_dir,
+        )
+        return Supervisor(command, sockets).run()
     app = create_app(registry, freeze_gc=True)
-    config = uvicorn.Config(
+    DrainingServer(_uvicorn_config(app, settings, args), drain=app.mcp.drain).run()
+    return 0
+
+
+def _uvicorn_config(app: Any, settings: Settings, args: argparse.Namespace) -> uvicorn.Config:
+    import uvicorn
+
+    return uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
@@ -87,7 +125,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=10,
         access_log=args.access_log,
     )
-    DrainingServer(config, drain=app.mcp.drain).run()
+
+
+def _serve_worker(args: argparse.Namespace, settings: Settings, slot: WorkerSlot) -> int:
+    """One worker of ``serve --workers N`` (registry/workers.py): a replica on the inherited socket."""
+    from registry.app import create_app
+    from registry.runtime import Registry
+    from registry.serving import DrainingServer
+    from registry.workers import SiblingPokes
+
+    slot.die_with_supervisor()
+    registry = Registry(settings)
+    app = create_app(registry, freeze_gc=True)
+    app.mcp.metrics.identify_worker(slot.index)
+    if not registry.db.is_postgres:  # PostgreSQL's NOTIFY reaches every worker already
+        pokes = SiblingPokes(slot)
+        registry.catalog.on_change(pokes.announce)
+        pokes.listen(app.mcp.feed.poke)
+    DrainingServer(_uvicorn_config(app, settings, args), drain=app.mcp.drain).run(sockets=[slot.socket()])
     return 0
 
 
@@ -507,6 +562,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--seed", help="import a bundle at start (a name under seed_data/ or a folder); idempotent")
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     serve.add_argument("--access-log", action="store_true", help="log every HTTP request (off: it costs throughput)")
+    serve.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="processes serving the port, each a replica (default $REGISTRY_WORKERS or 1; about one per core)",
+    )
     serve.set_defaults(func=cmd_serve)
 
     stdio = commands.add_parser("stdio", help="serve MCP over stdin/stdout (for hosts that start a child process)")

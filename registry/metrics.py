@@ -1,12 +1,20 @@
-"""Prometheus metrics, one registry per application (tests run several apps in one process)."""
+"""Prometheus metrics, one registry per application (tests run several apps in one process).
+
+Under ``serve --workers N`` each worker answers ``/metrics`` for itself: every sample then carries
+a ``worker`` label (its number, stable across restarts) and ``registry_worker_info`` names the
+worker's pid, so series of different workers are never mixed up or summed by accident.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -41,6 +49,17 @@ class RegistryMetrics:
         )
 
         self._latency_children: dict[str, Any] = {}
+        #: What ``render`` exposes: the registry itself, or (a worker) its samples labelled.
+        self._exposed = self.registry
+
+    def identify_worker(self, index: int) -> None:
+        """Label every sample with ``worker="<index>"`` and expose the worker's pid (``serve --workers``)."""
+        info = Gauge(
+            "registry_worker_info", "The worker process answering (serve --workers)", ["pid"], registry=self.registry
+        )
+        info.labels(str(os.getpid())).set(1)
+        self._exposed = CollectorRegistry(auto_describe=False)
+        self._exposed.register(_Labelled(self.registry, "worker", str(index)))
 
     def bind_gauges(self, sessions: Callable[[], int], streams: Callable[[], int]) -> None:
         self.sessions_open.set_function(lambda: float(sessions()))
@@ -53,4 +72,18 @@ class RegistryMetrics:
         child.observe(seconds)
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        return generate_latest(self._exposed)
+
+
+class _Labelled(Collector):
+    """Another registry's metrics, with one more label on every sample."""
+
+    def __init__(self, source: CollectorRegistry, name: str, value: str) -> None:
+        self._source = source
+        self._label = {name: value}
+
+    def collect(self) -> Iterable[Metric]:
+        for family in self._source.collect():
+            labelled = Metric(family.name, family.documentation, family.type, family.unit)
+            labelled.samples = [s._replace(labels={**s.labels, **self._label}) for s in family.samples]
+            yield labelled

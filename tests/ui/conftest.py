@@ -176,6 +176,11 @@ def axe_source() -> str:
 def playwright_instance() -> Iterator[Playwright]:
     if sync_playwright is None:
         _missing("playwright is not installed (pip install -e '.[test]')")
+    # Assertions wait up to 10 s (Playwright's default is 5): the CI machines have 2 shared cores,
+    # and a page that renders late is not a page that is wrong.
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=10_000)
     with sync_playwright() as instance:
         yield instance
 
