@@ -17,6 +17,7 @@ mode) with p99 <= 1/3 of the peer's, on SQLite and on PostgreSQL.
     .venv/bin/python benchmarks/mcp_throughput.py                       # both DBs, 3 rounds x 5 s
     .venv/bin/python benchmarks/mcp_throughput.py --rounds 2 --duration 4 --database sqlite
     .venv/bin/python benchmarks/mcp_throughput.py --profile             # + py-spy of prompts/get c=32
+    .venv/bin/python benchmarks/mcp_throughput.py --profile-only --profile-method tools/call
 """
 
 from __future__ import annotations
@@ -471,16 +472,17 @@ def report(results: dict[str, Any], registries: list[str], peers: list[str], con
 
 
 # --------------------------------------------------------------------------- profiling
-def profile_prompts_get(args: argparse.Namespace, server: Server, out_dir: Path, stamp: str) -> dict[str, Any]:
-    """py-spy (if present) on the registry while mcp_load drives prompts/get at c=32."""
+def profile_method(args: argparse.Namespace, server: Server, out_dir: Path, stamp: str) -> dict[str, Any]:
+    """py-spy (if present) on the registry while mcp_load drives ``--profile-method`` at c=32."""
+    method = args.profile_method
     pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(pyspy).exists():
         log("profile: py-spy not found (pip install py-spy into this venv); skipped")
         return {"skipped": "py-spy not found"}
     duration = max(args.profile_duration, 3)
-    raw = out_dir / f"{stamp}-{server.name}-prompts_get-c32.collapsed"
+    raw = out_dir / f"{stamp}-{server.name}-{method.replace('/', '_')}-c32.collapsed"
     # Warm up first (snapshot build, template compilation) so the profile shows the steady state.
-    mcp_load(args, server, "prompts/get", 8, 2)
+    mcp_load(args, server, method, 8, 2)
     cmd = [
         pyspy,
         "record",
@@ -499,7 +501,7 @@ def profile_prompts_get(args: argparse.Namespace, server: Server, out_dir: Path,
     ]
     spy = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     time.sleep(1.0)
-    load = mcp_load(args, server, "prompts/get", 32, duration)
+    load = mcp_load(args, server, method, 32, duration)
     try:
         output, _ = spy.communicate(timeout=duration + 60)
     except subprocess.TimeoutExpired:
@@ -523,7 +525,7 @@ def profile_prompts_get(args: argparse.Namespace, server: Server, out_dir: Path,
             total_time[frame] += n
     print()
     print(
-        f"== py-spy: registry ({server.name}) under prompts/get c=32, {samples} samples, "
+        f"== py-spy: registry ({server.name}) under {method} c=32, {samples} samples, "
         f"{fmt(load.get('rps'))} req/s meanwhile; raw stacks in {raw} =="
     )
     print("top self time:")
@@ -539,6 +541,7 @@ def profile_prompts_get(args: argparse.Namespace, server: Server, out_dir: Path,
                 break
     return {
         "server": server.name,
+        "method": method,
         "samples": samples,
         "load": load,
         "collapsed_stacks": str(raw),
@@ -585,8 +588,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--profile",
         action="store_true",
-        help="afterwards, py-spy the registry under prompts/get c=32 and print the hot spots",
+        help="afterwards, py-spy the registry under --profile-method at c=32 and print the hot spots",
     )
+    ap.add_argument("--profile-method", choices=METHODS, default="prompts/get", help="the method --profile drives")
     ap.add_argument("--profile-only", action="store_true", help="skip the comparison, only --profile (first DB)")
     ap.add_argument("--profile-duration", type=int, default=10)
     ap.add_argument("--profile-top", type=int, default=25)
@@ -711,7 +715,7 @@ def main(argv: list[str] | None = None) -> int:
             results.update(compare(args, servers, dbs))
             results["targets"] = report(results, dbs, [s.name for s in servers if s.kind == "peer"], args.concurrency)
         if args.profile:
-            results["profile"] = profile_prompts_get(args, servers[0], args.results_dir, stamp)
+            results["profile"] = profile_method(args, servers[0], args.results_dir, stamp)
         out = args.results_dir / f"{stamp}.json"
         out.write_text(json.dumps(results, indent=2, sort_keys=True, default=str))
         print(f"\nwrote {out}")

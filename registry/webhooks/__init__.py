@@ -25,8 +25,8 @@ from .results import InvalidResult, error_result, text_result, to_call_tool_resu
 from .signing import SIGNATURE_HEADER, sign, verify
 from .ssrf import (
     ALLOWED_NETWORKS_ENV,
+    ConnectedPeerGuard,
     ForbiddenDestination,
-    GuardedNetworkBackend,
     GuardedTransport,
     InvalidWebhookURL,
     IPAddress,
@@ -52,8 +52,8 @@ __all__ = [
     "BodyError",
     "BodyTooLarge",
     "BuiltinRegistry",
+    "ConnectedPeerGuard",
     "ForbiddenDestination",
-    "GuardedNetworkBackend",
     "GuardedTransport",
     "Hook",
     "HookContext",

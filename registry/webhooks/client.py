@@ -179,9 +179,14 @@ async def _call(
     max_response_bytes: int,
     hook_services: Any = None,
 ) -> WebhookAnswer:
-    host = host_for_messages(target.url)
     name = builtin_name(target.url)
-    what = f"built-in hook {name!r}" if name is not None else f"webhook call to {host}"
+
+    def what() -> str:
+        return f"built-in hook {name!r}" if name is not None else f"webhook call to {host()}"
+
+    def host() -> str:  # only for failures: a successful call need not parse its URL again
+        return host_for_messages(target.url)
+
     try:
         body = _encode_payload(payload)
         async with asyncio.timeout(target.timeout_s):
@@ -191,20 +196,20 @@ async def _call(
     except _Failure as exc:
         return error_result(str(exc))
     except (TimeoutError, httpx.TimeoutException):
-        return error_result(f"{what} timed out after {target.timeout_s:g} s")
+        return error_result(f"{what()} timed out after {target.timeout_s:g} s")
     except ForbiddenDestination as exc:
         log.warning("webhook call refused: %s", exc)  # the operator's view, with the address
         return error_result(f"webhook call refused: {exc.public_message}")
     except httpx.ConnectError as exc:
-        return error_result(f"could not connect to webhook host {host}: {transport_failure(exc)}")
+        return error_result(f"could not connect to webhook host {host()}: {transport_failure(exc)}")
     except httpx.LocalProtocolError:
         # Its message may quote the offending header value.
-        return error_result(f"webhook request to {host} could not be sent: invalid request")
+        return error_result(f"webhook request to {host()} could not be sent: invalid request")
     except (httpx.DecodingError, BodyError) as exc:
         reason = str(exc) if isinstance(exc, BodyError) else "bad Content-Encoding"
-        return error_result(f"webhook response from {host} could not be read: {reason}")
+        return error_result(f"webhook response from {host()} could not be read: {reason}")
     except httpx.HTTPError as exc:
-        return error_result(f"webhook call to {host} failed: {transport_failure(exc)}")
+        return error_result(f"webhook call to {host()} failed: {transport_failure(exc)}")
     except httpx.InvalidURL:
         return error_result("webhook URL is not a valid URL")
 
@@ -268,18 +273,19 @@ def _request_headers(target: WebhookTarget, body: bytes) -> list[tuple[str, str]
     return headers
 
 
-def _check_target(target: WebhookTarget) -> str:
-    """The request method, once the target is known to be an HTTP(S) call we can make."""
+def _check_target(target: WebhookTarget) -> tuple[str, httpx.URL]:
+    """The request method and the parsed URL, once the target is known to be an HTTP(S) call we
+    can make (the URL is parsed once, here, and handed to httpx as it is)."""
     try:
-        scheme = httpx.URL(target.url).scheme
+        url = httpx.URL(target.url)
     except (httpx.InvalidURL, TypeError, ValueError):
         _fail("webhook URL is not a valid URL")
-    if scheme not in _HTTP_SCHEMES:
-        _fail(f"webhook URL scheme must be http, https or builtin, not {scheme!r}")
+    if url.scheme not in _HTTP_SCHEMES:
+        _fail(f"webhook URL scheme must be http, https or builtin, not {url.scheme!r}")
     method = target.method.upper()
     if not _TOKEN_RE.fullmatch(method):
         _fail(f"invalid webhook method {target.method!r}")
-    return method
+    return method, url
 
 
 async def _call_http(
@@ -289,13 +295,13 @@ async def _call_http(
     relay: NotificationRelay,
     max_bytes: int,
 ) -> WebhookAnswer:
-    method = _check_target(target)
+    method, url = _check_target(target)
     headers = _request_headers(target, body)
     # ``async with`` closes the response (and so the connection, if unread) on every way out,
     # cancellation included.
     async with client.stream(
         method,
-        target.url,
+        url,
         content=body,
         headers=headers,
         timeout=target.timeout_s,

@@ -7,9 +7,10 @@ result. So two checks exist:
 
 * :func:`check_url` / :func:`check_url_sync` at save time: a clear, early error for an obviously
   bad URL. It is advisory only, since DNS can answer differently later (DNS rebinding).
-* :class:`GuardedNetworkBackend` at call time: checks the address the socket is *actually*
+* :class:`ConnectedPeerGuard` at call time: checks the address the socket is *actually*
   connected to, after connect and before a single byte is sent, whatever resolver was used. This
-  is the check that matters; :func:`make_guarded_client` builds an ``httpx.AsyncClient`` with it.
+  is the check that matters; :func:`make_guarded_client` builds an ``httpx.AsyncClient`` whose
+  transport (:mod:`.pool`) runs it on every new connection.
 
 Operators who do want to reach an internal network (or loopback, in tests) list it in
 ``REGISTRY_WEBHOOK_ALLOWED_NETWORKS`` (see :func:`parse_networks`).
@@ -19,18 +20,20 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import math
 import socket
 import ssl
 from collections.abc import Iterable
 from typing import Any, Final, TypeAlias
 
-import httpcore
 import httpx
+
+from .pool import PooledTransport
 
 __all__ = [
     "ALLOWED_NETWORKS_ENV",
+    "ConnectedPeerGuard",
     "ForbiddenDestination",
-    "GuardedNetworkBackend",
     "GuardedTransport",
     "IPAddress",
     "IPNetwork",
@@ -69,7 +72,8 @@ _NAT64: Final = ipaddress.IPv6Network("64:ff9b::/96")
 # non-global, yet networks that still route them are internal ones.
 _SITE_LOCAL: Final = ipaddress.IPv6Network("fec0::/10")
 
-_DEFAULT_LIMITS: Final = httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=5.0)
+_NO_LIMIT: Final = 1_000_000
+_DEFAULT_LIMITS: Final = httpx.Limits(max_connections=100, max_keepalive_connections=100, keepalive_expiry=5.0)
 
 
 class WebhookURLError(Exception):
@@ -291,16 +295,8 @@ def check_url_sync(url: str, allowed: Iterable[IPNetwork] = ()) -> None:
 # --------------------------------------------------------------------------- call-time guard
 
 
-def _peer_address(stream: httpcore.AsyncNetworkStream) -> IPAddress | None:
-    """The remote address of a freshly connected stream, or None if it cannot be told."""
-    peer = stream.get_extra_info("server_addr")
-    if peer is None:
-        sock = stream.get_extra_info("socket")
-        if sock is not None:
-            try:
-                peer = sock.getpeername()
-            except OSError:
-                return None
+def _peer_address(peer: Any) -> IPAddress | None:
+    """The address in a socket's ``getpeername()`` answer, or None if it cannot be told."""
     if isinstance(peer, tuple) and peer and isinstance(peer[0], str):
         try:
             return _coerce_address(peer[0])
@@ -309,66 +305,33 @@ def _peer_address(stream: httpcore.AsyncNetworkStream) -> IPAddress | None:
     return None
 
 
-class GuardedNetworkBackend(httpcore.AsyncNetworkBackend):
-    """An httpcore network backend that refuses connections to forbidden addresses.
+class ConnectedPeerGuard:
+    """The call-time check, run by the transport on every new connection.
 
-    It connects through the wrapped backend and then inspects the peer address of the connected
-    socket, so the check covers whatever the resolver answered at that moment: a DNS rebinding
-    trick that passed the save-time check cannot get past it. The TCP handshake with a forbidden
-    address may complete, but the stream is closed before any request byte (or TLS hello) is
-    written. Fails closed when the peer address cannot be determined.
+    It is given the peer address of the connected socket, so the check covers whatever the
+    resolver answered at that moment: a DNS rebinding trick that passed the save-time check cannot
+    get past it. The TCP handshake with a forbidden address may complete, but the connection is
+    closed before any request byte (or TLS hello) is written. Fails closed when the peer address
+    cannot be determined.
     """
 
-    def __init__(
-        self,
-        allowed: Iterable[IPNetwork] = (),
-        backend: httpcore.AsyncNetworkBackend | None = None,
-    ) -> None:
+    def __init__(self, allowed: Iterable[IPNetwork] = ()) -> None:
         self._allowed = tuple(allowed)
-        self._backend = backend if backend is not None else httpcore.AnyIOBackend()
 
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        stream = await self._backend.connect_tcp(
-            host, port, timeout=timeout, local_address=local_address, socket_options=socket_options
-        )
-        address = _peer_address(stream)
+    def __call__(self, host: str, peer: Any) -> None:
+        address = _peer_address(peer)
         if address is None:
             reason: str | None = "could not determine the connected peer address"
         else:
             reason = forbidden_reason(address, self._allowed)
         if reason is not None:
-            await stream.aclose()
             raise ForbiddenDestination(host, address, reason)
-        return stream
-
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        # A Unix socket is a local destination by definition.
-        raise ForbiddenDestination(path, None, "Unix domain sockets are not allowed")
-
-    async def sleep(self, seconds: float) -> None:
-        await self._backend.sleep(seconds)
 
 
-class GuardedTransport(httpx.AsyncHTTPTransport):
-    """``httpx.AsyncHTTPTransport`` whose connections go through :class:`GuardedNetworkBackend`.
-
-    httpx has no public way to hand its connection pool a network backend, so after the normal
-    initialisation (which keeps every other attribute the base class relies on) the pool is
-    replaced by an equivalent one that uses the guard. Proxies are never used: a proxy would make
-    the peer address the proxy's, defeating the check.
-    """
+class GuardedTransport(PooledTransport):
+    """The webhook transport: :class:`~.pool.PooledTransport` (HTTP/1.1, a keep-alive pool per
+    origin) with :class:`ConnectedPeerGuard` on every new connection. Proxies are never used: a
+    proxy would make the peer address the proxy's, defeating the check."""
 
     def __init__(
         self,
@@ -376,18 +339,42 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
         *,
         verify: ssl.SSLContext | str | bool = True,
         limits: httpx.Limits = _DEFAULT_LIMITS,
-        retries: int = 0,
-        backend: httpcore.AsyncNetworkBackend | None = None,
     ) -> None:
-        super().__init__(verify=verify, trust_env=False, limits=limits, retries=retries)
-        self._pool = httpcore.AsyncConnectionPool(
+        # httpx spells "no limit" None; the pool wants numbers.
+        idle, expiry = limits.max_keepalive_connections, limits.keepalive_expiry
+        super().__init__(
+            ConnectedPeerGuard(allowed),
             ssl_context=httpx.create_ssl_context(verify=verify, trust_env=False),
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            retries=retries,
-            network_backend=GuardedNetworkBackend(allowed, backend),
+            max_connections=limits.max_connections or _NO_LIMIT,
+            max_keepalive_connections=_NO_LIMIT if idle is None else idle,
+            keepalive_expiry=math.inf if expiry is None else expiry,
         )
+
+
+class _NoCookies(httpx.Cookies):
+    """Cookies that are never kept: ``Set-Cookie`` from an upstream is ignored."""
+
+    def extract_cookies(self, response: httpx.Response) -> None:
+        return None
+
+
+class _WebhookClient(httpx.AsyncClient):
+    """An ``httpx.AsyncClient`` without a cookie jar.
+
+    One client serves every agent's calls, so a jar would hand the cookie one agent's call
+    received to the next agent calling the same host (a session, say), and webhook calls are
+    stateless anyway. (Not storing them also saves building urllib's cookie objects per call.)
+    """
+
+    _no_cookies: Final = _NoCookies()
+
+    @property
+    def cookies(self) -> httpx.Cookies:
+        return self._no_cookies
+
+    @cookies.setter
+    def cookies(self, cookies: Any) -> None:
+        raise TypeError("the webhook client keeps no cookies")
 
 
 def make_guarded_client(
@@ -398,9 +385,9 @@ def make_guarded_client(
     limits: httpx.Limits = _DEFAULT_LIMITS,
 ) -> httpx.AsyncClient:
     """An ``httpx.AsyncClient`` for webhook calls: SSRF-guarded at connect time, no redirects
-    (a redirect could point anywhere, and would be a second, unsigned request), and no proxies,
-    ``.netrc`` or other settings taken from the environment."""
-    return httpx.AsyncClient(
+    (a redirect could point anywhere, and would be a second, unsigned request), no cookies kept
+    between calls, and no proxies, ``.netrc`` or other settings taken from the environment."""
+    return _WebhookClient(
         transport=GuardedTransport(allowed, verify=verify, limits=limits),
         timeout=timeout,
         follow_redirects=False,
