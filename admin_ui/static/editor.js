@@ -84,16 +84,26 @@
     if (chars !== null) { detail.formData.set("blob_chars", String(chars)); }
   });
 
-  // "Fetch now" has its own request (a check that fetches). While it runs, the form's own checks
-  // (the field left for the button fires "change") wait: they would replace its answer.
+  // "Fetch now" has its own request (a check that fetches). The form's own checks would replace its
+  // answer: while it runs they wait, and afterwards a check still pending from before the fetch
+  // (the field left for the button fires "change"; typing schedules one half a second later) is
+  // dropped, since nothing changed since the fetch was asked. The next edit checks again.
   var fetching = false;
+  var fetchAsked = 0;
+  var lastEdit = 0;
+  function edited(event) {
+    if (event.target && event.target.id !== "fetch-now") { lastEdit = Date.now(); }
+  }
+  document.addEventListener("input", edited, true);
+  document.addEventListener("change", edited, true);
   document.addEventListener("htmx:beforeRequest", function (event) {
     var elt = event.detail.elt;
     if (elt && elt.id === "fetch-now") {
       fetching = true;
+      fetchAsked = Date.now();
       var form = elt.closest("form");
       if (form && window.htmx) { window.htmx.trigger(form, "htmx:abort"); }
-    } else if (fetching && elt && elt.id === "editor") {
+    } else if (elt && elt.id === "editor" && (fetching || (fetchAsked && lastEdit < fetchAsked))) {
       event.preventDefault();
     }
   });
