@@ -315,20 +315,6 @@ def _url_guard(settings: Settings) -> Callable[[str], None]:
     return guard
 
 
-def _read_only_database(settings: Settings) -> Database:
-    """The configured database opened for reading only (commands that must not change it)."""
-    from registry.db.engine import Database
-
-    return Database(
-        settings.effective_database_url,
-        connect_timeout_s=settings.db_connect_timeout_s,
-        statement_timeout_s=settings.db_statement_timeout_s,
-        ping_timeout_s=settings.db_ping_timeout_s,
-        busy_timeout_s=settings.db_busy_timeout_s,
-        read_only=True,
-    )
-
-
 def _read_only_catalog(settings: Settings, command: str) -> tuple[CatalogService, bool]:
     """The catalog of an existing database opened read-only (nothing is migrated, created or
     written), and whether it is empty: a database with no tables yet counts as an empty catalog.
@@ -338,9 +324,10 @@ def _read_only_catalog(settings: Settings, command: str) -> tuple[CatalogService
     from registry.catalog.secrets import SecretBox
     from registry.catalog.service import CatalogService
     from registry.db import migrate
+    from registry.db.engine import Database
 
     _require_database(settings, command)
-    db = _read_only_database(settings)
+    db = Database.from_settings(settings, read_only=True)
     service = CatalogService(
         db, SecretBox(_existing_key(settings)), url_guard=_url_guard(settings), limits=settings.limits
     )
@@ -485,10 +472,11 @@ def _audited_database(args: argparse.Namespace, command: str) -> Database:
     """The existing database, opened read-only; refused unless at this version's migration (an
     older one has no chain yet: ``db upgrade`` chains its history)."""
     from registry.db import migrate
+    from registry.db.engine import Database
 
     settings = _settings(args)
     _require_database(settings, command)
-    db = _read_only_database(settings)
+    db = Database.from_settings(settings, read_only=True)
     if not migrate.is_current(db):
         where = db.engine.url.render_as_string(hide_password=True)
         db.dispose()

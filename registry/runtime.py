@@ -44,13 +44,7 @@ class Registry:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.db = Database(
-            settings.effective_database_url,
-            connect_timeout_s=settings.db_connect_timeout_s,
-            statement_timeout_s=settings.db_statement_timeout_s,
-            ping_timeout_s=settings.db_ping_timeout_s,
-            busy_timeout_s=settings.db_busy_timeout_s,
-        )
+        self.db = Database.from_settings(settings)
         self.secrets = SecretBox(load_or_create_key(settings.secret_key, settings.data_dir))
         #: Labels no save moves (REGISTRY_PROTECTED_LABELS plus those protected through the API).
         self.protection = ProtectionPolicy(self.db, settings.protected_labels, settings.required_approvals)

@@ -11,7 +11,6 @@ registry process, over HTTP and HTTPS.
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import re
 import shutil
@@ -31,6 +30,7 @@ import yaml
 
 from registry.config import Settings
 from registry.limits import Limits, env_name
+from tests.certs import write_self_signed
 from tests.serve_process import ServerProcess, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -270,33 +270,6 @@ def test_compose_file_is_valid_for_docker_compose(tmp_path: Path, monkeypatch: p
 
 
 # -- nginx, run with the shipped files -------------------------------------------------------
-def _self_signed(folder: Path) -> None:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "fullchain.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (folder / "privkey.pem").write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-
-
 class Nginx:
     """nginx with deploy/nginx/ laid out as the compose file mounts it, under a scratch prefix
     standing for /etc/nginx: upstream names point at ``upstream``, the ports at free ones."""
@@ -320,7 +293,7 @@ class Nginx:
             conf.write_text(local(conf.read_text()))
         (prefix / "conf.d" / "default.conf").write_text(local((NGINX / "default.conf").read_text()))
         if tls:
-            _self_signed(prefix / "certs")
+            write_self_signed(prefix / "certs" / "fullchain.pem", prefix / "certs" / "privkey.pem", host="localhost")
         (prefix / "nginx.conf").write_text(
             # The image's nginx.conf, reduced: conf.d/*.conf inside http {}.
             f"pid {prefix}/nginx.pid;\nerror_log {prefix}/logs/error.log warn;\n"

@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from tests.conftest import _drop_postgres_schema, _fresh_postgres_schema, require_postgres
-from tests.interop.mcp_wire import SseEvent, StreamableHttpClient, iter_sse
+from tests.interop.mcp_wire import SseEvent, StreamableHttpClient, iter_sse, open_session, served_prompt_text
 from tests.oidc_issuer import TestIssuer
 from tests.serve_process import ServerProcess, issue_token
 
@@ -52,21 +52,10 @@ class Setup:
         return self.server.admin()
 
     def mcp(self) -> StreamableHttpClient:
-        client = StreamableHttpClient(
-            httpx.Client(base_url=self.server.url, timeout=30), extra_headers={"Authorization": f"Bearer {self.agent}"}
-        )
-        client.initialize()
-        return client
+        return open_session(self.server.url, self.agent)
 
     def served_text(self, name: str, arguments: dict[str, str]) -> str:
-        client = self.mcp()
-        try:
-            answer = client.request("prompts/get", {"name": name, "arguments": arguments})
-        finally:
-            client.http.close()
-        assert "result" in answer, answer
-        text: str = answer["result"]["messages"][0]["content"]["text"]
-        return text
+        return served_prompt_text(self.server.url, name, arguments, self.agent)
 
 
 @pytest.fixture(scope="module")

@@ -27,13 +27,16 @@ from collections.abc import Generator, Iterator
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
+
+if TYPE_CHECKING:
+    from registry.config import Settings
 
 
 def _create_private_file(path: Path) -> None:
@@ -236,6 +239,18 @@ class Database:
     """
 
     ROUND_TRIP_GRACE_S = 2.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, read_only: bool = False) -> Database:
+        """The configured database, with the configured timeouts (the server and the CLI alike)."""
+        return cls(
+            settings.effective_database_url,
+            connect_timeout_s=settings.db_connect_timeout_s,
+            statement_timeout_s=settings.db_statement_timeout_s,
+            ping_timeout_s=settings.db_ping_timeout_s,
+            busy_timeout_s=settings.db_busy_timeout_s,
+            read_only=read_only,
+        )
 
     def __init__(
         self,

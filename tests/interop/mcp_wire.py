@@ -284,6 +284,26 @@ class StreamableHttpClient:
         return answer
 
 
+def open_session(base_url: str, token: str | None = None) -> StreamableHttpClient:
+    """An initialized Streamable HTTP session on ``base_url`` (anonymous, or with ``token``)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    client = StreamableHttpClient(httpx.Client(base_url=base_url, timeout=30), extra_headers=headers)
+    client.initialize()
+    return client
+
+
+def served_prompt_text(base_url: str, name: str, arguments: dict[str, str], token: str | None = None) -> str:
+    """What ``prompts/get`` serves a new session now, as the first message's text."""
+    client = open_session(base_url, token)
+    try:
+        answer = client.request("prompts/get", {"name": name, "arguments": arguments})
+    finally:
+        client.http.close()
+    assert "result" in answer, answer
+    text: str = answer["result"]["messages"][0]["content"]["text"]
+    return text
+
+
 # ------------------------------------------------------------------ stdio
 
 #: What tests/conftest.py's settings use, so a child process reads the same sealed secrets.

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.interop.mcp_wire import StreamableHttpClient
+from tests.interop.mcp_wire import StreamableHttpClient, open_session, served_prompt_text
 from tests.serve_process import ServerProcess, issue_token
 
 HERE = Path(__file__).resolve().parent
@@ -71,21 +71,11 @@ class UiServer:
 
     def mcp(self, token: str | None = None) -> StreamableHttpClient:
         """An initialized MCP session (anonymous, or with ``token``)."""
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        client = StreamableHttpClient(httpx.Client(base_url=self.url, timeout=30), extra_headers=headers)
-        client.initialize()
-        return client
+        return open_session(self.url, token)
 
     def prompt_text(self, name: str, arguments: dict[str, str]) -> str:
         """What ``prompts/get`` serves now (the production label), as the first message's text."""
-        client = self.mcp()
-        try:
-            answer = client.request("prompts/get", {"name": name, "arguments": arguments})
-        finally:
-            client.http.close()
-        assert "result" in answer, answer
-        text: str = answer["result"]["messages"][0]["content"]["text"]
-        return text
+        return served_prompt_text(self.url, name, arguments)
 
     def prompt_names(self) -> set[str]:
         client = self.mcp()

@@ -8,8 +8,6 @@ a connection or stall an answer on purpose.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
-import ipaddress
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -19,10 +17,6 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from registry.webhooks import (
     ConnectedPeerGuard,
@@ -33,6 +27,7 @@ from registry.webhooks import (
     parse_networks,
 )
 from registry.webhooks.pool import PooledTransport
+from tests.certs import write_self_signed
 
 LOOPBACK = parse_networks("127.0.0.0/8,::1/128")
 ANSWER = b'{"content":[{"type":"text","text":"ok"}]}'
@@ -258,32 +253,9 @@ async def test_cookies_set_by_a_webhook_are_not_sent_on_later_calls(server: Serv
 # --------------------------------------------------------------------------- TLS
 
 
-def _self_signed(directory: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(hours=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return cert_path, key_path
-
-
 async def test_https_is_verified_pooled_and_guarded_before_the_tls_hello(tmp_path: Path) -> None:
-    cert, key = _self_signed(tmp_path)
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    write_self_signed(cert, key, host="127.0.0.1")
     server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_context.load_cert_chain(cert, key)
     tls = Server(tls=server_context)
