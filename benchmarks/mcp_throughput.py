@@ -53,6 +53,9 @@ METHODS = ("prompts/get", "resources/read", "tools/list", "tools/call")
 TARGET_METHODS = ("prompts/get", "resources/read")
 TARGET_RPS_RATIO = 2.0
 TARGET_P99_RATIO = 1 / 3
+#: prompts/get at c=32 against the bare ASGI ceiling on the same stack (uvloop + httptools).
+TARGET_CEILING_RATIO = 0.8
+CEILING_METHOD, CEILING_CONCURRENCY = "prompts/get", 32
 N_PROMPTS = 1000
 N_RESOURCES = 1000
 N_TOOLS = 50  # echo + tool01..tool49
@@ -151,7 +154,7 @@ class Server:
     """A server under test: its process, its label in the tables and what it is."""
 
     name: str  # label in tables: "sqlite", "postgresql", "peer-json", "peer-sse"
-    kind: str  # "registry" | "peer"
+    kind: str  # "registry" | "peer" | "ceiling"
     process: ManagedProcess
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -460,14 +463,54 @@ def report(results: dict[str, Any], registries: list[str], peers: list[str], con
                                 "p99_pass": px is not None and px <= TARGET_P99_RATIO,
                             }
                         )
+    if "ceiling" in summary:
+        verdicts += report_ceiling(summary, registries, concurrencies)
     print()
     print(f"== targets (vs peer-json): rps >= {TARGET_RPS_RATIO:g}x peer, p99 <= 1/3 of peer ==")
     for v in verdicts:
+        if "ceiling_ratio" in v:
+            print(
+                f"{v['database']:10} {v['method']:15} c={v['concurrency']:<3} "
+                f"rps x{fmt(v['ceiling_ratio'], '.2f'):>5} of the bare ceiling (>= {TARGET_CEILING_RATIO:g}) "
+                f"{'PASS' if v['ceiling_pass'] else 'MISS'}"
+            )
+            continue
         print(
             f"{v['database']:10} {v['method']:15} c={v['concurrency']:<3} "
             f"rps x{fmt(v['rps_ratio'], '.2f'):>5} {'PASS' if v['rps_pass'] else 'MISS'}   "
             f"p99 x{fmt(v['p99_ratio'], '.2f'):>5} {'PASS' if v['p99_pass'] else 'MISS'}"
         )
+    return verdicts
+
+
+def report_ceiling(summary: dict[str, Any], registries: list[str], concurrencies: list[int]) -> list[dict[str, Any]]:
+    """The registry against the bare ASGI app on the same stack: what is left between socket and renderer."""
+    verdicts: list[dict[str, Any]] = []
+    for reg in registries:
+        print()
+        print(f"== registry on {reg} vs the bare ASGI ceiling (uvloop + httptools, fixed answers) ==")
+        head = f"{'method':15} {'c':>3} | {'reg rps':>8} {'ceil rps':>8} {'x':>6} | {'reg p99':>8} {'ceil p99':>8}"
+        print(head)
+        print("-" * len(head))
+        for method in METHODS:
+            for c in concurrencies:
+                a = summary[reg][method][str(c)]
+                b = summary["ceiling"][method][str(c)]
+                rx = ratio(a["rps"], b["rps"])
+                print(
+                    f"{method:15} {c:>3} | {fmt(a['rps']):>8} {fmt(b['rps']):>8} {fmt(rx, '.2f'):>6} | "
+                    f"{fmt(a['p99_ms'], '.2f'):>8} {fmt(b['p99_ms'], '.2f'):>8}"
+                )
+                if (method, c) == (CEILING_METHOD, CEILING_CONCURRENCY):
+                    verdicts.append(
+                        {
+                            "database": reg,
+                            "method": method,
+                            "concurrency": c,
+                            "ceiling_ratio": rx,
+                            "ceiling_pass": rx is not None and rx >= TARGET_CEILING_RATIO,
+                        }
+                    )
     return verdicts
 
 
@@ -579,6 +622,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     ap.add_argument("--peer-sse", action="store_true", help="also measure the peer in its default SSE mode")
     ap.add_argument(
+        "--no-ceiling",
+        action="store_true",
+        help="skip the bare ASGI ceiling (../shared/bench/ceiling_server.py on uvloop + httptools)",
+    )
+    ap.add_argument(
         "--peer-args",
         default="",
         help='extra arguments for sdk_peer_server.py, e.g. "--loop uvloop --http httptools" (needs those in the '
@@ -612,7 +660,8 @@ def main(argv: list[str] | None = None) -> int:
 
     load_script = args.shared / "mcp_load.py"
     peer_script = args.shared / "sdk_peer_server.py"
-    for needed in (load_script, peer_script):
+    ceiling_script = args.shared / "ceiling_server.py"
+    for needed in (load_script, peer_script, ceiling_script):
         if not needed.exists():
             raise SystemExit(f"error: {needed} not found; point --shared at shared/bench")
     ensure_wrk()
@@ -689,6 +738,28 @@ def main(argv: list[str] | None = None) -> int:
                     ready_status=None,
                 )
                 servers.append(Server(name, "peer", start(peer)))
+            if not args.no_ceiling:
+                # The shared bare ASGI app on the registry's own stack: the practical ceiling.
+                port = free_port()
+                ceiling = ManagedProcess(
+                    [
+                        sys.executable,
+                        str(ceiling_script),
+                        "--port",
+                        str(port),
+                        "--loop",
+                        "uvloop",
+                        "--http",
+                        "httptools",
+                    ],
+                    port=port,
+                    name="ceiling",
+                    cwd=work,
+                    log_path=work / "ceiling.log",
+                    ready_path="/mcp",
+                    ready_status=None,
+                )
+                servers.append(Server("ceiling", "ceiling", start(ceiling)))
         for server in servers:
             server.process.wait_ready(timeout=READY_TIMEOUT_S)
         log("servers: " + ", ".join(f"{s.name} :{s.port} pid {s.process.pid}" for s in servers))

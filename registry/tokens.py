@@ -14,6 +14,7 @@ NOTIFY), whose listeners also close the revoked token's open MCP streams.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import re
@@ -86,9 +87,10 @@ class Principal:
     def team_roles(self) -> dict[str, str]:
         return dict(self.teams)
 
-    @property
+    @functools.cached_property
     def visible_teams(self) -> frozenset[str] | None:
-        """The teams whose entries this principal sees besides global ones; None: every team."""
+        """The teams whose entries this principal sees besides global ones; None: every team
+        (computed once: read on every MCP request)."""
         return None if self.is_admin else frozenset(team for team, _role in self.teams)
 
     def sees(self, team: str | None) -> bool:

@@ -107,6 +107,9 @@ class PromptRenderer:
     def __init__(self, spec: PromptSpec) -> None:
         self.spec = spec
         self._templates: list[CompiledTemplate | None] | None = None
+        self._inline: bool | None = None
+        #: The declared argument names (only these are remembered for completion).
+        self.declared = frozenset(a.name for a in spec.arguments)
 
     @property
     def templates(self) -> list[CompiledTemplate | None]:
@@ -119,15 +122,17 @@ class PromptRenderer:
     @property
     def renders_inline(self) -> bool:
         """Only literal text with bare ``{{ name }}`` (and no embedded resource to resolve): such a
-        render cannot be slow, so it needs no worker thread."""
-        try:
-            templates = self.templates
-        except TemplateError:
-            return True  # a template that no longer compiles: rendering fails at once, with its reason
-        return all(
-            template.is_simple if template is not None else not isinstance(message.content, ResourceRefContent)
-            for message, template in zip(self.spec.messages, templates, strict=True)
-        )
+        render cannot be slow, so it needs no worker thread, and it depends on its arguments alone."""
+        if self._inline is None:
+            try:
+                templates = self.templates
+            except TemplateError:
+                return True  # a template that no longer compiles: rendering fails at once, with its reason
+            self._inline = all(
+                template.is_simple if template is not None else not isinstance(message.content, ResourceRefContent)
+                for message, template in zip(self.spec.messages, templates, strict=True)
+            )
+        return self._inline
 
     def render(
         self,

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import sys
 from collections import OrderedDict
+from collections.abc import Container
+from typing import Any
 
 from registry.limits import Limits
 from registry.mcp.sessions import ClientState, Session
@@ -27,6 +29,10 @@ _Key = tuple[str, str, str]
 #: ``sys.getsizeof`` of the strings themselves is added to it.
 _VALUE_OVERHEAD = 100
 _KEY_OVERHEAD = 200
+#: A request's values are remembered as its caller's "last" (to skip repeats) up to this many,
+#: each at most this long.
+_MEMO_ITEMS = 16
+_MEMO_CHARS = 256
 
 
 def caller_of(client: ClientState) -> tuple[str, str]:
@@ -50,13 +56,16 @@ def caller_of(client: ClientState) -> tuple[str, str]:
 class _CallerHistory:
     """One caller's values, most recent last per argument, with a byte count of what it holds."""
 
-    __slots__ = ("keys", "size", "values")
+    __slots__ = ("keys", "last", "size", "values")
 
     def __init__(self) -> None:
         self.values: dict[_Key, OrderedDict[str, int]] = {}
         #: Arguments in order of last use: the byte bound evicts from the least recently used.
         self.keys: OrderedDict[_Key, None] = OrderedDict()
         self.size = 0
+        #: The last (ref, values) remembered: the same again changes nothing (every value is
+        #: already the most recent of its argument, in the same order), so it is not redone.
+        self.last: tuple[Ref, tuple[tuple[str, Any], ...]] | None = None
 
     def add(self, key: _Key, value: str, per_key: int, max_bytes: int) -> None:
         values = self.values.get(key)
@@ -104,8 +113,13 @@ class CompletionHistory:
 
     def remember(self, client: ClientState, ref: Ref, argument: str, value: str) -> None:
         """Note a value the caller used. The caller must have checked that ``argument`` is declared."""
-        if not value or _VALUE_OVERHEAD + sys.getsizeof(value) > self.max_value_bytes:
-            return
+        self.remember_all(client, ref, {argument: value})
+
+    def remember_all(
+        self, client: ClientState, ref: Ref, values: dict[str, Any], declared: Container[str] | None = None
+    ) -> None:
+        """Note the values of one request, in order: the text ones of arguments in ``declared``
+        (None: the caller checked that every one is declared)."""
         caller = caller_of(client)
         history = self._callers.get(caller)
         if history is None:
@@ -114,7 +128,17 @@ class CompletionHistory:
                 self._callers.popitem(last=False)
         else:
             self._callers.move_to_end(caller)
-        history.add((*ref, argument), value, self.per_key, self.max_bytes)
+        memo = (ref, tuple(values.items()))
+        if history.last == memo:  # an agent repeating its request: nothing to reorder
+            return
+        # Kept only when small: it is held per caller, beside the values the bounds count.
+        small = len(memo[1]) <= _MEMO_ITEMS and all(type(v) is str and len(v) <= _MEMO_CHARS for _, v in memo[1])
+        history.last = memo if small else None
+        for argument, value in memo[1]:
+            if declared is not None and argument not in declared:
+                continue
+            if type(value) is str and value and _VALUE_OVERHEAD + sys.getsizeof(value) <= self.max_value_bytes:
+                history.add((*ref, argument), value, self.per_key, self.max_bytes)
 
     def recall(self, client: ClientState, ref: Ref, argument: str) -> list[str]:
         """This caller's earlier values for the argument, most recent first."""

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -53,16 +52,26 @@ def catalog_unavailable() -> HttpError:
     return HttpError(503, CATALOG_UNAVAILABLE, CATALOG_UNAVAILABLE_MESSAGE, {"Retry-After": str(RETRY_AFTER_S)})
 
 
-@contextlib.contextmanager
-def database_errors_as_503(logger: logging.Logger, where: str) -> Iterator[None]:
+class database_errors_as_503:
     """Around a token or session lookup: "the database cannot be reached" becomes a 503 answer
-    with a JSON-RPC error saying so (not a plain-text 500); any other error propagates."""
-    try:
-        yield
-    except Exception as exc:
-        if not is_unavailable(exc):
-            raise
-        warn_unavailable(logger, where, exc)
+    with a JSON-RPC error saying so (not a plain-text 500); any other error propagates.
+
+    A class rather than ``@contextmanager``: it wraps every MCP request twice, and a generator
+    context manager costs several times as much to enter and leave."""
+
+    __slots__ = ("logger", "where")
+
+    def __init__(self, logger: logging.Logger, where: str) -> None:
+        self.logger = logger
+        self.where = where
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if exc is None or not isinstance(exc, Exception) or not is_unavailable(exc):
+            return
+        warn_unavailable(self.logger, self.where, exc)
         raise catalog_unavailable() from exc
 
 

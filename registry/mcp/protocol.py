@@ -90,6 +90,9 @@ class Message:
         return self.method is None
 
 
+_ID_TYPES = (str, int)
+
+
 def parse_message(item: Any, limits: Limits = DEFAULT_LIMITS) -> Message:
     """Validate one JSON-RPC message; raise ``JsonRpcError(INVALID_REQUEST)`` with the id when known.
 
@@ -99,7 +102,7 @@ def parse_message(item: Any, limits: Limits = DEFAULT_LIMITS) -> Message:
     if not isinstance(item, dict):
         raise JsonRpcError(INVALID_REQUEST, "a JSON-RPC message must be an object")
     raw_id = item.get("id")
-    valid_id = raw_id if isinstance(raw_id, str | int) and not isinstance(raw_id, bool) else None
+    valid_id = raw_id if type(raw_id) in _ID_TYPES else None  # exact types: bool is an int subclass
     if item.get("jsonrpc") != "2.0":
         raise JsonRpcError(INVALID_REQUEST, 'missing or wrong "jsonrpc" (must be "2.0")', {"id": valid_id})
     method = item.get("method")
@@ -149,7 +152,15 @@ def dumps(message: Any) -> bytes:
     try:
         return orjson.dumps(message)
     except TypeError:  # e.g. an integer beyond 64 bits: the standard library copes
-        return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
+        pass
+    if isinstance(message, dict) and "id" in message:
+        # The usual cause is a client's request id; the answer may hold pre-encoded fragments
+        # (list items), which only orjson can write, so encode the id alone the other way.
+        try:
+            return orjson.dumps({**message, "id": orjson.Fragment(json.dumps(message["id"]).encode())})
+        except TypeError:
+            pass
+    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def loads(data: bytes, limits: Limits = DEFAULT_LIMITS) -> Any:

@@ -14,7 +14,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Container
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +59,7 @@ from registry.mcp.protocol import (
     notification,
     result_message,
 )
+from registry.mcp.render_cache import RenderCache
 from registry.mcp.sessions import ClientState
 from registry.mcp.snapshot import CatalogSnapshot, SnapshotCache, sees
 from registry.webhooks import HttpResourceCache, WebhookAnswer, make_guarded_client, parse_networks
@@ -163,7 +164,7 @@ def _page(snapshot: CatalogSnapshot, params: dict[str, Any], list_name: str, cli
     by entry name: a cursor names the last entry returned, so entries added or removed before it
     (edits between two pages) neither repeat nor skip any."""
     after = _decode_cursor(params.get("cursor"), list_name)
-    items, last = snapshot.page(list_name, after, PAGE_SIZE, client.visible_teams)
+    items, last = snapshot.page(list_name, after, PAGE_SIZE, client.visible_teams, encoded=True)
     result: dict[str, Any] = {list_name: items}
     if last is not None:
         result["nextCursor"] = _encode_cursor(list_name, last)
@@ -198,6 +199,7 @@ class McpServer:
         self.completions = CompletionHistory(self.limits)
         #: Renders off the event loop: a deadline, and at most ``render_concurrency`` heavy ones at once.
         self.renders = RenderRunner(self.limits)
+        self.render_cache = RenderCache()
         self._allowed = parse_networks(webhook_allowed_networks)
         self._client: httpx.AsyncClient | None = None
         self.http_resources = HttpResourceCache(
@@ -348,8 +350,28 @@ class McpServer:
             if task is not None and not task.done():
                 task.cancel()
 
+    def may_wait(self, method: str | None, params: dict[str, Any], client: ClientState) -> bool:
+        """Whether answering may wait on the network or a worker thread (a webhook, an ``http``
+        resource, a template render that is not inline): transports run such a request as a task of
+        its own, so ``notifications/cancelled`` or a closed request can stop it. Anything else
+        answers straight from the snapshot; a task per request would cost more than the answer."""
+        if method == "tools/call":
+            return True
+        if method != "resources/read":
+            return False
+        uri = params.get("uri")
+        snapshot = self.snapshots.peek(client.label)
+        if not isinstance(uri, str) or len(uri) > self.limits.uri_chars:
+            return False  # refused at once
+        if snapshot is None:
+            return True  # the snapshot is still being built
+        entry = snapshot.find_resource(uri, client.visible_teams)
+        if entry is None:
+            return False
+        return entry.resource_kind == "http" or not entry.renderer.renders_inline
+
     async def snapshot(self, ctx: RequestContext) -> CatalogSnapshot:
-        return await self.snapshots.get(ctx.client.label)
+        return self.snapshots.peek(ctx.client.label) or await self.snapshots.get(ctx.client.label)
 
     # ------------------------------------------------------------------ lifecycle
     async def initialize(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
@@ -401,7 +423,8 @@ class McpServer:
 
     async def prompts_get(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
         name = _require_str(params, "name")
-        snapshot = await self.snapshot(ctx)
+        label = ctx.client.label
+        snapshot = self.snapshots.peek(label) or await self.snapshots.get(label)  # no await once built
         visible = ctx.client.visible_teams
         entry = snapshot.prompt(name, visible)  # another team's prompt is unknown too
         if entry is None:
@@ -415,20 +438,26 @@ class McpServer:
             )
             if ask_user is not None:
                 return ask_user
-        declared = {a.name for a in entry.spec.arguments}
         renderer = entry.renderer  # binding the arguments refuses undeclared ones (-32602), as previews do
-        try:
-            result = await self.renders.run(
-                lambda: renderer.render(arguments, lambda uri: snapshot.read_static(uri, visible), limits=self.limits),
-                inline=renderer.renders_inline,
-            )
-        except ArgumentError as exc:
-            raise JsonRpcError(INVALID_PARAMS, f"prompt {name}: {exc}") from None
-        except TemplateError as exc:
-            raise JsonRpcError(INTERNAL_ERROR, f"prompt {name} could not be rendered: {exc}") from None
-        for key, value in arguments.items():
-            if isinstance(value, str) and key in declared:
-                self._remember(ctx, ("ref/prompt", name), key, value)
+        inline = renderer.renders_inline
+        cache_key = self.render_cache.key(renderer, arguments) if inline else None
+        result = self.render_cache.get(cache_key) if cache_key is not None else None
+        if result is None:
+            try:
+                result = await self.renders.run(
+                    lambda: renderer.render(
+                        arguments, lambda uri: snapshot.read_static(uri, visible), limits=self.limits
+                    ),
+                    inline=inline,
+                )
+            except ArgumentError as exc:
+                raise JsonRpcError(INVALID_PARAMS, f"prompt {name}: {exc}") from None
+            except TemplateError as exc:
+                raise JsonRpcError(INTERNAL_ERROR, f"prompt {name} could not be rendered: {exc}") from None
+            if cache_key is not None:
+                self.render_cache.put(cache_key, result)
+        if arguments:
+            self._remember_all(ctx, ("ref/prompt", name), arguments, renderer.declared)
         if self.usage is not None:  # a use: rendered (not refused, not asked for input)
             self.usage.count("prompt", entry.name, entry.version, ctx.client.token_id, ctx.client.user, "get")
         return result
@@ -465,9 +494,7 @@ class McpServer:
         if entry.renderer.uri_template is not None:
             ref = ("ref/resource", entry.renderer.uri_template.template)
             variables = entry.renderer.uri_template.variables
-            for key, value in (entry.renderer.match(uri) or {}).items():
-                if key in variables:
-                    self._remember(ctx, ref, key, value)
+            self._remember_all(ctx, ref, entry.renderer.match(uri) or {}, variables)
         if self.usage is not None:  # a use: read (not missing, not failed)
             self.usage.count("resource", entry.name, entry.version, ctx.client.token_id, ctx.client.user, "read")
         return {"contents": contents}
@@ -572,11 +599,13 @@ class McpServer:
         self.usage.count("tool", tool.name, tool.version, client.token_id, client.user, "call")
 
     # ------------------------------------------------------------------ completion
-    def _remember(self, ctx: RequestContext, ref: tuple[str, str], argument: str, value: str) -> None:
+    def _remember_all(
+        self, ctx: RequestContext, ref: tuple[str, str], values: dict[str, Any], declared: Container[str]
+    ) -> None:
         """Completion history is per token, user or session: an anonymous stateless caller has none
         of them (each of its requests is a stranger), so it keeps none."""
-        if not ctx.modern or ctx.client.token_id is not None or ctx.client.user is not None:
-            self.completions.remember(ctx.client, ref, argument, value)
+        if values and (not ctx.modern or ctx.client.token_id is not None or ctx.client.user is not None):
+            self.completions.remember_all(ctx.client, ref, values, declared)
 
     def _recall(self, ctx: RequestContext, ref: tuple[str, str], argument: str) -> list[str]:
         if ctx.modern and ctx.client.token_id is None and ctx.client.user is None:

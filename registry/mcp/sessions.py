@@ -188,6 +188,15 @@ class SessionStore:
         return expired
 
     # -- reads --------------------------------------------------------------------------
+    def peek(self, session_id: str) -> Session | None:
+        """The session from this process's cache, if it is there and was active lately (no await:
+        nearly every request); None: ask ``get``."""
+        cached = self._cache.get(session_id)
+        if cached is not None and time.monotonic() - cached.last_active <= self.idle_timeout_s:
+            self._cache.move_to_end(session_id)
+            return cached
+        return None
+
     async def get(self, session_id: str) -> Session | None:
         cached = self._cache.get(session_id)
         if cached is not None:

@@ -159,7 +159,7 @@ class ServedEntry:
     """One entry as a label serves it: the stored definition as JSON text, and its list item.
     Immutable once built (a change replaces the object), so labels serving the same version share it."""
 
-    __slots__ = ("_lazy", "listing", "name", "source", "team", "version")
+    __slots__ = ("_encoded", "_lazy", "listing", "name", "source", "team", "version")
     kind: ClassVar[str] = ""
 
     def __init__(
@@ -172,6 +172,16 @@ class ServedEntry:
         self._lazy = lazy
         #: Who sees it over MCP: that team's members and admins; None: everyone (a global entry).
         self.team = team
+        self._encoded: orjson.Fragment | None = None
+
+    @property
+    def encoded_listing(self) -> orjson.Fragment:
+        """The list item as JSON, encoded on first use and then spliced into every list answer
+        as is (a tools/list page is mostly re-encoding the same schemas otherwise)."""
+        encoded = self._encoded
+        if encoded is None:
+            encoded = self._encoded = orjson.Fragment(orjson.dumps(self.listing))
+        return encoded
 
     def same_as(self, version: int, source: str, team: str | None = None) -> bool:
         """Serves the same thing to the same clients (a move to another team is a change too)."""
@@ -403,19 +413,22 @@ class CatalogSnapshot:
         return [self.global_keys[list_name], *chosen]
 
     def page(
-        self, list_name: str, after: str | None, size: int, visible: Visible
-    ) -> tuple[list[dict[str, Any]], str | None]:
+        self, list_name: str, after: str | None, size: int, visible: Visible, *, encoded: bool = False
+    ) -> tuple[list[Any], str | None]:
         """Up to ``size`` list items after the key ``after`` (None: from the start), and the key to
         continue after (None: that was the last page), of the list a client seeing ``visible``
         teams is shown. Keyset, not offset: an entry added or removed before the cursor neither
-        repeats nor skips one after it."""
+        repeats nor skips one after it. ``encoded``: the items as JSON fragments (to answer with)."""
         entries = self.entries(LISTS[list_name])
         sources = self._sources(list_name, visible)
         if len(sources) == 1:
             keys = sources[0]
             start = 0 if after is None else bisect.bisect_right(keys, after)
             chosen = keys[start : start + size]
-            items = [entries[key].listing for key in chosen]
+            if encoded:
+                items: list[Any] = [entries[key].encoded_listing for key in chosen]
+            else:
+                items = [entries[key].listing for key in chosen]
             return items, (chosen[-1] if chosen and start + size < len(keys) else None)
         # Names are unique within a list, so the sources are disjoint: the next ``size`` + 1 of
         # each, merged, say which ``size`` come next and whether any follow.
@@ -425,7 +438,10 @@ class CatalogSnapshot:
             heads.append(keys[start : start + size + 1])
         merged = list(heapq.merge(*heads))
         chosen = merged[:size]
-        items = [entries[key].listing for key in chosen]
+        if encoded:
+            items = [entries[key].encoded_listing for key in chosen]
+        else:
+            items = [entries[key].listing for key in chosen]
         return items, (chosen[-1] if chosen and len(merged) > size else None)
 
     def listed(self, list_name: str, visible: Visible = None) -> list[dict[str, Any]]:

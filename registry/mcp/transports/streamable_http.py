@@ -65,8 +65,6 @@ log = logging.getLogger("registry.mcp")
 
 SESSION_HEADER = "mcp-session-id"
 VERSION_HEADER = "mcp-protocol-version"
-#: Methods that may wait on the network, so notifications/cancelled must be able to stop them.
-CANCELLABLE = frozenset({"tools/call", "resources/read"})
 
 
 def _accepts(headers: dict[str, str]) -> tuple[bool, bool]:
@@ -135,8 +133,10 @@ class StreamableHttpTransport:
         session_id = headers.get(SESSION_HEADER)
         if not session_id:
             raise HttpError(400, INVALID_REQUEST, "Bad Request: Mcp-Session-Id header is required")
-        with database_errors_as_503(log, "MCP session lookup answers 503"):
-            session = await self.sessions.get(session_id)
+        session = self.sessions.peek(session_id)
+        if session is None:
+            with database_errors_as_503(log, "MCP session lookup answers 503"):
+                session = await self.sessions.get(session_id)
         # A session belongs to the token that opened it; anyone else is told it does not exist.
         if session is None or (session.token_id, session.user, session.principal) != (
             principal.token_id,
@@ -251,8 +251,7 @@ class StreamableHttpTransport:
 
     async def _run(self, request: Message, session: Session, related: Any, ask: Ask | None = None) -> dict[str, Any]:
         ctx = RequestContext(client=session, send=related, session_id=session.id, ask=ask)
-        if request.method not in CANCELLABLE:
-            # Quick methods answer straight from the snapshot; a task per request would cost more than them.
+        if not self.server.may_wait(request.method, request.params, session):
             return await self.server.handle_request(request, ctx)
         task = asyncio.create_task(self.server.handle_request(request, ctx))
         assert request.id is not None
@@ -370,7 +369,7 @@ class StreamableHttpTransport:
             await stream_out.message(notification)
 
         ctx = RequestContext(client=client, send=related, modern=True)
-        if message.method in CANCELLABLE:
+        if self.server.may_wait(message.method, message.params, client):
             answer = await _until_disconnect(self.server.handle_request(message, ctx), receive)
             if answer is None:
                 return  # the client closed the request: that is its cancellation
