@@ -540,7 +540,9 @@ def profile_method(args: argparse.Namespace, server: Server, out_dir: Path, stam
         "-o",
         str(raw),
         "--nonblocking",
-        "--gil",  # only the thread holding the GIL: the event loop's work, not idle pool threads
+        # Default: only the thread holding the GIL (the event loop's work, not idle pool threads);
+        # --profile-threads: every thread's active samples, split by thread.
+        *(["--threads"] if args.profile_threads else ["--gil"]),
     ]
     spy = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     time.sleep(1.0)
@@ -641,6 +643,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--profile-method", choices=METHODS, default="prompts/get", help="the method --profile drives")
     ap.add_argument("--profile-only", action="store_true", help="skip the comparison, only --profile (first DB)")
     ap.add_argument("--profile-duration", type=int, default=10)
+    ap.add_argument(
+        "--profile-threads", action="store_true", help="profile every thread (split by thread), not only the GIL holder"
+    )
     ap.add_argument("--profile-top", type=int, default=25)
     ap.add_argument("--keep", action="store_true", help="keep the temporary data dirs and the PostgreSQL schema")
     ap.add_argument("--echo-server", type=int, metavar="PORT", help=argparse.SUPPRESS)

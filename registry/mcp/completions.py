@@ -53,47 +53,55 @@ def caller_of(client: ClientState) -> tuple[str, str]:
     return who, client.label
 
 
-class _CallerHistory:
-    """One caller's values, most recent last per argument, with a byte count of what it holds."""
+def _key_cost(key: _Key) -> int:
+    return _KEY_OVERHEAD + sys.getsizeof(key[0]) + sys.getsizeof(key[1]) + sys.getsizeof(key[2])
 
-    __slots__ = ("keys", "last", "size", "values")
+
+class _CallerHistory:
+    """One caller's values, most recent last per argument, with a byte count of what it holds.
+
+    An agent cycling through more prompts than its bytes hold evicts and re-adds on most
+    requests, so this is on the ``prompts/get`` path: one ordered dict (arguments in order of
+    last use) of dicts (values in order of use, each with its cost)."""
+
+    __slots__ = ("last", "size", "values")
 
     def __init__(self) -> None:
-        self.values: dict[_Key, OrderedDict[str, int]] = {}
-        #: Arguments in order of last use: the byte bound evicts from the least recently used.
-        self.keys: OrderedDict[_Key, None] = OrderedDict()
+        #: Arguments in order of last use (the byte bound evicts from the least recently used),
+        #: each with its values in order of use (plain dicts keep insertion order, and cost less
+        #: to make than ordered ones) and what each costs.
+        self.values: OrderedDict[_Key, dict[str, int]] = OrderedDict()
         self.size = 0
         #: The last (ref, values) remembered: the same again changes nothing (every value is
         #: already the most recent of its argument, in the same order), so it is not redone.
         self.last: tuple[Ref, tuple[tuple[str, Any], ...]] | None = None
 
-    def add(self, key: _Key, value: str, per_key: int, max_bytes: int) -> None:
-        values = self.values.get(key)
+    def add(self, key: _Key, value: str, cost: int, per_key: int, max_bytes: int) -> None:
+        """``cost``: what ``value`` counts against ``max_bytes`` (the caller worked it out)."""
+        history = self.values
+        values = history.get(key)
         if values is None:
-            values = self.values[key] = OrderedDict()
-            self.size += _KEY_OVERHEAD + sum(sys.getsizeof(part) for part in key)
-        self.keys[key] = None
-        self.keys.move_to_end(key)
-        if value in values:
-            values.move_to_end(value)
-            return
-        cost = _VALUE_OVERHEAD + sys.getsizeof(value)
+            values = history[key] = {}
+            self.size += _key_cost(key)
+        else:
+            history.move_to_end(key)
+            if value in values:
+                values[value] = values.pop(value)  # most recent last
+                return
         values[value] = cost
         self.size += cost
-        while len(values) > per_key:
-            self.size -= values.popitem(last=False)[1]
-        while self.size > max_bytes and self.keys:
+        if len(values) > per_key:
+            self.size -= values.pop(next(iter(values)))
+        while self.size > max_bytes and history:
             self._evict_oldest()
 
     def _evict_oldest(self) -> None:
-        key = next(iter(self.keys))
-        values = self.values[key]
+        key, values = next(iter(self.values.items()))
         if values:
-            self.size -= values.popitem(last=False)[1]
+            self.size -= values.pop(next(iter(values)))
         if not values:
             del self.values[key]
-            del self.keys[key]
-            self.size -= _KEY_OVERHEAD + sum(sys.getsizeof(part) for part in key)
+            self.size -= _key_cost(key)
 
     def recall(self, key: _Key) -> list[str]:
         return list(reversed(self.values.get(key, {})))
@@ -128,17 +136,23 @@ class CompletionHistory:
                 self._callers.popitem(last=False)
         else:
             self._callers.move_to_end(caller)
-        memo = (ref, tuple(values.items()))
-        if history.last == memo:  # an agent repeating its request: nothing to reorder
+        items = tuple(values.items())
+        if history.last is not None and history.last == (ref, items):  # a repeat: nothing to reorder
             return
-        # Kept only when small: it is held per caller, beside the values the bounds count.
-        small = len(memo[1]) <= _MEMO_ITEMS and all(type(v) is str and len(v) <= _MEMO_CHARS for _, v in memo[1])
-        history.last = memo if small else None
-        for argument, value in memo[1]:
-            if declared is not None and argument not in declared:
+        small = len(items) <= _MEMO_ITEMS  # the memo is held per caller, beside what the bounds count
+        kind, name = ref
+        for argument, value in items:
+            if type(value) is not str:
+                small = False
                 continue
-            if type(value) is str and value and _VALUE_OVERHEAD + sys.getsizeof(value) <= self.max_value_bytes:
-                history.add((*ref, argument), value, self.per_key, self.max_bytes)
+            if len(value) > _MEMO_CHARS:
+                small = False
+            if not value or (declared is not None and argument not in declared):
+                continue
+            cost = _VALUE_OVERHEAD + sys.getsizeof(value)
+            if cost <= self.max_value_bytes:
+                history.add((kind, name, argument), value, cost, self.per_key, self.max_bytes)
+        history.last = (ref, items) if small else None
 
     def recall(self, client: ClientState, ref: Ref, argument: str) -> list[str]:
         """This caller's earlier values for the argument, most recent first."""

@@ -97,11 +97,15 @@ class Materialized:
 
     def get(self, kind: str, name: str, source: str, build: Callable[[str], T]) -> T:
         key = (kind, source)
-        with self._lock:
-            found = self._items.get(key)
-            if found is not None:
+        # A hit takes no lock (every request has one): each OrderedDict call is atomic under the
+        # GIL, and a key another thread evicts meanwhile just is not moved.
+        found = self._items.get(key)
+        if found is not None:
+            try:  # noqa: SIM105 - contextlib.suppress costs more than the lookup it guards
                 self._items.move_to_end(key)
-                return found
+            except KeyError:
+                pass
+            return found
         try:
             value = build(source)
         except Exception as exc:
