@@ -214,6 +214,7 @@ def registry_target(
         log_path=workdir / f"{name}.log",
         bare=True,
         name=name,
+        cwd=code,  # ``python -m`` puts the working directory first on sys.path
     )
     counter = sqlite_rows(data_dir / "registry.db") if database_url is None else None
     return server, counter
@@ -279,7 +280,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 env = {**os.environ, "PYTHONPATH": str(code)} if code is not None else None
                 up = subprocess.run(
                     [sys.executable, "-m", "registry", "db", "upgrade", "--database-url", url],
-                    cwd=REPO,
+                    cwd=code or REPO,
                     env=env,
                     capture_output=True,
                     text=True,
