@@ -160,6 +160,7 @@ class McpRuntime:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self.sessions.start()
         self.hub.start()
         self.listen.start()
         await self.feed.start()

@@ -41,7 +41,14 @@ from typing import Any
 
 from sqlalchemy import delete, insert, select, text, update
 
-from registry.db.engine import Database, DatabaseUnavailable, deadline, is_unavailable, warn_unavailable
+from registry.db.engine import (
+    Database,
+    DatabaseUnavailable,
+    deadline,
+    describe,
+    is_unavailable,
+    warn_unavailable,
+)
 from registry.db.models import McpSession
 from registry.mcp.protocol import RequestId
 
@@ -215,8 +222,16 @@ class SessionStore:
         return True
 
     # -- the flusher ------------------------------------------------------------------------
+    def start(self) -> None:
+        """Accept sessions again after ``stop`` (a runtime started anew); the flusher starts
+        with the first row."""
+        self._stopping = False
+
     def _ensure_started(self) -> None:
-        if self._task is None and not self._stopping:
+        task = self._task
+        if task is not None and (task.done() or task.get_loop() is not asyncio.get_running_loop()):
+            task = self._task = None  # its loop ended (a test's, or a restarted runtime's)
+        if task is None and not self._stopping:
             self._wake = asyncio.Event()
             self._written = asyncio.Event()
             self._task = asyncio.get_running_loop().create_task(self._run(), name="session-flusher")
@@ -245,49 +260,77 @@ class SessionStore:
         their waiters. On failure the rows stay pending (retried) and the waiters get the error."""
         if self._writing or not self._pending:
             return True
-        items = list(self._pending.items())[: self.BATCH_ROWS]
-        batch = dict(items)
+        batch = dict(list(self._pending.items())[: self.BATCH_ROWS])
         for session_id in batch:
             del self._pending[session_id]
-        waiters = [self._waiters.pop(i) for i in batch if i in self._waiters]
+        waiters = {i: self._waiters.pop(i) for i in batch if i in self._waiters}
         self._writing = batch
         # The session objects as they are now: state changed since creation goes in the row.
         rows = [_row(session, transport) for session, transport in batch.values()]
         self._writing_since = time.monotonic()
-        written = self._written
+        failed: dict[str, Exception] = {}
+        unavailable: Exception | None = None
         try:
-            await asyncio.to_thread(self._write_rows, rows)
-        except asyncio.CancelledError:
-            self._pending.update(batch)
-            for waiter in waiters:
-                waiter.cancel()
-            raise
+            try:
+                await asyncio.to_thread(self._write_rows, rows)
+            except asyncio.CancelledError:
+                self._pending.update(batch)
+                for waiter in waiters.values():
+                    waiter.cancel()
+                raise
+            except Exception as exc:
+                if is_unavailable(exc) or len(rows) == 1:
+                    raise
+                # Not the database being away but a row it refuses: write them one at a time, so
+                # a bad row fails its own session only (as a single insert did), not every batch.
+                failed = await asyncio.to_thread(self._write_each, rows)
         except Exception as exc:
-            self.failures += 1
-            self._healthy = False
-            # Kept for the next write (the waiters' own rows are dropped by their callers).
-            self._pending = {**self._writing, **self._pending}
-            for waiter in waiters:
-                if not waiter.done():
-                    waiter.set_exception(exc)
             if is_unavailable(exc):
-                warn_unavailable(log, f"{len(self._pending)} new MCP sessions are kept until it is back", exc)
+                unavailable = exc
             else:
-                log.exception("could not store %d new MCP sessions; retrying", len(batch))
-            return False
+                failed = dict.fromkeys(batch, exc)
         finally:
             self._writing = {}
             self._writing_since = None
+            written = self._written
             if written is not None:
                 written.set()
                 self._written = asyncio.Event()
+        if unavailable is not None:
+            self.failures += 1
+            self._healthy = False
+            # Kept for the next write (the waiters' own rows are dropped by their callers).
+            self._pending = {**batch, **self._pending}
+            for waiter in waiters.values():
+                if not waiter.done():
+                    waiter.set_exception(unavailable)
+            warn_unavailable(log, f"{len(self._pending)} new MCP sessions are kept until it is back", unavailable)
+            return False
+        for session_id, refused in failed.items():
+            log.error("could not store MCP session %s…: %s", session_id[:8], describe(refused))
         self._healthy = True
         self.batches += 1
-        self.written += len(rows)
-        for waiter in waiters:
-            if not waiter.done():
+        self.written += len(rows) - len(failed)
+        for session_id, waiter in waiters.items():
+            if waiter.done():
+                continue
+            if session_id in failed:
+                waiter.set_exception(failed[session_id])
+            else:
                 waiter.set_result(None)
         return True
+
+    def _write_each(self, rows: list[dict[str, Any]]) -> dict[str, Exception]:
+        """Each row in a transaction of its own; returns the refused ones' errors by id."""
+        failed: dict[str, Exception] = {}
+        for row in rows:
+            try:
+                self._write_rows([row])
+            except Exception as exc:
+                if is_unavailable(exc):
+                    raise
+                failed[row["id"]] = exc
+        return failed
 
     def _write_rows(self, rows: list[dict[str, Any]]) -> None:
         """One transaction, one multi-row INSERT (SQLAlchemy Core executemany: no ORM objects)."""

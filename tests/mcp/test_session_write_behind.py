@@ -10,7 +10,8 @@ it exercises that path (it makes bursts until it sees some). Then:
 - a SIGTERM restart right after the burst keeps every session of it, with the state (log level,
   subscriptions) set before its row was written;
 - ending a session whose row is not written yet works, and it stays ended after a restart;
-- a lone session is stored before it is acknowledged (no row pending after its initialize).
+- a lone session is stored before it is acknowledged (no row pending after its initialize);
+- a row the database refuses fails alone, not its whole batch (in process, on a real database).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from registry.mcp.sessions import SessionStore
+from registry.db.models import McpSession
+from registry.mcp.sessions import STREAMABLE_HTTP, Session, SessionStore
 from tests.conftest import replica_pair, require_postgres
 from tests.interop.mcp_wire import StreamableHttpClient
 from tests.serve_process import ServerProcess
@@ -177,3 +179,35 @@ def test_a_burst_session_is_usable_at_once_on_another_replica(tmp_path: Path, po
         # Random ids of the right shape are still told 404 (after one bounded wait).
         unknown = _client(b, secrets.token_urlsafe(32)).post({"jsonrpc": "2.0", "id": 1, "method": "ping"})
         assert unknown.status_code == 404
+
+
+class _BurstStore(SessionStore):
+    BUSY_RATE = 1  # every session after the first successful write is written behind
+
+
+async def test_a_row_the_database_refuses_fails_alone_not_the_batch(registry: Any) -> None:
+    """A batch with a row the database refuses (here: an id already stored) is written row by
+    row: the others are stored, the flusher goes on, and the refused one is logged."""
+    store = _BurstStore(registry.db, flush_s=5.0)  # long: the test flushes by hand
+    try:
+        first = await store.create(Session(label="production", principal="anonymous"))  # waits: stored
+        taken = Session(label="production", principal="anonymous", id=first.id)  # the same id again
+        burst = [Session(label="production", principal="anonymous") for _ in range(3)]
+        for session in burst:
+            await store.create(session)  # written behind
+        await store._insert(taken, STREAMABLE_HTTP)
+        assert store.pending == 4
+        assert await store.flush()
+        assert store.pending == 0
+        for session in burst:
+            assert _stored(registry, session.id)
+        later = await store.create(Session(label="production", principal="anonymous"))
+        assert store.pending == 1
+        assert await store.flush() and _stored(registry, later.id)
+    finally:
+        await store.stop()
+
+
+def _stored(registry: Any, session_id: str) -> bool:
+    with registry.db.session() as db_session:
+        return db_session.get(McpSession, session_id) is not None
