@@ -101,6 +101,8 @@ class Settings:
     usage_enabled: bool = True
     #: How often counted uses are added to the database.
     usage_flush_s: float = 10.0
+    #: How often new MCP sessions made during a burst are written (their rows, batched).
+    session_flush_s: float = 0.2
     #: ``serve``: processes serving the one port (each a full replica; 1: a single process, no supervisor).
     workers: int = 1
 
@@ -145,6 +147,7 @@ class Settings:
             public_url=(os.environ.get("REGISTRY_PUBLIC_URL") or "").rstrip("/") or None,
             usage_enabled=_env_bool("REGISTRY_USAGE", True) is not False,
             usage_flush_s=float(os.environ.get("REGISTRY_USAGE_FLUSH_S", "10")),
+            session_flush_s=min(0.5, max(0.01, float(os.environ.get("REGISTRY_SESSION_FLUSH_S", "0.2")))),
             workers=int(os.environ.get("REGISTRY_WORKERS", "1") or "1"),
         )
 

@@ -110,6 +110,10 @@ class Limits:
     #: database, also while it cannot be reached; uses that would need a further one are not
     #: counted (logged, and ``registry_usage_dropped_total`` on /metrics) until a flush succeeds.
     usage_pending_keys: int = 100_000
+    #: New sessions (initialize) of one process waiting for their rows to be written while a batch
+    #: is being written; beyond it, initialize answers 503 with Retry-After (the database is slow
+    #: or down: nothing is acknowledged that is not stored).
+    session_pending_writes: int = 10_000
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Limits:

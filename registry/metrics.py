@@ -31,6 +31,11 @@ class RegistryMetrics:
             "Server-to-client streams (GET, legacy SSE) open on this replica",
             registry=self.registry,
         )
+        self.session_rows_pending = Gauge(
+            "mcp_session_rows_pending",
+            "New MCP sessions of this replica whose rows are not written yet (written in batches)",
+            registry=self.registry,
+        )
         self.notifications_sent = Counter(
             "mcp_notifications_sent", "Change notifications queued to client streams", registry=self.registry
         )
@@ -57,9 +62,13 @@ class RegistryMetrics:
         self._exposed = CollectorRegistry(auto_describe=False)
         self._exposed.register(_Labelled(self.registry, "worker", str(index)))
 
-    def bind_gauges(self, sessions: Callable[[], int], streams: Callable[[], int]) -> None:
+    def bind_gauges(
+        self, sessions: Callable[[], int], streams: Callable[[], int], pending: Callable[[], int] | None = None
+    ) -> None:
         self.sessions_open.set_function(lambda: float(sessions()))
         self.streams_open.set_function(lambda: float(streams()))
+        if pending is not None:
+            self.session_rows_pending.set_function(lambda: float(pending()))
 
     def observe_request(self, method: str, seconds: float) -> None:
         self.request_latency.observe(method, seconds)

@@ -49,7 +49,12 @@ class McpRuntime:
             )
             self.usage.bind_metrics(self.metrics.registry)
         self.server.usage = self.usage
-        self.sessions = SessionStore(registry.db, idle_timeout_s=settings.session_idle_timeout_s)
+        self.sessions = SessionStore(
+            registry.db,
+            idle_timeout_s=settings.session_idle_timeout_s,
+            flush_s=settings.session_flush_s,
+            max_pending=settings.limits.session_pending_writes,
+        )
         self.hub = StreamHub(
             keepalive_s=min(StreamHub.KEEPALIVE_S, settings.session_idle_timeout_s / 4),
             stall_s=settings.limits.stream_stall_seconds,
@@ -65,7 +70,9 @@ class McpRuntime:
         registry.tokens.on_revoke(self._token_revoked_here)
         registry.catalog.on_change(lambda _change_id: self.feed.poke())
         self.server.on_state_change = self._save_state
-        self.metrics.bind_gauges(lambda: len(self.sessions.cached()), lambda: self.hub.open_streams)
+        self.metrics.bind_gauges(
+            lambda: len(self.sessions.cached()), lambda: self.hub.open_streams, lambda: self.sessions.pending
+        )
         self._tasks: list[asyncio.Task[None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -153,6 +160,7 @@ class McpRuntime:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self.sessions.start()
         self.hub.start()
         self.listen.start()
         await self.feed.start()
@@ -196,6 +204,7 @@ class McpRuntime:
     async def stop(self) -> None:
         if self.usage is not None:
             await self.usage.stop()  # first: the counts are written even if a later step hangs
+        await self.sessions.stop()  # sessions written behind: a restart loses none
         await self.listen.stop()
         await self.hub.stop()
         for task in self._tasks:

@@ -1,0 +1,213 @@
+"""Sessions written behind in batches (issue 12): cheap to make in numbers, and still durable.
+
+Real ``mcp-registry serve`` processes (tests/serve_process.py) on SQLite and PostgreSQL. A burst
+of sessions (more than ``SessionStore.BUSY_RATE`` a second) is acknowledged before its rows are
+written; ``mcp_session_rows_pending`` on /metrics shows rows waiting, which is how each test knows
+it exercises that path (it makes bursts until it sees some). Then:
+
+- a session of the burst is usable at once on another replica (PostgreSQL, two processes): the
+  other replica re-reads an id it does not find yet after the flush interval;
+- a SIGTERM restart right after the burst keeps every session of it, with the state (log level,
+  subscriptions) set before its row was written;
+- ending a session whose row is not written yet works, and it stays ended after a restart;
+- a lone session is stored before it is acknowledged (no row pending after its initialize);
+- a row the database refuses fails alone, not its whole batch (in process, on a real database).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import create_engine, text
+
+from registry.db.models import McpSession
+from registry.mcp.sessions import STREAMABLE_HTTP, Session, SessionStore
+from tests.conftest import replica_pair, require_postgres
+from tests.interop.mcp_wire import StreamableHttpClient
+from tests.serve_process import ServerProcess
+
+PROTOCOL = "2025-11-25"
+#: The longest flush interval (REGISTRY_SESSION_FLUSH_S is capped there): rows wait longest.
+FLUSH_ENV = {"REGISTRY_SESSION_FLUSH_S": "0.5"}
+RESOURCE_URI = "registry://prompts"  # any URI: subscriptions are stored as given
+
+
+def _client(server: ServerProcess, session_id: str | None = None) -> StreamableHttpClient:
+    client = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=15))
+    if session_id is not None:
+        client.session_id = session_id
+        client.protocol_version = PROTOCOL
+    return client
+
+
+def _pending_rows(server: ServerProcess) -> float:
+    with server.admin() as admin:
+        body = admin.get("/metrics").text
+    for line in body.splitlines():
+        if line.startswith("mcp_session_rows_pending "):
+            return float(line.split()[1])
+    raise AssertionError("mcp_session_rows_pending is not on /metrics")
+
+
+def _burst(server: ServerProcess, http: httpx.Client, n: int) -> list[str]:
+    """``n`` sessions (initialize + initialized) back to back on one connection."""
+    ids = []
+    for _ in range(n):
+        client = StreamableHttpClient(http)
+        client.initialize(PROTOCOL)
+        assert client.session_id
+        ids.append(client.session_id)
+    return ids
+
+
+def _written_behind_burst(server: ServerProcess, after: Any = None, attempts: int = 5) -> tuple[list[str], Any]:
+    """A burst with rows still pending right after it (retried a few times: a flush may fall in
+    between), then ``after(ids)`` at once. Returns the ids and what ``after`` returned."""
+    n = SessionStore.BUSY_RATE * 2
+    with httpx.Client(base_url=server.url, timeout=15) as http:
+        for _ in range(attempts):
+            ids = _burst(server, http, n)
+            if _pending_rows(server) > 0:
+                return ids, after(ids) if after is not None else None
+            time.sleep(0.6)  # written meanwhile: another burst
+    pytest.fail(f"no burst of {n} sessions was written behind in {attempts} attempts")
+
+
+def _row(database_url: str, session_id: str) -> dict[str, Any] | None:
+    if database_url.startswith("sqlite"):
+        with closing(sqlite3.connect(database_url.removeprefix("sqlite:///"))) as conn:
+            conn.row_factory = sqlite3.Row
+            found = conn.execute("SELECT * FROM mcp_sessions WHERE id = ?", (session_id,)).fetchone()
+            return dict(found) if found is not None else None
+    engine = create_engine(database_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    try:
+        with engine.connect() as conn:
+            found = conn.execute(text("SELECT * FROM mcp_sessions WHERE id = :id"), {"id": session_id}).mappings()
+            first = found.first()
+            return dict(first) if first is not None else None
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def server(tmp_path: Path, database_url: str) -> Iterator[ServerProcess]:
+    process = ServerProcess(tmp_path / "data", database_url=database_url, env=FLUSH_ENV, args=["--seed", "demo"])
+    try:
+        process.start()
+        yield process
+    finally:
+        process.stop()
+
+
+def test_a_lone_session_is_stored_before_it_is_acknowledged(server: ServerProcess, database_url: str) -> None:
+    client = _client(server)
+    client.initialize(PROTOCOL)
+    assert client.session_id
+    assert _row(database_url, client.session_id) is not None
+    assert _pending_rows(server) == 0
+
+
+def test_a_burst_survives_a_sigterm_restart_with_its_state(server: ServerProcess, database_url: str) -> None:
+    def set_state(ids: list[str]) -> str:
+        last = _client(server, ids[-1])
+        assert "result" in last.request("logging/setLevel", {"level": "error"})
+        assert "result" in last.request("resources/subscribe", {"uri": RESOURCE_URI})
+        return ids[-1]
+
+    ids, last = _written_behind_burst(server, set_state)
+    server.stop()  # SIGTERM right away: the pending rows are written on the way out
+    for session_id in ids:
+        assert _row(database_url, session_id) is not None, f"session {session_id} was lost by the restart"
+    row = _row(database_url, last)
+    assert row is not None
+    assert row["log_level"] == "error"
+    subscriptions = row["subscriptions"]
+    assert RESOURCE_URI in (subscriptions if isinstance(subscriptions, list) else json.loads(subscriptions))
+    server.start()
+    for session_id in (ids[0], ids[-1]):
+        answer = _client(server, session_id).request("prompts/get", {"name": "summarize", "arguments": {"text": "x"}})
+        assert "result" in answer, answer
+
+
+def test_ending_a_session_not_written_yet(server: ServerProcess, database_url: str) -> None:
+    def end_last(ids: list[str]) -> int:
+        with httpx.Client(base_url=server.url, timeout=15) as http:
+            headers = {"Mcp-Session-Id": ids[-1], "MCP-Protocol-Version": PROTOCOL}
+            return http.delete("/mcp", headers=headers).status_code
+
+    ids, status = _written_behind_burst(server, end_last)
+    assert status == 204
+    gone = _client(server, ids[-1]).post({"jsonrpc": "2.0", "id": 1, "method": "ping"})
+    assert gone.status_code == 404, gone.text
+    server.stop()
+    row = _row(database_url, ids[-1])
+    assert row is None or row["ended_at"] is not None, row
+    assert _row(database_url, ids[-2]) is not None
+    server.start()
+    gone = _client(server, ids[-1]).post({"jsonrpc": "2.0", "id": 1, "method": "ping"})
+    assert gone.status_code == 404, gone.text
+
+
+def test_a_burst_session_is_usable_at_once_on_another_replica(tmp_path: Path, postgres_server_url: str | None) -> None:
+    server_url = require_postgres(postgres_server_url)
+    admin = "wb-admin-" + secrets.token_hex(6)
+
+    class Replica(ServerProcess):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **{**kwargs, "env": {**(kwargs.get("env") or {}), **FLUSH_ENV}})
+
+    with replica_pair(server_url, tmp_path, admin_token=admin, make=Replica) as (a, b):
+
+        def use_on_b(ids: list[str]) -> list[int]:
+            # At once, while A may still hold these rows: B waits for them rather than say 404.
+            return [
+                _client(b, session_id).post({"jsonrpc": "2.0", "id": 1, "method": "ping"}).status_code
+                for session_id in ids[-3:]
+            ]
+
+        _, statuses = _written_behind_burst(a, use_on_b)
+        assert statuses == [200, 200, 200], statuses
+        # Random ids of the right shape are still told 404 (after one bounded wait).
+        unknown = _client(b, secrets.token_urlsafe(32)).post({"jsonrpc": "2.0", "id": 1, "method": "ping"})
+        assert unknown.status_code == 404
+
+
+class _BurstStore(SessionStore):
+    BUSY_RATE = 1  # every session after the first successful write is written behind
+
+
+async def test_a_row_the_database_refuses_fails_alone_not_the_batch(registry: Any) -> None:
+    """A batch with a row the database refuses (here: an id already stored) is written row by
+    row: the others are stored, the flusher goes on, and the refused one is logged."""
+    store = _BurstStore(registry.db, flush_s=5.0)  # long: the test flushes by hand
+    try:
+        first = await store.create(Session(label="production", principal="anonymous"))  # waits: stored
+        taken = Session(label="production", principal="anonymous", id=first.id)  # the same id again
+        burst = [Session(label="production", principal="anonymous") for _ in range(3)]
+        for session in burst:
+            await store.create(session)  # written behind
+        await store._insert(taken, STREAMABLE_HTTP)
+        assert store.pending == 4
+        assert await store.flush()
+        assert store.pending == 0
+        for session in burst:
+            assert _stored(registry, session.id)
+        later = await store.create(Session(label="production", principal="anonymous"))
+        assert store.pending == 1
+        assert await store.flush() and _stored(registry, later.id)
+    finally:
+        await store.stop()
+
+
+def _stored(registry: Any, session_id: str) -> bool:
+    with registry.db.session() as db_session:
+        return db_session.get(McpSession, session_id) is not None
