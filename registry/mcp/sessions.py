@@ -99,6 +99,11 @@ STREAMABLE_HTTP = "streamable-http"
 LEGACY_SSE = "sse"
 
 
+class SessionBacklogFull(DatabaseUnavailable):
+    """Too many new sessions are waiting for their rows (a DatabaseUnavailable: the database is
+    not keeping up), refused with a message naming the limit rather than the generic one."""
+
+
 def new_session_id() -> str:
     """256 random bits, URL-safe: visible ASCII as the transport spec requires."""
     return secrets.token_urlsafe(32)
@@ -177,9 +182,9 @@ class SessionStore:
         """Queue the session's row; wait until it is committed unless a burst is being written
         behind (see the module). Raises DatabaseUnavailable when it cannot be stored."""
         if len(self._pending) + len(self._writing) >= self.max_pending:
-            raise DatabaseUnavailable(
+            raise SessionBacklogFull(
                 f"{len(self._pending) + len(self._writing)} new sessions are waiting to be stored "
-                "(limit REGISTRY_LIMIT_SESSION_PENDING_WRITES); retry shortly"
+                f"(limit REGISTRY_LIMIT_SESSION_PENDING_WRITES = {self.max_pending}); retry shortly"
             )
         if self._stopping:  # shutting down: no flusher any more, write it here
             await asyncio.to_thread(self._write_rows, [_row(session, transport)])

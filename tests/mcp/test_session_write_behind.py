@@ -30,7 +30,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from registry.db.models import McpSession
-from registry.mcp.sessions import STREAMABLE_HTTP, Session, SessionStore
+from registry.mcp.sessions import STREAMABLE_HTTP, Session, SessionBacklogFull, SessionStore
 from tests.conftest import replica_pair, require_postgres
 from tests.interop.mcp_wire import StreamableHttpClient
 from tests.serve_process import ServerProcess
@@ -211,3 +211,23 @@ async def test_a_row_the_database_refuses_fails_alone_not_the_batch(registry: An
 def _stored(registry: Any, session_id: str) -> bool:
     with registry.db.session() as db_session:
         return db_session.get(McpSession, session_id) is not None
+
+
+async def test_a_full_backlog_refuses_new_sessions_naming_the_limit(registry: Any) -> None:
+    """Rows waiting to be written are bounded (REGISTRY_LIMIT_SESSION_PENDING_WRITES): one more
+    session is refused with that name, and is not kept for later."""
+    store = _BurstStore(registry.db, flush_s=5.0, max_pending=3)  # long: nothing is flushed meanwhile
+    try:
+        await store.create(Session(label="production", principal="anonymous"))  # waits: stored
+        for _ in range(3):
+            await store.create(Session(label="production", principal="anonymous"))  # written behind
+        assert store.pending == 3
+        refused = Session(label="production", principal="anonymous")
+        with pytest.raises(SessionBacklogFull, match="REGISTRY_LIMIT_SESSION_PENDING_WRITES = 3"):
+            await store.create(refused)
+        assert store.pending == 3
+        assert await store.flush() and store.pending == 0
+        assert refused.id and not _stored(registry, refused.id) and store.peek(refused.id) is None
+        await store.create(Session(label="production", principal="anonymous"))  # room again
+    finally:
+        await store.stop()

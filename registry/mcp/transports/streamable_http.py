@@ -54,7 +54,7 @@ from registry.mcp.protocol import (
     parse_message,
 )
 from registry.mcp.server import Ask, McpServer, RequestContext
-from registry.mcp.sessions import STREAMABLE_HTTP, ClientState, Session, SessionStore
+from registry.mcp.sessions import STREAMABLE_HTTP, ClientState, Session, SessionBacklogFull, SessionStore
 from registry.mcp.streams import StreamHub
 from registry.tokens import Principal, TokenService
 
@@ -286,8 +286,13 @@ class StreamableHttpTransport:
             return
         session.initialized = False
         try:
-            with database_errors_as_503(log, "MCP initialize answers 503"):
-                await self.sessions.create(session, transport=STREAMABLE_HTTP)
+            try:
+                with database_errors_as_503(log, "MCP initialize answers 503"):
+                    await self.sessions.create(session, transport=STREAMABLE_HTTP)
+            except HttpError as exc:
+                if isinstance(exc.__cause__, SessionBacklogFull):  # say which limit, not just "unavailable"
+                    exc.message = str(exc.__cause__)
+                raise
         except HttpError as exc:  # the session cannot be stored: answer this request's id
             await send_json(
                 send, exc.status, error_message(message.id, JsonRpcError(exc.code, exc.message)), exc.headers
