@@ -793,9 +793,9 @@ async def phase_single_and_peer(
                     f"in {r['window_ms']} ms; load {r['loadavg_1m']:.1f})"
                 )
                 await asyncio.sleep(args.gap)
-        if args.profile and "single" in phases:  # (the GET-stream registry)
-            key, s, group, trigger = next(t for t in targets if t[0] == "single")
-            results["phases"]["single"]["profile"] = await profile_rounds(args, workdir, s, group, trigger)
+        for key, s, group, trigger in targets:
+            if args.profile and key in ("single", "listen"):  # the registry's GET streams, its listens
+                results["phases"][key]["profile"] = await profile_rounds(args, workdir, s, group, trigger, key)
         for key, _s, group, _ in targets:
             results["phases"][key]["summary"] = summarize(results["phases"][key]["rounds"], len(group.watchers))
             results["phases"][key]["lost_streams"] = group.lost
@@ -809,7 +809,7 @@ async def phase_single_and_peer(
 
 
 async def profile_rounds(
-    args: argparse.Namespace, workdir: Path, server: ManagedProcess, group: Group, trigger: Trigger
+    args: argparse.Namespace, workdir: Path, server: ManagedProcess, group: Group, trigger: Trigger, key: str
 ) -> dict[str, Any]:
     """``py-spy record --gil --nonblocking --threads`` of the registry over --rounds more rounds: who holds the
     GIL while the notification fans out. Keeps the folded stacks and summarizes them."""
@@ -821,7 +821,7 @@ async def profile_rounds(
     if spy is None:
         log("py-spy not found (.venv/bin/pip install py-spy): skipping the profile")
         return {"error": "py-spy not found"}
-    folded = REPO / "benchmarks/results" / f"fanout-{time.strftime('%Y%m%d-%H%M%S')}-registry.folded"
+    folded = REPO / "benchmarks/results" / f"fanout-{time.strftime('%Y%m%d-%H%M%S')}-registry-{key}.folded"
     folded.parent.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
         [

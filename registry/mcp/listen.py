@@ -365,7 +365,11 @@ class ListenService:
     def _flush(self) -> None:
         streams, self._to_flush = self._to_flush, []
         for stream in streams:
-            stream.flush()
+            try:
+                stream.flush()
+            except Exception:  # one listener's failure must not leave the others unwritten
+                log.exception("writing to listen stream %r failed", stream.request_id)
+                stream.drop("writing to it failed")
 
     def __len__(self) -> int:
         return self._count

@@ -217,7 +217,11 @@ class StreamHub:
         streams, self._to_flush = self._to_flush, []
         frames: dict[Any, bytes] = {_KEEPALIVE: KEEPALIVE_FRAME}
         for stream in streams:
-            stream.flush(frames)
+            try:
+                stream.flush(frames)
+            except Exception:  # one stream's failure must not leave the others unwritten
+                log.exception("writing to the stream of session %s failed", stream.session_id[:8])
+                stream.drop("writing to it failed")
 
     def start(self) -> None:
         """Start the ticker (keep-alives, stalled writers): one task for all streams, not a timer each."""
