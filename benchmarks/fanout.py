@@ -27,15 +27,23 @@ In one run (each server is a subprocess; this process is the client, on uvloop w
    loaded) and after M more sessions (initialize + initialized, no streams, a few keep-alive
    connections), for a fresh registry (SQLite) and a fresh peer: MiB above idle and KiB/session.
 
-Targets (issue): all N=1,000 within 100 ms p99 on one replica (GET streams and listen streams
-alike); within 300 ms p99 across two replicas on PostgreSQL; 10,000 idle sessions in <= 100 MB
-RSS above an idle server (here MiB, the stricter reading). The peer's figures are the reference the
-issue quotes (150-370 ms; ~38 KiB per session).
+N is ``--streams`` (default 10,000). The SDK peer gets at most 1,000 (``--peer-streams``). The
+streams are opened 500 at a time (``OPEN_BATCH``), each batch ready before the next connects, so the
+server's listen backlog never overflows; this process raises its RLIMIT_NOFILE to the hard limit, and
+when that cannot hold every target's streams at once, single(+peer) and listen run as separate
+sittings.
+
+Targets (issue): N=10,000 within 300 ms p99 on one replica (GET streams and listen streams alike)
+and 2 x 5,000 within 400 ms p99 across two replicas on PostgreSQL; at N <= 1,000 the earlier
+100 ms and 300 ms. 10,000 idle sessions in <= 100 MB RSS above an idle server (here MiB, the
+stricter reading). The peer's figures are the reference the issue quotes (150-370 ms at 1,000;
+~38 KiB per session).
 
 Prints a table with PASS/MISS and writes ``benchmarks/results/fanout-<timestamp>.json``.
 Exit status 0 whatever the figures (non-zero only when it cannot run).
 
-    .venv/bin/python benchmarks/fanout.py                         # everything, 5 rounds
+    .venv/bin/python benchmarks/fanout.py                         # everything at 10,000, 5 rounds
+    .venv/bin/python benchmarks/fanout.py --streams 1000 --phases single,listen,pg
     .venv/bin/python benchmarks/fanout.py --phases single,peer --rounds 9
     .venv/bin/python benchmarks/fanout.py --phases memory --mem-sessions 10000
     .venv/bin/python benchmarks/fanout.py --phases single --profile   # + py-spy record of the registry
@@ -70,7 +78,7 @@ from urllib.parse import quote
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from tests.serve_process import ManagedProcess, ServerProcess, free_port  # noqa: E402
+from tests.serve_process import ManagedProcess, ServerProcess, free_port, mcp_registry_command  # noqa: E402
 
 DEFAULT_PEER_SCRIPT = Path("/work/shared/bench/sdk_peer_server.py")
 DEFAULT_PEER_VENV = Path("/tmp/peer")
@@ -80,11 +88,20 @@ MODERN_VERSION = "2026-07-28"
 EDIT_PROMPT = "summarize"  # in the demo seed
 PROTOCOL_VERSION = "2025-11-25"  # the registry primes GET streams from this version on
 
-TARGET_SINGLE_P99_MS = 100.0
-TARGET_PG_P99_MS = 300.0
+#: p99 targets (ms) by the number of streams: the issue's first targets were for 1,000 streams, its
+#: later ones for 10,000 (one replica) and 2 x 5,000 (two replicas on PostgreSQL). Any N above
+#: 1,000 is held to the 10,000 figures.
+TARGET_SINGLE_P99_MS = {1_000: 100.0, 10_000: 300.0}
+TARGET_PG_P99_MS = {1_000: 300.0, 10_000: 400.0}
 TARGET_MEM_MIB = 100.0
 REF_PEER_MS = "150-370"
 REF_PEER_KIB = 38.0
+
+#: Streams opened (connect + first event) before the next batch starts: the server's listen backlog
+#: (uvicorn's default 2048) never holds more than this many connections it has not accepted yet.
+OPEN_BATCH = 500
+#: The SDK peer keeps at most this many streams (its broadcast loop at 10,000 takes seconds a round).
+PEER_MAX_STREAMS = 1_000
 
 ROUND_TIMEOUT_S = 10.0
 READY_TIMEOUT_S = 120.0
@@ -97,11 +114,19 @@ def log(msg: str) -> None:
 
 
 # --------------------------------------------------------------------------- processes
-def raise_nofile() -> None:
+def target_for(targets: dict[int, float], n: int) -> float:
+    return targets[1_000] if n <= 1_000 else targets[10_000]
+
+
+def raise_nofile() -> tuple[int, int]:
+    """Soft RLIMIT_NOFILE up to the hard limit: this process holds every stream's client socket. The
+    servers it starts inherit the raised limit (``mcp-registry serve`` also raises its own)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = hard if hard != resource.RLIM_INFINITY else 65536
+    want = hard if hard != resource.RLIM_INFINITY else 1 << 20
     if soft < want:
         resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        log(f"RLIMIT_NOFILE soft {soft} -> {want} (hard {hard})")
+    return resource.getrlimit(resource.RLIMIT_NOFILE)
 
 
 def host_jiffies() -> tuple[int, int]:
@@ -150,7 +175,7 @@ def registry_server(
         admin_token=admin_token,
         env={"REGISTRY_SECRET_KEY": secret_key},
         args=args,
-        program=[str(REPO / ".venv/bin/mcp-registry")],
+        program=mcp_registry_command(),
         log_path=workdir / f"{name}.log",
         bare=True,
         name=name,
@@ -328,7 +353,6 @@ class Group:
         self.remaining = 0
         self.done: asyncio.Future[None] | None = None
         self.ready_count = 0
-        self.all_ready: asyncio.Event = asyncio.Event()
         self.lost = 0
         self.failed: list[str] = []
 
@@ -346,8 +370,6 @@ class Group:
 
     def became_ready(self) -> None:
         self.ready_count += 1
-        if self.ready_count >= len(self.watchers):
-            self.all_ready.set()
 
 
 class Watch(asyncio.Protocol):
@@ -407,36 +429,46 @@ class Watch(asyncio.Protocol):
             self.transport.close()
 
 
-async def open_streams(
-    group: Group,
-    sessions: list[tuple[int, str, str]],
-    need_priming: bool,
-    concurrency: int = 100,
-    timeout: float = 120.0,
+async def open_batched(
+    group: Group, watches: list[tuple[int, Watch]], what: str, concurrency: int = 100, timeout: float = 120.0
 ) -> float:
-    """One GET stream per (port, sid, version); returns the seconds until all were ready."""
+    """Connect every (port, watch), ``OPEN_BATCH`` at a time: a batch's streams are all ready (their
+    first event arrived, so the server accepted and registered them) before the next batch connects.
+    A connect completes once the kernel has queued the connection, not once the server accepted it,
+    so opening 10,000 at once would overflow the server's listen backlog. Returns the seconds taken."""
     loop = asyncio.get_running_loop()
     sem = asyncio.Semaphore(concurrency)
     t_start = time.perf_counter()
 
-    async def one(port: int, sid: str, version: str) -> None:
+    async def one(port: int, watcher: Watch) -> None:
+        async with sem:
+            await loop.create_connection(lambda: watcher, "127.0.0.1", port)
+
+    for first in range(0, len(watches), OPEN_BATCH):
+        batch = watches[first : first + OPEN_BATCH]
+        group.watchers.extend(w for _, w in batch)
+        await asyncio.wait_for(asyncio.gather(*(one(port, w) for port, w in batch)), timeout)
+        deadline = time.monotonic() + timeout
+        while group.ready_count < len(group.watchers):
+            if group.failed or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"{group.name}: only {group.ready_count}/{len(group.watchers)} {what} ready; "
+                    f"failures: {group.failed[:5]}"
+                )
+            await asyncio.sleep(0.02)
+    return time.perf_counter() - t_start
+
+
+async def open_streams(group: Group, sessions: list[tuple[int, str, str]], need_priming: bool) -> float:
+    """One GET stream per (port, sid, version); returns the seconds until all were ready."""
+    watches = []
+    for port, sid, version in sessions:
         request = (
             f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\n"
             f"Mcp-Session-Id: {sid}\r\nMCP-Protocol-Version: {version}\r\n\r\n"
         ).encode()
-        watcher = Watch(group, request, need_priming, f"{port}/{sid[:8]}")
-        group.watchers.append(watcher)
-        async with sem:
-            await loop.create_connection(lambda: watcher, "127.0.0.1", port)
-
-    await asyncio.wait_for(asyncio.gather(*(one(*s) for s in sessions)), timeout)
-    try:
-        await asyncio.wait_for(group.all_ready.wait(), timeout)
-    except TimeoutError:
-        raise RuntimeError(
-            f"{group.name}: only {group.ready_count}/{len(group.watchers)} streams ready; failures: {group.failed[:5]}"
-        ) from None
-    return time.perf_counter() - t_start
+        watches.append((port, Watch(group, request, need_priming, f"{port}/{sid[:8]}")))
+    return await open_batched(group, watches, "streams")
 
 
 def listen_request(port: int, k: int) -> bytes:
@@ -464,30 +496,15 @@ def listen_request(port: int, k: int) -> bytes:
     return head.encode() + body
 
 
-async def open_listens(group: Group, ports: list[int], n: int, concurrency: int = 100, timeout: float = 120.0) -> float:
+async def open_listens(group: Group, ports: list[int], n: int) -> float:
     """n listen streams, listen k on ports[k % len(ports)]; returns the seconds until every one was
     acknowledged (the ack is the first SSE event, so ``Watch`` sees it as it sees a GET stream's
     priming event)."""
-    loop = asyncio.get_running_loop()
-    sem = asyncio.Semaphore(concurrency)
-    t_start = time.perf_counter()
-
-    async def one(k: int) -> None:
+    watches = []
+    for k in range(n):
         port = ports[k % len(ports)]
-        watcher = Watch(group, listen_request(port, k), True, f"{port}/listen-{k}")
-        group.watchers.append(watcher)
-        async with sem:
-            await loop.create_connection(lambda: watcher, "127.0.0.1", port)
-
-    await asyncio.wait_for(asyncio.gather(*(one(k) for k in range(n))), timeout)
-    try:
-        await asyncio.wait_for(group.all_ready.wait(), timeout)
-    except TimeoutError:
-        raise RuntimeError(
-            f"{group.name}: only {group.ready_count}/{len(group.watchers)} listens acknowledged; "
-            f"failures: {group.failed[:5]}"
-        ) from None
-    return time.perf_counter() - t_start
+        watches.append((port, Watch(group, listen_request(port, k), True, f"{port}/listen-{k}")))
+    return await open_batched(group, watches, "listens")
 
 
 # --------------------------------------------------------------------------- one round
@@ -681,23 +698,45 @@ def registry_env(admin_token: str, secret_key: str) -> dict[str, str]:
     return env
 
 
-async def phase_single_and_peer(args: argparse.Namespace, workdir: Path, results: dict[str, Any]) -> None:
+def sittings(args: argparse.Namespace) -> list[set[str]]:
+    """The single/listen/peer targets, grouped so that each group's client sockets fit this process's
+    RLIMIT_NOFILE: all in one sitting (rounds alternate between them) when they fit, else as few
+    sittings as fit (10,000 GET streams and 10,000 listens need more than a hard limit of 20,000)."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    size = {"single": args.streams, "listen": args.streams, "peer": args.peer_streams}
+    out: list[set[str]] = []
+    used = 0
+    for key in ("single", "peer", "listen"):
+        if key not in args.phases:
+            continue
+        if out and used + size[key] + 500 <= soft:
+            out[-1].add(key)
+            used += size[key]
+        else:
+            out.append({key})
+            used = size[key]
+    return out
+
+
+async def phase_single_and_peer(
+    args: argparse.Namespace, workdir: Path, results: dict[str, Any], phases: set[str]
+) -> None:
     admin_token, secret_key = secrets.token_urlsafe(24), secrets.token_urlsafe(32)
     servers: list[ManagedProcess] = []
     targets: list[tuple[str, ManagedProcess, Group, Trigger]] = []
     keys: dict[int, str] = {}
     try:
-        if "single" in args.phases:
+        if "single" in phases:
             reg = registry_server("registry-sqlite", workdir, admin_token, secret_key)
             servers.append(reg)
             keys[id(reg)] = "single"
-        if "listen" in args.phases:
+        if "listen" in phases:
             listening = registry_server("registry-listen", workdir, admin_token, secret_key)
             servers.append(listening)
             keys[id(listening)] = "listen"
-        if "peer" in args.phases:
+        if "peer" in phases:
             ensure_peer_venv(args.peer_venv)
-            peer = peer_server("sdk-peer", workdir, args, max_sessions=max(10_000, 2 * args.sessions))
+            peer = peer_server("sdk-peer", workdir, args, max_sessions=max(10_000, 2 * args.peer_streams))
             servers.append(peer)
             keys[id(peer)] = "peer"
         for s in servers:
@@ -714,9 +753,10 @@ async def phase_single_and_peer(args: argparse.Namespace, workdir: Path, results
                 sessions: list[tuple[int, str, str]] = []
                 t_sessions = 0.0
                 rss1 = rss0
-                t_streams = await open_listens(group, [s.port], args.sessions)
+                t_streams = await open_listens(group, [s.port], args.streams)
             else:
-                sessions = await create_sessions([s.port], args.sessions, conns=args.conns)
+                n = args.peer_streams if key == "peer" else args.streams
+                sessions = await create_sessions([s.port], n, conns=args.conns)
                 t_sessions = time.perf_counter() - t
                 rss1 = rss_kib(s)
                 t_streams = await open_streams(group, sessions, need_priming=(kind(s) == "registry"))
@@ -761,9 +801,9 @@ async def phase_single_and_peer(args: argparse.Namespace, workdir: Path, results
                     f"in {r['window_ms']} ms; load {r['loadavg_1m']:.1f})"
                 )
                 await asyncio.sleep(args.gap)
-        if args.profile and "single" in args.phases:  # (the GET-stream registry)
-            key, s, group, trigger = next(t for t in targets if t[0] == "single")
-            results["phases"]["single"]["profile"] = await profile_rounds(args, workdir, s, group, trigger)
+        for key, s, group, trigger in targets:
+            if args.profile and key in ("single", "listen"):  # the registry's GET streams, its listens
+                results["phases"][key]["profile"] = await profile_rounds(args, workdir, s, group, trigger, key)
         for key, _s, group, _ in targets:
             results["phases"][key]["summary"] = summarize(results["phases"][key]["rounds"], len(group.watchers))
             results["phases"][key]["lost_streams"] = group.lost
@@ -777,15 +817,19 @@ async def phase_single_and_peer(args: argparse.Namespace, workdir: Path, results
 
 
 async def profile_rounds(
-    args: argparse.Namespace, workdir: Path, server: ManagedProcess, group: Group, trigger: Trigger
+    args: argparse.Namespace, workdir: Path, server: ManagedProcess, group: Group, trigger: Trigger, key: str
 ) -> dict[str, Any]:
     """``py-spy record --gil --nonblocking --threads`` of the registry over --rounds more rounds: who holds the
     GIL while the notification fans out. Keeps the folded stacks and summarizes them."""
-    spy = shutil.which("py-spy", path=str(REPO / ".venv/bin")) or shutil.which("py-spy")
+    spy = (
+        shutil.which("py-spy", path=str(Path(sys.executable).parent))
+        or shutil.which("py-spy", path=str(REPO / ".venv/bin"))
+        or shutil.which("py-spy")
+    )
     if spy is None:
         log("py-spy not found (.venv/bin/pip install py-spy): skipping the profile")
         return {"error": "py-spy not found"}
-    folded = REPO / "benchmarks/results" / f"fanout-{time.strftime('%Y%m%d-%H%M%S')}-registry.folded"
+    folded = REPO / "benchmarks/results" / f"fanout-{time.strftime('%Y%m%d-%H%M%S')}-registry-{key}.folded"
     folded.parent.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
         [
@@ -896,7 +940,7 @@ async def phase_pg(args: argparse.Namespace, workdir: Path, results: dict[str, A
     psql(base, f'CREATE SCHEMA "{schema}"')
     try:
         up = subprocess.run(
-            [str(REPO / ".venv/bin/mcp-registry"), "db", "upgrade", "--database-url", url],
+            [*mcp_registry_command(), "db", "upgrade", "--database-url", url],
             cwd=REPO,
             env=env,
             capture_output=True,
@@ -911,7 +955,7 @@ async def phase_pg(args: argparse.Namespace, workdir: Path, results: dict[str, A
         await asyncio.to_thread(a.start, timeout=READY_TIMEOUT_S)
         await asyncio.to_thread(b.start, timeout=READY_TIMEOUT_S)
         log(f"replicas ready: A :{a.port} (pid {a.pid}), B :{b.port} (pid {b.pid}); schema {schema}")
-        n = args.sessions
+        n = args.streams
         t = time.perf_counter()
         sessions = await create_sessions([a.port, b.port], n, conns=args.conns)  # i % 2: A, B, A, B, ...
         t_sessions = time.perf_counter() - t
@@ -979,7 +1023,7 @@ async def pg_listen_rounds(
     """The pg phase again with N ``subscriptions/listen`` streams (half on each replica) in place of
     the GET streams, the same edit through A."""
     group = Group("pg_listen")
-    t_streams = await open_listens(group, [s.port for s in servers], args.sessions)
+    t_streams = await open_listens(group, [s.port for s in servers], args.streams)
     log(f"pg_listen: {len(group.watchers)} listens acknowledged in {t_streams:.1f} s (half on A, half on B)")
     phase: dict[str, Any] = {
         "streams": len(group.watchers),
@@ -1096,12 +1140,14 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> None:
         )
         rows.append((label, figure, f"<= {target:.0f} ms p99" if target else ref, verdict(ok), detail))
 
-    n = args.sessions
-    fan_row(f"fan-out, registry 1 replica (SQLite), {n} streams", "single", TARGET_SINGLE_P99_MS, "")
-    fan_row(f"fan-out, registry 1 replica (SQLite), {n} listens", "listen", TARGET_SINGLE_P99_MS, "")
-    fan_row(f"fan-out, SDK peer broadcast loop, {n} streams", "peer", None, f"ref {REF_PEER_MS} ms")
-    fan_row(f"fan-out, registry 2 replicas (PostgreSQL), {n} streams", "pg", TARGET_PG_P99_MS, "")
-    fan_row(f"fan-out, registry 2 replicas (PostgreSQL), {n} listens", "pg_listen", TARGET_PG_P99_MS, "")
+    n = args.streams
+    single, pg = target_for(TARGET_SINGLE_P99_MS, n), target_for(TARGET_PG_P99_MS, n)
+    half = f"2 x {n // 2}"
+    fan_row(f"fan-out, registry 1 replica (SQLite), {n} streams", "single", single, "")
+    fan_row(f"fan-out, registry 1 replica (SQLite), {n} listens", "listen", single, "")
+    fan_row(f"fan-out, SDK peer broadcast loop, {args.peer_streams} streams", "peer", None, f"ref {REF_PEER_MS} ms")
+    fan_row(f"fan-out, registry 2 replicas (PostgreSQL), {half} streams", "pg", pg, "")
+    fan_row(f"fan-out, registry 2 replicas (PostgreSQL), {half} listens", "pg_listen", pg, "")
     mem = ph.get("memory", {})
     for who in ("registry", "peer"):
         m = mem.get(who)
@@ -1144,8 +1190,10 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> None:
             print(f"{key:6} p99 per round (ms): {s['p99_ms_each']}")
     get, listen = ph.get("single", {}).get("summary"), ph.get("listen", {}).get("summary")
     if get and listen:
+        same = any({"single", "listen"} <= set(g) for g in results["config"].get("sittings", []))
         print(
-            f"\nsame edit, same rounds, {n} each: GET streams (2025-11-25 sessions) p50 {fmt(get['p50_ms'])} / "
+            f"\nsame edit, {'same rounds' if same else 'separate sittings (RLIMIT_NOFILE)'}, {n} each:"
+            f" GET streams (2025-11-25 sessions) p50 {fmt(get['p50_ms'])} / "
             f"p99 {fmt(get['p99_ms'])} ms  |  subscriptions/listen (2026-07-28) p50 {fmt(listen['p50_ms'])} / "
             f"p99 {fmt(listen['p99_ms'])} ms"
         )
@@ -1175,7 +1223,9 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
         "benchmark": "fanout",
         "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "config": {
-            "sessions": args.sessions,
+            "streams": args.streams,
+            "peer_streams": args.peer_streams,
+            "open_batch": OPEN_BATCH,
             "rounds": args.rounds,
             "gap_s": args.gap,
             "phases": sorted(args.phases),
@@ -1198,15 +1248,23 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
             "platform": platform.platform(),
             "loadavg_start": os.getloadavg(),
         },
-        "targets": {"single_p99_ms": TARGET_SINGLE_P99_MS, "pg_p99_ms": TARGET_PG_P99_MS, "memory_mib": TARGET_MEM_MIB},
+        "targets": {
+            "single_p99_ms": target_for(TARGET_SINGLE_P99_MS, args.streams),
+            "pg_p99_ms": target_for(TARGET_PG_P99_MS, args.streams),
+            "memory_mib": TARGET_MEM_MIB,
+        },
         "git": git_state(),
         "workdir": str(workdir),
         "phases": {},
     }
     log(f"work dir {workdir} (server logs)")
     try:
-        if args.phases & {"single", "listen", "peer"}:
-            await phase_single_and_peer(args, workdir, results)
+        groups = sittings(args)
+        if len(groups) > 1:
+            log(f"RLIMIT_NOFILE too low to hold every target's streams at once: sittings {groups}")
+        results["config"]["sittings"] = [sorted(g) for g in groups]
+        for group in groups:
+            await phase_single_and_peer(args, workdir, results, group)
         if "pg" in args.phases:
             await phase_pg(args, workdir, results)
         if "memory" in args.phases:
@@ -1222,7 +1280,17 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument(
-        "--sessions", type=int, default=1000, help="sessions with a GET stream (or listen streams) per fan-out target"
+        "--streams",
+        "--sessions",
+        type=int,
+        default=10_000,
+        help="GET streams (one session each) or listen streams per fan-out target; pg splits them over two replicas",
+    )
+    ap.add_argument(
+        "--peer-streams",
+        type=int,
+        default=None,
+        help=f"streams of the SDK peer (default: --streams, at most {PEER_MAX_STREAMS})",
     )
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--gap", type=float, default=1.5, help="seconds between rounds")
@@ -1260,10 +1328,12 @@ def main() -> int:
     unknown = args.phases - {"single", "listen", "peer", "pg", "memory"}
     if unknown:
         ap.error(f"unknown phases: {', '.join(sorted(unknown))}")
-    raise_nofile()
-    needed = 3 * args.sessions + 200
-    if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < needed:
-        log(f"warning: RLIMIT_NOFILE {resource.getrlimit(resource.RLIMIT_NOFILE)[0]} < {needed}")
+    if args.peer_streams is None:
+        args.peer_streams = min(args.streams, PEER_MAX_STREAMS)
+    soft, _hard = raise_nofile()
+    needed = args.streams + 500  # one target's streams at least (sittings() groups the targets)
+    if soft < needed:
+        log(f"warning: RLIMIT_NOFILE {soft} < {needed}: opening the streams may fail (EMFILE)")
     try:
         import uvloop
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
+from types import CoroutineType
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -246,6 +247,62 @@ async def read_messages(receive: Receive, headers: dict[str, str], limits: Limit
         raise HttpError(400, exc.code, exc.message) from None
 
 
+def sse_frame(
+    data: bytes, *, event_id: str | None = None, event: str | None = None, retry_ms: int | None = None
+) -> bytes:
+    """One server-sent event, as written: a fan-out encodes it once and writes it to many streams."""
+    parts = []
+    if event_id is not None:
+        parts.append(b"id: " + event_id.encode())
+    if event is not None:
+        parts.append(b"event: " + event.encode())
+    if retry_ms is not None:
+        parts.append(b"retry: " + str(retry_ms).encode())
+    parts.append(b"data: " + data)
+    return b"\n".join(parts) + b"\n\n"
+
+
+#: An SSE comment that keeps proxies from closing an idle stream.
+KEEPALIVE_FRAME = b": keep-alive\n\n"
+
+
+async def _finish_send(send: Coroutine[Any, Any, None], waiting_on: Any) -> None:
+    """Go on with an ASGI ``send`` that ``SseStream.try_write`` started outside any task and that
+    suspended (the server waits for the client to take earlier bytes): what a task would do with
+    it. Each time, what it waits on (a future, or None for a bare yield) is awaited here, then the
+    send is resumed; it reads the outcome of that future itself. Cancelled (the stream is dropped),
+    the send is closed: nothing more of it is written."""
+    task = asyncio.current_task()
+    try:
+        while True:
+            try:
+                if waiting_on is None:
+                    await asyncio.sleep(0)
+                else:
+                    # As a task does: the future is awaited anew here, so it is no longer
+                    # "blocking" the send's own await of it (asyncio refuses that otherwise).
+                    waiting_on._asyncio_future_blocking = False
+                    await waiting_on
+            except asyncio.CancelledError:
+                if task is None or task.cancelling():
+                    raise  # this task is cancelled, not just the future the send waited on
+            except Exception:
+                pass  # the send reads the future's outcome itself when resumed
+            waiting_on = send.send(None)
+    except StopIteration:
+        return
+    finally:
+        send.close()
+
+
+async def _awaited(awaitable: Awaitable[None]) -> None:
+    await awaitable
+
+
+async def _raise(error: Exception) -> None:
+    raise error
+
+
 class SseStream:
     """Server-sent events on an ASGI response."""
 
@@ -269,15 +326,27 @@ class SseStream:
     async def event(
         self, data: bytes, *, event_id: str | None = None, event: str | None = None, retry_ms: int | None = None
     ) -> None:
-        parts = []
-        if event_id is not None:
-            parts.append(b"id: " + event_id.encode())
-        if event is not None:
-            parts.append(b"event: " + event.encode())
-        if retry_ms is not None:
-            parts.append(b"retry: " + str(retry_ms).encode())
-        parts.append(b"data: " + data)
-        await self._send({"type": "http.response.body", "body": b"\n".join(parts) + b"\n\n", "more_body": True})
+        frame = sse_frame(data, event_id=event_id, event=event, retry_ms=retry_ms)
+        await self._send({"type": "http.response.body", "body": frame, "more_body": True})
+
+    def try_write(self, frame: bytes) -> Coroutine[Any, Any, None] | None:
+        """Write an encoded event (``sse_frame``) now, from outside the stream's task, if the server
+        takes it without waiting: None when it did. Otherwise (the client has not taken earlier
+        bytes; uvicorn waits before it writes) the rest of the write, for the stream's own task to
+        await before it writes anything else; an error of the send is raised there too.
+
+        This is what lets one fan-out pass write an idle stream's event with no wake-up of its task.
+        It relies only on ASGI: ``send`` is a coroutine, run here step by step as a task would.
+        """
+        awaitable = self._send({"type": "http.response.body", "body": frame, "more_body": True})
+        send = awaitable if type(awaitable) is CoroutineType else _awaited(awaitable)
+        try:
+            waiting_on = send.send(None)
+        except StopIteration:
+            return None
+        except Exception as exc:
+            return _raise(exc)
+        return _finish_send(send, waiting_on)
 
     async def message(self, message: Any, event_id: str | None = None) -> None:
         await self.event(dumps(message), event_id=event_id, event="message")

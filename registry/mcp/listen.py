@@ -22,6 +22,12 @@ transport takes them, not per offer (and a listener's list change is encoded onc
 its bytes differ from another listener's only by the subscription id). A team's change (its
 ``audience``) reaches only the listeners whose caller sees that team, as on session streams.
 
+As on session streams (streams.py), a change does not wake every listener's task: an offer to a
+listener whose writer waits with nothing to write (``idle``) is queued and the listener noted for
+the service's flush, one pass after the offering loop turn that writes each noted listener's
+frames through the ASGI ``send`` (``SseStream.try_write``); a write the client has no room for is
+finished by the listener's own task, before anything else.
+
 Bounds, as for session streams (streams.py): what waits for a listener is keyed (the
 list_changed of a kind, the resources/updated of a URI), so a newer one replaces a pending one
 and a listener holds at most three list changes plus its URIs; a listener whose transport has not
@@ -39,11 +45,11 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Coroutine, Hashable, Mapping
 from typing import Any
 
 from registry.limits import DEFAULT_LIMITS, LimitExceeded, Limits, env_name
-from registry.mcp.http_common import Receive, SendFn, SseStream
+from registry.mcp.http_common import KEEPALIVE_FRAME, Receive, SendFn, SseStream, sse_frame
 from registry.mcp.notifier import LIST_CHANGED, RESOURCE_UPDATED, ChangeEvent, updated_uris
 from registry.mcp.protocol import (
     INVALID_PARAMS,
@@ -175,6 +181,14 @@ class ListenStream:
         #: The service offers a keep-alive every ``keepalive_s`` (an SSE writer sets this).
         self.keepalives = False
         self._encoded: dict[str, bytes] = {}
+        #: The SSE writer waits with nothing to write: offers go to the service's flush, which
+        #: writes through ``direct`` (set by ``serve_sse``); ``flush_due``: noted for it already.
+        self.idle = False
+        self.direct: Callable[[bytes], Coroutine[Any, Any, None] | None] | None = None
+        self.flush_due = False
+        #: A direct write the transport did not take at once: the writer finishes it first.
+        self.unfinished: Coroutine[Any, Any, None] | None = None
+        self._frames: dict[str, bytes] = {}
 
     # -- fed by the service ------------------------------------------------------------
     def offer(self, key: Hashable, method: str, uri: str | None = None) -> bool:
@@ -191,8 +205,36 @@ class ListenStream:
         if key in pending:
             pending.move_to_end(key)
         pending[key] = item
-        self.wake.set()
+        if not self.idle:
+            self.wake.set()
+        elif not self.flush_due:
+            self.flush_due = True
+            self.service._schedule_flush(self)
         return True
+
+    def flush(self) -> None:
+        """Write what is pending from outside the SSE writer, while it is ``idle`` (the service's
+        flush); a write the transport does not take at once goes to the writer, woken to finish it."""
+        self.flush_due = False
+        pending = self.pending
+        direct = self.direct
+        assert direct is not None
+        while self.idle and pending:
+            item = pending.popitem(last=False)[1]
+            if item is _KEEPALIVE:
+                frame = KEEPALIVE_FRAME
+            elif item[1] is None:  # a list change: this listener's bytes for it, encoded once
+                frame = self._frames.get(item[0]) or self._frames.setdefault(
+                    item[0], sse_frame(self.encode(item), event="message")
+                )
+            else:
+                frame = sse_frame(self.encode(item), event="message")
+            rest = direct(frame)
+            if rest is not None:
+                self.idle = False  # the rest waits for this write, timed by the stall rule
+                self.unfinished = rest
+                self.outside_since = time.monotonic()
+                self.wake.set()
 
     def close(self) -> None:
         """Graceful end (shutdown, token revoked): what is pending, then the final result."""
@@ -312,6 +354,22 @@ class ListenService:
         self._count = 0
         self.closing = False
         self._ticker: asyncio.Task[None] | None = None
+        #: Idle listeners offered something since the last flush (``ListenStream.flush``).
+        self._to_flush: list[ListenStream] = []
+
+    def _schedule_flush(self, stream: ListenStream) -> None:
+        self._to_flush.append(stream)
+        if len(self._to_flush) == 1:  # one flush after this loop turn, however many listeners
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        streams, self._to_flush = self._to_flush, []
+        for stream in streams:
+            try:
+                stream.flush()
+            except Exception:  # one listener's failure must not leave the others unwritten
+                log.exception("writing to listen stream %r failed", stream.request_id)
+                stream.drop("writing to it failed")
 
     def __len__(self) -> int:
         return self._count
@@ -452,6 +510,7 @@ class ListenService:
         sse = SseStream(send)
 
         stream.keepalives = True
+        stream.direct = sse.try_write
 
         async def write_all() -> None:
             # ``ListenStream._take`` inlined (this loop runs once per change per listener): while a
@@ -460,6 +519,10 @@ class ListenService:
             pending, wake, monotonic = stream.pending, stream.wake, time.monotonic
             await sse.start(headers=headers)
             while True:
+                if stream.unfinished is not None:  # a direct write the client had no room for
+                    await stream.unfinished
+                    stream.unfinished = None
+                    continue
                 if pending:
                     item = pending.popitem(last=False)[1]
                     stream.outside_since = monotonic()
@@ -477,7 +540,11 @@ class ListenService:
                     break
                 stream.outside_since = None
                 wake.clear()
-                await wake.wait()
+                stream.idle = True  # offers now go to the service's flush
+                try:
+                    await wake.wait()
+                finally:
+                    stream.idle = False
             stream.outside_since = monotonic()  # a client that takes not even the end is dropped too
             await sse.close()
 
@@ -501,4 +568,8 @@ class ListenService:
         finally:
             watcher.cancel()
             writer.cancel()
+            stream.idle = False
+            if stream.unfinished is not None:  # never awaited (cancelled first): end the send
+                stream.unfinished.close()
+                stream.unfinished = None
             await stream.aclose()

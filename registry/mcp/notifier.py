@@ -386,23 +386,35 @@ class Notifier:
         for event in events:
             first_id = f"{event.id}:0"
             kind = event.kind
-            list_changed = _ENCODED_LIST_CHANGED[kind]
+            # One item per change (and per updated URI) shared by every stream told of it: the
+            # hub's flush encodes each once (streams.py).
+            item = (first_id, _ENCODED_LIST_CHANGED[kind])
+            updated: dict[tuple[int, str], tuple[str, bytes]] = {}
             audience = event.audience  # None (everyone) for all but a team's changes
+            labels = event.labels
+            listed: dict[str, bool] = {}
             sent_for_event = 0
             for stream in streams:
                 client = stream.client
-                if client.label not in event.labels:
+                label = client.label
+                if label not in labels:
                     continue
                 if audience is not None:
                     visible = client.visible_teams
                     if visible is not None and audience.isdisjoint(visible):
                         continue  # another team's change: nothing of it reaches this client
-                if event.changes_list_of(client.label):
-                    sent_for_event += stream.offer((first_id, list_changed), kind)
+                changed = listed.get(label)
+                if changed is None:
+                    changed = listed[label] = event.changes_list_of(label)
+                if changed:
+                    sent_for_event += stream.offer(item, kind)
                 if kind == "resource" and client.subscriptions:
                     for index, uri in enumerate(updated_uris(event, client), start=1):
-                        message = dumps(notification(RESOURCE_UPDATED, {"uri": uri}))
-                        sent_for_event += stream.offer((f"{event.id}:{index}", message), ("updated", uri))
+                        message = updated.get((index, uri))
+                        if message is None:
+                            data = dumps(notification(RESOURCE_UPDATED, {"uri": uri}))
+                            message = updated[index, uri] = (f"{event.id}:{index}", data)
+                        sent_for_event += stream.offer(message, ("updated", uri))
             if self.listeners is not None:
                 sent_for_event += self.listeners.offer_event(event)
             if sent_for_event and self.lag_observer is not None:

@@ -112,6 +112,8 @@ def new_session_id() -> str:
 class SessionStore:
     #: How often a busy session's last_seen_at is written back (seconds).
     TOUCH_INTERVAL = 60.0
+    #: Session ids per UPDATE when touches are written back (bound parameters per statement).
+    TOUCH_BATCH = 500
     CACHE_SIZE = 50_000
     #: Sessions made in a second from which new ones are written behind (see the module).
     BUSY_RATE = 20
@@ -163,6 +165,8 @@ class SessionStore:
         self.batches = 0
         self.written = 0
         self.failures = 0
+        #: Sessions touched since the last write-back (``touch``), written after this loop turn.
+        self._touched: set[str] = set()
 
     # -- writes -------------------------------------------------------------------------
     async def create(self, session: Session, *, transport: str = STREAMABLE_HTTP) -> Session:
@@ -407,7 +411,13 @@ class SessionStore:
         return await asyncio.to_thread(write) > 0
 
     def touch(self, session: Session) -> None:
-        """Note activity; writes to the database at most once per TOUCH_INTERVAL."""
+        """Note activity; writes to the database at most once per TOUCH_INTERVAL.
+
+        Batched: the sessions touched in one turn of the event loop are written by one
+        transaction after it. A keep-alive tick touches every stream's session in the same turn;
+        with 10,000 streams, one write each was 10,000 transactions queued on the worker threads,
+        and every request needing the database waited behind them for seconds.
+        """
         now = time.monotonic()
         session.last_active = now
         if now - session.last_touch < self.touch_interval:
@@ -415,13 +425,19 @@ class SessionStore:
         if session.id in self._pending or session.id in self._writing:
             return  # its row, when written, says it was seen now
         session.last_touch = now
-        session_id = session.id
+        self._touched.add(session.id)
+        if len(self._touched) == 1:
+            asyncio.get_running_loop().call_soon(self._write_touched)
+
+    def _write_touched(self) -> None:
+        ids, self._touched = sorted(self._touched), set()
 
         def write() -> None:
+            stamp = datetime.now(UTC)
             with self.db.session() as db_session:
-                db_session.execute(
-                    update(McpSession).where(McpSession.id == session_id).values(last_seen_at=datetime.now(UTC))
-                )
+                for first in range(0, len(ids), self.TOUCH_BATCH):
+                    chunk = ids[first : first + self.TOUCH_BATCH]
+                    db_session.execute(update(McpSession).where(McpSession.id.in_(chunk)).values(last_seen_at=stamp))
 
         task = asyncio.get_running_loop().run_in_executor(None, write)
         task.add_done_callback(lambda f: f.exception())

@@ -20,6 +20,16 @@ is discarded at once, never one event with later ones still going out (which wou
 later id mask the lost one), and the client, resuming with the last id it got, is replayed all
 it missed from the change log. ``close`` (session ended, shutdown) never discards: it ends the
 stream after what is pending. Keep-alive comments keep proxies from closing idle streams.
+
+A fan-out does not wake every stream's task. An offer to a stream whose writer waits with nothing
+to write (``idle``) queues as above and notes the stream for the hub's flush, which runs once after
+the offering loop turn: one pass over the noted streams writes each one's pending events through
+the ASGI ``send`` (``SseStream.try_write``), each event encoded once per flush however many streams
+get it. With 10,000 streams, one change is one pass of 10,000 socket writes, not 10,000 task
+wake-ups; and what one turn offered (a burst of changes) is coalesced before anything is written,
+as before. Order and ids are the queue's. A write the client's buffers cannot take at once is
+handed, unfinished, to the stream's task, which completes it before anything else (later events
+wait in the queue), and the stall rule times it like any other write.
 """
 
 from __future__ import annotations
@@ -28,11 +38,11 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Coroutine, Hashable
 from typing import Any
 
 from registry.limits import DEFAULT_LIMITS, env_name
-from registry.mcp.http_common import Receive, SendFn, SseStream
+from registry.mcp.http_common import KEEPALIVE_FRAME, Receive, SendFn, SseStream, sse_frame
 from registry.mcp.protocol import dumps
 from registry.mcp.sessions import ClientState
 
@@ -71,6 +81,17 @@ class ClientStream:
         self._stall_mark = -1
         self.stalled_since = 0.0
         self.writer: asyncio.Task[None] | None = None
+        #: The writer waits for ``wake`` with nothing pending and nothing being written: what is
+        #: offered now is written by the hub's flush (``flush``, through ``direct``), not the writer.
+        self.idle = False
+        self.direct: Callable[[bytes], Coroutine[Any, Any, None] | None] | None = None
+        #: Notes this stream for the hub's next flush (set by the hub); ``flush_due``: noted already.
+        self.schedule_flush: Callable[[ClientStream], None] | None = None
+        self.flush_due = False
+        #: A direct write the transport did not take at once, and its item: the writer finishes it first.
+        self.unfinished: tuple[Coroutine[Any, Any, None], Any] | None = None
+        #: Called after each keep-alive written (the stream keeps its session alive).
+        self.on_keepalive: Callable[[], None] | None = None
 
     def offer(self, item: Any, key: Hashable | None = None) -> bool:
         """Queue an event (``(event_id, data)``); with ``key``, it replaces a pending one of that key.
@@ -91,8 +112,53 @@ class ClientStream:
         elif key in pending:
             pending.move_to_end(key)
         pending[key] = item
-        self.wake.set()
+        if not self.idle or self.schedule_flush is None:
+            self.wake.set()
+        elif not self.flush_due:
+            self.flush_due = True
+            self.schedule_flush(self)
         return True
+
+    def flush(self, frames: dict[Any, bytes]) -> None:
+        """Write what is pending from outside the writer, while it is ``idle`` (the hub's flush).
+
+        ``frames`` caches encoded events over one flush: the streams told of one change share its
+        bytes. A write the transport does not take at once goes to the writer, woken to finish it
+        before the rest of the queue.
+        """
+        self.flush_due = False
+        pending = self.pending
+        direct = self.direct
+        assert direct is not None
+        while self.idle and pending:
+            key, item = pending.popitem(last=False)
+            if type(key) is int:
+                self.unkeyed -= 1
+            frame = frames.get(item)
+            if frame is None:
+                frame = frames[item] = sse_frame(item[1], event_id=item[0], event="message")
+            rest = direct(frame)
+            if rest is None:
+                self.written(item)
+                continue
+            self.idle = False  # the rest of the queue waits for this write
+            self.unfinished = (rest, item)
+            self.writing = True
+            self.wake.set()
+
+    def written(self, item: Any) -> None:
+        """``item`` was taken by the transport."""
+        self.writes += 1
+        if item is _KEEPALIVE:
+            if self.on_keepalive is not None:
+                self.on_keepalive()
+            return
+        event_id = item[0]
+        if event_id is not None:
+            self.last_event_id = event_id
+
+    def offer_keepalive(self) -> bool:
+        return self.offer(_KEEPALIVE, _KEEPALIVE)
 
     def pending_events(self) -> list[Any]:
         """What would still be written (keep-alives left out)."""
@@ -137,6 +203,25 @@ class StreamHub:
         self._streams: dict[str, set[ClientStream]] = {}
         self.closing = False
         self._keepalive_task: asyncio.Task[None] | None = None
+        #: Idle streams offered something since the last flush (``ClientStream.flush``).
+        self._to_flush: list[ClientStream] = []
+
+    def _schedule_flush(self, stream: ClientStream) -> None:
+        self._to_flush.append(stream)
+        if len(self._to_flush) == 1:  # one flush after this loop turn, however many streams
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Write the pending events of every stream noted since the last flush: one pass, no task
+        woken, each event encoded once."""
+        streams, self._to_flush = self._to_flush, []
+        frames: dict[Any, bytes] = {_KEEPALIVE: KEEPALIVE_FRAME}
+        for stream in streams:
+            try:
+                stream.flush(frames)
+            except Exception:  # one stream's failure must not leave the others unwritten
+                log.exception("writing to the stream of session %s failed", stream.session_id[:8])
+                stream.drop("writing to it failed")
 
     def start(self) -> None:
         """Start the ticker (keep-alives, stalled writers): one task for all streams, not a timer each."""
@@ -164,7 +249,7 @@ class StreamHub:
             self.drop_stalled(now)
             if keepalive:
                 for stream in self.streams():
-                    stream.offer(_KEEPALIVE, _KEEPALIVE)
+                    stream.offer_keepalive()
 
     def drop_stalled(self, now: float) -> int:
         """Drop the streams whose current write has waited more than ``stall_s`` for its client."""
@@ -232,8 +317,11 @@ class StreamHub:
         that does not read (there is no other way to end such a response).
         """
         stream = ClientStream(session_id, client, persistent=persistent)
+        stream.on_keepalive = on_keepalive
         self._streams.setdefault(session_id, set()).add(stream)
         sse = SseStream(send)
+        stream.direct = sse.try_write
+        stream.schedule_flush = self._schedule_flush
 
         async def write_all() -> None:
             # ``writing`` is up while a send waits for the client (the ticker times it); plain
@@ -259,11 +347,22 @@ class StreamHub:
             pending = stream.pending
             wake = stream.wake
             while True:
+                if stream.unfinished is not None:  # a direct write the client had no room for
+                    rest, item = stream.unfinished
+                    await rest
+                    stream.unfinished = None
+                    stream.writing = False
+                    stream.written(item)
+                    continue
                 if not pending:
                     if stream.closing or stream.dropped:
                         break
                     wake.clear()
-                    await wake.wait()
+                    stream.idle = True  # offers now go to the hub's flush
+                    try:
+                        await wake.wait()
+                    finally:
+                        stream.idle = False
                     continue
                 key, item = pending.popitem(last=False)
                 if type(key) is int:
@@ -271,17 +370,10 @@ class StreamHub:
                 stream.writing = True
                 if item is _KEEPALIVE:
                     await sse.comment()
-                    stream.writing = False
-                    stream.writes += 1
-                    if on_keepalive is not None:
-                        on_keepalive()
-                    continue
-                event_id, data = item
-                await sse.event(data, event_id=event_id, event="message")
+                else:
+                    await sse.event(item[1], event_id=item[0], event="message")
                 stream.writing = False
-                stream.writes += 1
-                if event_id is not None:
-                    stream.last_event_id = event_id
+                stream.written(item)
             stream.writing = True  # a client that takes not even the end is dropped too
             await sse.close()
             stream.writing = False
@@ -306,6 +398,10 @@ class StreamHub:
         finally:
             watcher.cancel()
             writer.cancel()
+            stream.idle = False
+            if stream.unfinished is not None:  # never awaited (cancelled first): end the send
+                stream.unfinished[0].close()
+                stream.unfinished = None
             streams = self._streams.get(session_id)
             if streams is not None:
                 streams.discard(stream)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, MutableMapping
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -20,6 +20,7 @@ from registry.mcp.protocol import INVALID_PARAMS, INVALID_REQUEST, META_SERVER_I
 from registry.mcp.runtime import McpRuntime
 from registry.mcp.sessions import ClientState
 from registry.runtime import Registry
+from tests.mcp.asgi_peer import AsgiPeer
 
 SUB = META_SUBSCRIPTION_ID
 
@@ -302,40 +303,10 @@ async def test_a_revoked_token_ends_its_listens(runtime: McpRuntime) -> None:
 
 
 # -- the SSE writer the HTTP transport uses --------------------------------------------------
-class _Asgi:
-    """An ASGI peer for ``serve_sse``: records what is sent; ``block`` makes sends hang (a client
-    that stopped reading); ``disconnect`` ends the request as a client closing it would."""
-
-    def __init__(self) -> None:
-        self.sent: list[MutableMapping[str, Any]] = []
-        self.block = False
-        self._gone = asyncio.Event()
-
-    async def send(self, message: MutableMapping[str, Any]) -> None:
-        if self.block:
-            await asyncio.Event().wait()
-        self.sent.append(message)
-
-    async def receive(self) -> dict[str, Any]:
-        await self._gone.wait()
-        return {"type": "http.disconnect"}
-
-    def disconnect(self) -> None:
-        self._gone.set()
-
-    @property
-    def body(self) -> bytes:
-        return b"".join(m.get("body", b"") for m in self.sent if m["type"] == "http.response.body")
-
-    @property
-    def ended(self) -> bool:
-        return any(m["type"] == "http.response.body" and not m.get("more_body") for m in self.sent)
-
-
 async def test_the_sse_writer_sends_keepalives_no_event_ids_and_the_final_result_last() -> None:
     service = ListenService(keepalive_s=0.2, stall_s=5)
     service.start()
-    peer = _Asgi()
+    peer = AsgiPeer()
     stream = await service.open("listen-1", {"notifications": {"toolsListChanged": True}}, _client())
     serving = asyncio.create_task(service.serve_sse(stream, peer.receive, peer.send))
     try:
@@ -364,7 +335,7 @@ async def test_the_sse_writer_sends_keepalives_no_event_ids_and_the_final_result
 async def test_the_sse_writer_of_a_client_that_stopped_reading_is_cancelled() -> None:
     service = ListenService(stall_s=0.3)
     service.start()
-    peer = _Asgi()
+    peer = AsgiPeer()
     stream = await service.open(3, {"notifications": {"toolsListChanged": True}}, _client())
     serving = asyncio.create_task(service.serve_sse(stream, peer.receive, peer.send))
     try:
@@ -380,7 +351,7 @@ async def test_the_sse_writer_of_a_client_that_stopped_reading_is_cancelled() ->
 
 async def test_a_client_closing_the_sse_response_ends_its_listen() -> None:
     service = ListenService()
-    peer = _Asgi()
+    peer = AsgiPeer()
     stream = await service.open(4, {"notifications": {"toolsListChanged": True}}, _client())
     serving = asyncio.create_task(service.serve_sse(stream, peer.receive, peer.send))
     await asyncio.sleep(0.05)
