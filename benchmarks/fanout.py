@@ -78,7 +78,13 @@ from urllib.parse import quote
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from tests.serve_process import ManagedProcess, ServerProcess, free_port, mcp_registry_command  # noqa: E402
+from tests.serve_process import (  # noqa: E402
+    ManagedProcess,
+    ServerProcess,
+    free_port,
+    mcp_registry_command,
+    upgrade_database,
+)
 
 DEFAULT_PEER_SCRIPT = Path("/work/shared/bench/sdk_peer_server.py")
 DEFAULT_PEER_VENV = Path("/tmp/peer")
@@ -939,16 +945,7 @@ async def phase_pg(args: argparse.Namespace, workdir: Path, results: dict[str, A
     servers: list[ManagedProcess] = []
     psql(base, f'CREATE SCHEMA "{schema}"')
     try:
-        up = subprocess.run(
-            [*mcp_registry_command(), "db", "upgrade", "--database-url", url],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        if up.returncode != 0:
-            raise RuntimeError(f"db upgrade failed: {up.stdout}\n{up.stderr}")
+        upgrade_database(url, env=env, cwd=REPO)
         a = registry_server("registry-pg-A", workdir, admin_token, secret_key, database_url=url, seed="demo")
         b = registry_server("registry-pg-B", workdir, admin_token, secret_key, database_url=url)
         servers = [a, b]

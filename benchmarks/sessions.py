@@ -71,7 +71,7 @@ from fanout import (  # noqa: E402
     raise_nofile,
 )
 
-from tests.serve_process import ManagedProcess, ServerProcess, free_port, issue_token  # noqa: E402
+from tests.serve_process import ManagedProcess, ServerProcess, free_port, issue_token, upgrade_database  # noqa: E402
 
 TARGET_CPU_MS = 0.5
 READY_TIMEOUT_S = 120.0
@@ -278,16 +278,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 psql(pg_base, f'CREATE SCHEMA "{schema_k}"')
                 schemas.append(schema_k)
                 env = {**os.environ, "PYTHONPATH": str(code)} if code is not None else None
-                up = subprocess.run(
-                    [sys.executable, "-m", "registry", "db", "upgrade", "--database-url", url],
-                    cwd=code or REPO,
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    timeout=300,
-                )
-                if up.returncode != 0:
-                    raise RuntimeError(f"db upgrade failed: {up.stdout}\n{up.stderr}")
+                upgrade_database(url, command=[sys.executable, "-m", "registry"], env=env, cwd=code or REPO)
                 name = f"{prefix}registry-pg"
                 server, _ = registry_target(name, workdir, admin_token, url, args, code)
                 servers.append(server)

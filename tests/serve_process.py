@@ -48,6 +48,28 @@ def mcp_registry_command(python: str = sys.executable) -> list[str]:
     return [str(script)] if script.exists() else [python, "-m", "registry"]
 
 
+def upgrade_database(
+    database_url: str,
+    *,
+    command: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 300.0,
+) -> None:
+    """Migrate ``database_url`` to the newest schema with the CLI, as an operator does before
+    starting replicas on a fresh database (``command``: another checkout's, for an A/B run)."""
+    done = subprocess.run(
+        [*(command or mcp_registry_command()), "db", "upgrade", "--database-url", database_url],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"db upgrade failed ({done.returncode}): {done.stdout}\n{done.stderr}")
+
+
 class ManagedProcess:
     """Any server process on a loopback port: start it, wait until it answers, stop it.
 
@@ -294,6 +316,16 @@ class ServerProcess(ManagedProcess):
 
     def admin(self, timeout: float = 30.0) -> httpx.Client:
         return self.client(admin=True, timeout=timeout)
+
+    def metric(self, name: str) -> float:
+        """The value of an unlabelled sample on ``/metrics`` (a gauge or counter of this process)."""
+        with self.admin() as admin:
+            text = admin.get("/metrics").text
+        prefix = name + " "
+        for line in text.splitlines():
+            if line.startswith(prefix):
+                return float(line.split()[1])
+        raise AssertionError(f"{name} is not on /metrics")
 
 
 def issue_token(admin: httpx.Client, name: str, scopes: list[str], **fields: Any) -> dict[str, Any]:

@@ -17,7 +17,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 from pydantic import ValidationError
 
 from registry.catalog.access import Access
@@ -28,7 +27,7 @@ from registry.catalog.service import CatalogService, validation_errors
 from registry.catalog.specs import ARGUMENT_PATTERN, SPEC_MODELS, PromptSpec, ResourceSpec, dump_spec
 from registry.catalog.templates import TemplateError, check_template
 from registry.limits import LimitExceeded, Limits
-from registry.webhooks import HttpResourceCache, IPNetwork, ResourceFetchError, make_guarded_client
+from registry.webhooks import HttpResourceCache, IPNetwork, PooledResponse, ResourceFetchError, make_guarded_client
 
 _LINE = re.compile(r"line (\d+): (.*)", re.DOTALL)
 _ARGUMENT_NAME = re.compile(ARGUMENT_PATTERN)
@@ -293,12 +292,12 @@ def fetch_resource_draft(
 async def _fetch_now(spec: ResourceSpec, limits: Limits, allowed: tuple[IPNetwork, ...]) -> FetchedResource:
     answers: list[str] = []
 
-    async def heard(response: httpx.Response) -> None:
+    def heard(response: PooledResponse) -> None:
         answers.append(f"{response.status_code} {response.reason_phrase}".strip())
 
     started = time.perf_counter()
     async with make_guarded_client(allowed, timeout=limits.http_resource_seconds) as client:
-        client.event_hooks = {"request": [], "response": [heard]}
+        client.on_response = heard
         fetcher = HttpResourceCache(lambda: client, limits)  # headers are already revealed
         try:
             contents = await fetcher.read(spec.uri or "", spec)

@@ -22,7 +22,6 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-import httpx
 from jsonschema.protocols import Validator
 
 from registry.catalog.access import Access
@@ -34,6 +33,7 @@ from registry.webhooks import (
     InputRequired,
     IPNetwork,
     LogCallback,
+    PooledClient,
     ProgressCallback,
     WebhookAnswer,
     WebhookTarget,
@@ -91,7 +91,7 @@ async def call_tool(
     tool: CallableTool,
     arguments: Mapping[str, Any],
     *,
-    client: httpx.AsyncClient,
+    client: PooledClient,
     limits: Limits = DEFAULT_LIMITS,
     request_id: str | int | None = None,
     session_id: str | None = None,
@@ -133,7 +133,7 @@ async def call_tool_step(
     tool: CallableTool,
     arguments: Mapping[str, Any],
     *,
-    client: httpx.AsyncClient,
+    client: PooledClient,
     limits: Limits = DEFAULT_LIMITS,
     request_id: str | int | None = None,
     session_id: str | None = None,

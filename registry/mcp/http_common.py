@@ -7,7 +7,7 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
 from types import CoroutineType
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from registry.catalog.service import PRODUCTION
@@ -34,6 +34,10 @@ SendFn = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 #: Bodies larger than this are parsed on a worker thread, so the event loop keeps serving others.
 _SCAN_IN_THREAD_BYTES = 256 * 1024
+
+log = logging.getLogger("registry.mcp")
+
+StreamT = TypeVar("StreamT", bound="PassWritable")
 
 
 class HttpError(Exception):
@@ -358,3 +362,43 @@ class SseStream:
         if not self.closed:
             self.closed = True
             await self._send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class PassWritable(Protocol):
+    """A stream ``WritePass`` writes: it writes what it holds, or is dropped when that fails."""
+
+    def flush(self, frames: dict[Any, bytes]) -> None: ...
+
+    def drop(self, reason: str) -> None: ...
+
+
+class WritePass(Generic[StreamT]):
+    """The idle streams offered something during one loop turn, written in one pass after it.
+
+    A fan-out offers a change to every stream; each idle one is ``note``d (once) and a single
+    ``call_soon`` writes them all, so one change costs one pass of socket writes, not a task wake-up
+    per stream, and what the turn offered (a burst of changes) is coalesced first. ``frames`` is
+    shared by the streams of one pass, so an event they all get is encoded once. A stream whose
+    write raises is dropped and logged; the others are still written.
+    """
+
+    def __init__(self, what: str, initial_frames: dict[Any, bytes] | None = None) -> None:
+        #: What a stream is, in the log line of a failed write ("GET stream", "listen stream").
+        self.what = what
+        self._initial_frames = initial_frames or {}
+        self._noted: list[StreamT] = []
+
+    def note(self, stream: StreamT) -> None:
+        self._noted.append(stream)
+        if len(self._noted) == 1:  # one pass after this loop turn, however many streams
+            asyncio.get_running_loop().call_soon(self.run)
+
+    def run(self) -> None:
+        streams, self._noted = self._noted, []
+        frames = dict(self._initial_frames)
+        for stream in streams:
+            try:
+                stream.flush(frames)
+            except Exception:  # one stream's failure must not leave the others unwritten
+                log.exception("writing to %s %r failed", self.what, stream)
+                stream.drop("writing to it failed")

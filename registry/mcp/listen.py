@@ -49,7 +49,7 @@ from collections.abc import Callable, Coroutine, Hashable, Mapping
 from typing import Any
 
 from registry.limits import DEFAULT_LIMITS, LimitExceeded, Limits, env_name
-from registry.mcp.http_common import KEEPALIVE_FRAME, Receive, SendFn, SseStream, sse_frame
+from registry.mcp.http_common import KEEPALIVE_FRAME, Receive, SendFn, SseStream, WritePass, sse_frame
 from registry.mcp.notifier import LIST_CHANGED, RESOURCE_UPDATED, ChangeEvent, updated_uris
 from registry.mcp.protocol import (
     INVALID_PARAMS,
@@ -190,6 +190,9 @@ class ListenStream:
         self.unfinished: Coroutine[Any, Any, None] | None = None
         self._frames: dict[str, bytes] = {}
 
+    def __repr__(self) -> str:
+        return f"<listen stream {self.request_id!r} label {self.label}>"
+
     # -- fed by the service ------------------------------------------------------------
     def offer(self, key: Hashable, method: str, uri: str | None = None) -> bool:
         """Queue a notification; one pending under the same key is replaced (and moves to the end)."""
@@ -209,12 +212,14 @@ class ListenStream:
             self.wake.set()
         elif not self.flush_due:
             self.flush_due = True
-            self.service._schedule_flush(self)
+            self.service.write_pass.note(self)
         return True
 
-    def flush(self) -> None:
+    def flush(self, frames: dict[Any, bytes] | None = None) -> None:
         """Write what is pending from outside the SSE writer, while it is ``idle`` (the service's
-        flush); a write the transport does not take at once goes to the writer, woken to finish it."""
+        flush); a write the transport does not take at once goes to the writer, woken to finish it.
+        ``frames`` (the pass's shared encodings) is not used: a listener's bytes carry its own
+        subscription id, so they are cached per listener."""
         self.flush_due = False
         pending = self.pending
         direct = self.direct
@@ -354,22 +359,8 @@ class ListenService:
         self._count = 0
         self.closing = False
         self._ticker: asyncio.Task[None] | None = None
-        #: Idle listeners offered something since the last flush (``ListenStream.flush``).
-        self._to_flush: list[ListenStream] = []
-
-    def _schedule_flush(self, stream: ListenStream) -> None:
-        self._to_flush.append(stream)
-        if len(self._to_flush) == 1:  # one flush after this loop turn, however many listeners
-            asyncio.get_running_loop().call_soon(self._flush)
-
-    def _flush(self) -> None:
-        streams, self._to_flush = self._to_flush, []
-        for stream in streams:
-            try:
-                stream.flush()
-            except Exception:  # one listener's failure must not leave the others unwritten
-                log.exception("writing to listen stream %r failed", stream.request_id)
-                stream.drop("writing to it failed")
+        #: Idle listeners offered something this loop turn, written after it (``ListenStream.flush``).
+        self.write_pass: WritePass[ListenStream] = WritePass("listen stream")
 
     def __len__(self) -> int:
         return self._count

@@ -18,8 +18,6 @@ from collections.abc import Awaitable, Callable, Container
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 from registry import __version__
 from registry.catalog.render_runner import RenderRunner
 from registry.catalog.rendering import ArgumentError
@@ -62,7 +60,7 @@ from registry.mcp.protocol import (
 from registry.mcp.render_cache import RenderCache
 from registry.mcp.sessions import ClientState
 from registry.mcp.snapshot import CatalogSnapshot, SnapshotCache, sees
-from registry.webhooks import HttpResourceCache, WebhookAnswer, make_guarded_client, parse_networks
+from registry.webhooks import HttpResourceCache, PooledClient, WebhookAnswer, make_guarded_client, parse_networks
 
 log = logging.getLogger("registry.mcp")
 
@@ -201,7 +199,7 @@ class McpServer:
         self.renders = RenderRunner(self.limits)
         self.render_cache = RenderCache()
         self._allowed = parse_networks(webhook_allowed_networks)
-        self._client: httpx.AsyncClient | None = None
+        self._client: PooledClient | None = None
         self.http_resources = HttpResourceCache(
             self.http_client, self.limits, decrypt=catalog.secrets.decrypt, error=_resource_fetch_error
         )
@@ -244,7 +242,7 @@ class McpServer:
         """Signs and checks the stateless era's ``requestState`` (a key derived from the secret key)."""
         return RequestStateSigner(self.catalog.secrets.derive_key(KEY_PURPOSE))
 
-    def http_client(self) -> httpx.AsyncClient:
+    def http_client(self) -> PooledClient:
         if self._client is None:
             self._client = make_guarded_client(self._allowed, timeout=30.0)
         return self._client
@@ -423,8 +421,7 @@ class McpServer:
 
     async def prompts_get(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
         name = _require_str(params, "name")
-        label = ctx.client.label
-        snapshot = self.snapshots.peek(label) or await self.snapshots.get(label)  # no await once built
+        snapshot = await self.snapshot(ctx)
         visible = ctx.client.visible_teams
         entry = snapshot.prompt(name, visible)  # another team's prompt is unknown too
         if entry is None:

@@ -42,7 +42,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Hashable
 from typing import Any
 
 from registry.limits import DEFAULT_LIMITS, env_name
-from registry.mcp.http_common import KEEPALIVE_FRAME, Receive, SendFn, SseStream, sse_frame
+from registry.mcp.http_common import KEEPALIVE_FRAME, Receive, SendFn, SseStream, WritePass, sse_frame
 from registry.mcp.protocol import dumps
 from registry.mcp.sessions import ClientState
 
@@ -118,6 +118,9 @@ class ClientStream:
             self.flush_due = True
             self.schedule_flush(self)
         return True
+
+    def __repr__(self) -> str:
+        return f"<stream of session {self.session_id[:8]}>"
 
     def flush(self, frames: dict[Any, bytes]) -> None:
         """Write what is pending from outside the writer, while it is ``idle`` (the hub's flush).
@@ -203,25 +206,8 @@ class StreamHub:
         self._streams: dict[str, set[ClientStream]] = {}
         self.closing = False
         self._keepalive_task: asyncio.Task[None] | None = None
-        #: Idle streams offered something since the last flush (``ClientStream.flush``).
-        self._to_flush: list[ClientStream] = []
-
-    def _schedule_flush(self, stream: ClientStream) -> None:
-        self._to_flush.append(stream)
-        if len(self._to_flush) == 1:  # one flush after this loop turn, however many streams
-            asyncio.get_running_loop().call_soon(self._flush)
-
-    def _flush(self) -> None:
-        """Write the pending events of every stream noted since the last flush: one pass, no task
-        woken, each event encoded once."""
-        streams, self._to_flush = self._to_flush, []
-        frames: dict[Any, bytes] = {_KEEPALIVE: KEEPALIVE_FRAME}
-        for stream in streams:
-            try:
-                stream.flush(frames)
-            except Exception:  # one stream's failure must not leave the others unwritten
-                log.exception("writing to the stream of session %s failed", stream.session_id[:8])
-                stream.drop("writing to it failed")
+        #: Idle streams offered something this loop turn, written after it (``ClientStream.flush``).
+        self._write_pass: WritePass[ClientStream] = WritePass("GET stream", {_KEEPALIVE: KEEPALIVE_FRAME})
 
     def start(self) -> None:
         """Start the ticker (keep-alives, stalled writers): one task for all streams, not a timer each."""
@@ -321,7 +307,7 @@ class StreamHub:
         self._streams.setdefault(session_id, set()).add(stream)
         sse = SseStream(send)
         stream.direct = sse.try_write
-        stream.schedule_flush = self._schedule_flush
+        stream.schedule_flush = self._write_pass.note
 
         async def write_all() -> None:
             # ``writing`` is up while a send waits for the client (the ticker times it); plain

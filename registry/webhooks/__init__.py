@@ -19,6 +19,7 @@ from .bodies import ACCEPT_ENCODING, BodyError, BodyTooLarge, iter_body, read_bo
 from .builtin import BUILTINS, BuiltinRegistry, Hook, HookContext, HookError, builtin, builtin_name
 from .client import DEFAULT_MAX_RESPONSE_BYTES, WebhookAnswer, WebhookTarget, call_webhook, call_webhook_step
 from .input_required import INPUT_METHODS, InputRequest, InputRequired, parse_input_required
+from .pool import ConnectionPool, PooledClient, PooledResponse
 from .relay import NotificationRelay
 from .resources import HttpResourceCache, HttpResourceSpec, ResourceFetchError
 from .results import InvalidResult, error_result, text_result, to_call_tool_result
@@ -27,7 +28,7 @@ from .ssrf import (
     ALLOWED_NETWORKS_ENV,
     ConnectedPeerGuard,
     ForbiddenDestination,
-    GuardedTransport,
+    GuardedPool,
     InvalidWebhookURL,
     IPAddress,
     IPNetwork,
@@ -53,8 +54,9 @@ __all__ = [
     "BodyTooLarge",
     "BuiltinRegistry",
     "ConnectedPeerGuard",
+    "ConnectionPool",
     "ForbiddenDestination",
-    "GuardedTransport",
+    "GuardedPool",
     "Hook",
     "HookContext",
     "HookError",
@@ -69,6 +71,8 @@ __all__ = [
     "JSONObject",
     "LogCallback",
     "NotificationRelay",
+    "PooledClient",
+    "PooledResponse",
     "ProgressCallback",
     "ResourceFetchError",
     "WebhookAnswer",

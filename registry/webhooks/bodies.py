@@ -2,7 +2,7 @@
 
 Webhook answers and ``http`` resources both come from servers the registry does not control. A
 cap checked after ``response.read()`` is no cap: a 400 MB body is in memory before it is refused.
-And counting what ``httpx`` decodes is not enough either, because its gzip decoder inflates each
+And counting what a generic HTTP client decodes is not enough either: httpx's gzip decoder inflates each
 network chunk in one go: one 64 KiB chunk of a gzip bomb becomes some 64 MB before anyone counts
 it. So bodies are read raw here and inflated with an output bound per step (``zlib``'s
 ``max_length``), every decoded byte counted as it is produced, and the read stops the moment the
@@ -16,7 +16,7 @@ import zlib
 from collections.abc import AsyncIterator, Iterator
 from typing import Final
 
-import httpx
+from .pool import PooledResponse
 
 __all__ = [
     "ACCEPT_ENCODING",
@@ -125,7 +125,7 @@ def _decoder(content_encoding: str) -> _Identity | _Inflater:
     raise UnsupportedEncoding(content_encoding)
 
 
-async def iter_body(response: httpx.Response, max_bytes: int) -> AsyncIterator[bytes]:
+async def iter_body(response: PooledResponse, max_bytes: int) -> AsyncIterator[bytes]:
     """The decoded body of a streamed ``response`` in pieces of at most 64 KiB, raising
     :class:`BodyTooLarge` as soon as more than ``max_bytes`` bytes (decoded, or on the wire)
     have arrived, :class:`UnsupportedEncoding` or :class:`CorruptEncoding` for bodies that cannot
@@ -149,7 +149,7 @@ async def iter_body(response: httpx.Response, max_bytes: int) -> AsyncIterator[b
         yield piece
 
 
-async def read_body(response: httpx.Response, max_bytes: int) -> bytes:
+async def read_body(response: PooledResponse, max_bytes: int) -> bytes:
     """All of :func:`iter_body`, as one ``bytes``."""
     data = bytearray()
     async for piece in iter_body(response, max_bytes):

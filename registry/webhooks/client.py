@@ -17,6 +17,7 @@ rate (see :mod:`.relay`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import re
@@ -34,6 +35,7 @@ from .builtin import BUILTINS, HookContext, HookError, builtin_name
 from .headers import InvalidHeader, configured_headers
 from .input_required import InputRequired, is_input_required, parse_input_required
 from .messages import host_for_messages, transport_failure
+from .pool import PooledClient, PooledResponse
 from .relay import NotificationRelay
 from .results import InvalidResult, error_result, to_call_tool_result
 from .signing import SIGNATURE_HEADER, sign
@@ -102,7 +104,7 @@ async def call_webhook(
     target: WebhookTarget,
     payload: Mapping[str, Any],
     *,
-    client: httpx.AsyncClient,
+    client: PooledClient,
     on_progress: ProgressCallback | None = None,
     on_log: LogCallback | None = None,
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
@@ -150,7 +152,7 @@ async def call_webhook_step(
     target: WebhookTarget,
     payload: Mapping[str, Any],
     *,
-    client: httpx.AsyncClient,
+    client: PooledClient,
     on_progress: ProgressCallback | None = None,
     on_log: LogCallback | None = None,
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
@@ -174,7 +176,7 @@ async def call_webhook_step(
 async def _call(
     target: WebhookTarget,
     payload: Mapping[str, Any],
-    client: httpx.AsyncClient,
+    client: PooledClient,
     relay: NotificationRelay,
     max_response_bytes: int,
     hook_services: Any = None,
@@ -273,39 +275,45 @@ def _request_headers(target: WebhookTarget, body: bytes) -> list[tuple[str, str]
     return headers
 
 
-def _check_target(target: WebhookTarget) -> tuple[str, httpx.URL]:
-    """The request method and the parsed URL, once the target is known to be an HTTP(S) call we
-    can make (the URL is parsed once, here, and handed to httpx as it is)."""
+def _check_target(target: WebhookTarget) -> str:
+    """The request method, once the target is known to be an HTTP(S) call we can make."""
     try:
-        url = httpx.URL(target.url)
+        return _checked_method(target.url, target.method)
+    except _Failure:
+        raise
     except (httpx.InvalidURL, TypeError, ValueError):
         _fail("webhook URL is not a valid URL")
-    if url.scheme not in _HTTP_SCHEMES:
-        _fail(f"webhook URL scheme must be http, https or builtin, not {url.scheme!r}")
-    method = target.method.upper()
-    if not _TOKEN_RE.fullmatch(method):
-        _fail(f"invalid webhook method {target.method!r}")
-    return method, url
+
+
+@functools.lru_cache(maxsize=1024)
+def _checked_method(url: str, method: str) -> str:
+    """Checked once per URL and method, not per call (a catalog calls a few URLs many times)."""
+    scheme = httpx.URL(url).scheme
+    if scheme not in _HTTP_SCHEMES:
+        _fail(f"webhook URL scheme must be http, https or builtin, not {scheme!r}")
+    upper = method.upper()
+    if not _TOKEN_RE.fullmatch(upper):
+        _fail(f"invalid webhook method {method!r}")
+    return upper
 
 
 async def _call_http(
     target: WebhookTarget,
     body: bytes,
-    client: httpx.AsyncClient,
+    client: PooledClient,
     relay: NotificationRelay,
     max_bytes: int,
 ) -> WebhookAnswer:
-    method, url = _check_target(target)
+    method = _check_target(target)
     headers = _request_headers(target, body)
     # ``async with`` closes the response (and so the connection, if unread) on every way out,
     # cancellation included.
     async with client.stream(
         method,
-        url,
+        target.url,
         content=body,
         headers=headers,
         timeout=target.timeout_s,
-        follow_redirects=False,
     ) as response:
         if not response.is_success:
             _fail(await _status_message(response))
@@ -323,7 +331,7 @@ def _too_large(max_bytes: int) -> str:
     return f"webhook response is larger than the {max_bytes}-byte limit"
 
 
-async def _status_message(response: httpx.Response) -> str:
+async def _status_message(response: PooledResponse) -> str:
     message = f"webhook returned HTTP {response.status_code} {response.reason_phrase}".rstrip()
     if response.is_redirect:
         message += " (redirects are not followed)"
@@ -341,7 +349,7 @@ async def _status_message(response: httpx.Response) -> str:
     return f"{message}: {text}" if text else message
 
 
-async def _read_capped(response: httpx.Response, max_bytes: int) -> bytes:
+async def _read_capped(response: PooledResponse, max_bytes: int) -> bytes:
     try:
         return await read_body(response, max_bytes)
     except BodyTooLarge:
@@ -372,7 +380,7 @@ def _json_body_result(raw: bytes, media_type: str) -> WebhookAnswer:
 # --------------------------------------------------------------------------- NDJSON streaming
 
 
-async def _read_ndjson(response: httpx.Response, max_bytes: int, relay: NotificationRelay) -> WebhookAnswer:
+async def _read_ndjson(response: PooledResponse, max_bytes: int, relay: NotificationRelay) -> WebhookAnswer:
     buffer = bytearray()
     line_number = 0
     try:

@@ -30,6 +30,7 @@ from registry.limits import DEFAULT_LIMITS, LimitExceeded, Limits
 from .bodies import ACCEPT_ENCODING, BodyError, BodyTooLarge, read_body
 from .headers import InvalidHeader, configured_headers
 from .messages import host_for_messages, transport_failure
+from .pool import PooledClient
 from .ssrf import ForbiddenDestination
 
 __all__ = ["HttpResourceCache", "HttpResourceSpec", "ResourceFetchError"]
@@ -104,7 +105,7 @@ class HttpResourceCache:
 
     def __init__(
         self,
-        client_factory: Callable[[], httpx.AsyncClient],
+        client_factory: Callable[[], PooledClient],
         limits: Limits = DEFAULT_LIMITS,
         *,
         decrypt: Callable[[str], str] | None = None,
@@ -196,7 +197,7 @@ class HttpResourceCache:
         starts the message of a non-2xx answer ("could not fetch resource X: 'host'")."""
         seconds = self._limits.http_resource_seconds
         client = self._client_factory()
-        async with client.stream("GET", url, headers=headers, timeout=seconds, follow_redirects=False) as response:
+        async with client.stream("GET", url, headers=headers, timeout=seconds) as response:
             if not response.is_success:
                 status = f"{response.status_code} {response.reason_phrase}".strip()
                 note = " (redirects are not followed)" if response.is_redirect else ""

@@ -9,8 +9,8 @@ result. So two checks exist:
   bad URL. It is advisory only, since DNS can answer differently later (DNS rebinding).
 * :class:`ConnectedPeerGuard` at call time: checks the address the socket is *actually*
   connected to, after connect and before a single byte is sent, whatever resolver was used. This
-  is the check that matters; :func:`make_guarded_client` builds an ``httpx.AsyncClient`` whose
-  transport (:mod:`.pool`) runs it on every new connection.
+  is the check that matters; :func:`make_guarded_client` builds the client whose connection pool
+  (:mod:`.pool`) runs it on every new connection.
 
 Operators who do want to reach an internal network (or loopback, in tests) list it in
 ``REGISTRY_WEBHOOK_ALLOWED_NETWORKS`` (see :func:`parse_networks`).
@@ -28,13 +28,13 @@ from typing import Any, Final, TypeAlias
 
 import httpx
 
-from .pool import PooledTransport
+from .pool import ConnectionPool, PooledClient, Timeouts
 
 __all__ = [
     "ALLOWED_NETWORKS_ENV",
     "ConnectedPeerGuard",
     "ForbiddenDestination",
-    "GuardedTransport",
+    "GuardedPool",
     "IPAddress",
     "IPNetwork",
     "InvalidWebhookURL",
@@ -328,8 +328,8 @@ class ConnectedPeerGuard:
             raise ForbiddenDestination(host, address, reason)
 
 
-class GuardedTransport(PooledTransport):
-    """The webhook transport: :class:`~.pool.PooledTransport` (HTTP/1.1, a keep-alive pool per
+class GuardedPool(ConnectionPool):
+    """The webhook connection pool: :class:`~.pool.ConnectionPool` (HTTP/1.1, keep-alive per
     origin) with :class:`ConnectedPeerGuard` on every new connection. Proxies are never used: a
     proxy would make the peer address the proxy's, defeating the check."""
 
@@ -351,45 +351,14 @@ class GuardedTransport(PooledTransport):
         )
 
 
-class _NoCookies(httpx.Cookies):
-    """Cookies that are never kept: ``Set-Cookie`` from an upstream is ignored."""
-
-    def extract_cookies(self, response: httpx.Response) -> None:
-        return None
-
-
-class _WebhookClient(httpx.AsyncClient):
-    """An ``httpx.AsyncClient`` without a cookie jar.
-
-    One client serves every agent's calls, so a jar would hand the cookie one agent's call
-    received to the next agent calling the same host (a session, say), and webhook calls are
-    stateless anyway. (Not storing them also saves building urllib's cookie objects per call.)
-    """
-
-    _no_cookies: Final = _NoCookies()
-
-    @property
-    def cookies(self) -> httpx.Cookies:
-        return self._no_cookies
-
-    @cookies.setter
-    def cookies(self, cookies: Any) -> None:
-        raise TypeError("the webhook client keeps no cookies")
-
-
 def make_guarded_client(
     allowed: Iterable[IPNetwork] = (),
     *,
-    timeout: float | httpx.Timeout = 30.0,
+    timeout: Timeouts = 30.0,
     verify: ssl.SSLContext | str | bool = True,
     limits: httpx.Limits = _DEFAULT_LIMITS,
-) -> httpx.AsyncClient:
-    """An ``httpx.AsyncClient`` for webhook calls: SSRF-guarded at connect time, no redirects
-    (a redirect could point anywhere, and would be a second, unsigned request), no cookies kept
-    between calls, and no proxies, ``.netrc`` or other settings taken from the environment."""
-    return _WebhookClient(
-        transport=GuardedTransport(allowed, verify=verify, limits=limits),
-        timeout=timeout,
-        follow_redirects=False,
-        trust_env=False,
-    )
+) -> PooledClient:
+    """The client for webhook calls and ``http`` resources: SSRF-guarded at connect time, no
+    redirects followed, no cookies kept between calls, and no proxies, ``.netrc`` or other settings
+    taken from the environment (see :mod:`.pool`)."""
+    return PooledClient(GuardedPool(allowed, verify=verify, limits=limits), timeout=timeout)

@@ -74,12 +74,7 @@ def _open_session(server: ServerProcess) -> StreamableHttpClient:
 
 
 def _streams_open(server: ServerProcess) -> int:
-    with server.admin() as admin:
-        text = admin.get("/metrics").text
-    for line in text.splitlines():
-        if line.startswith("mcp_streams_open "):
-            return int(float(line.split()[1]))
-    raise AssertionError("no mcp_streams_open in /metrics")
+    return int(server.metric("mcp_streams_open"))
 
 
 def _changes(server: ServerProcess, after: int) -> list[dict[str, Any]]:

@@ -50,12 +50,7 @@ def _client(server: ServerProcess, session_id: str | None = None) -> StreamableH
 
 
 def _pending_rows(server: ServerProcess) -> float:
-    with server.admin() as admin:
-        body = admin.get("/metrics").text
-    for line in body.splitlines():
-        if line.startswith("mcp_session_rows_pending "):
-            return float(line.split()[1])
-    raise AssertionError("mcp_session_rows_pending is not on /metrics")
+    return server.metric("mcp_session_rows_pending")
 
 
 def _burst(server: ServerProcess, http: httpx.Client, n: int) -> list[str]:

@@ -26,12 +26,23 @@ from registry.webhooks import (
     make_guarded_client,
     parse_networks,
 )
-from registry.webhooks.pool import PooledTransport
+from registry.webhooks.pool import ConnectionPool, PooledClient, PooledResponse, Timeouts
 from tests.certs import write_self_signed
 
 LOOPBACK = parse_networks("127.0.0.0/8,::1/128")
 ANSWER = b'{"content":[{"type":"text","text":"ok"}]}'
 FLOOD_BYTES = 32 * 1024 * 1024
+#: Answers framed in the other ways HTTP/1.1 allows, or not allowed, written as they are.
+FRAMINGS = {
+    "/chunked": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+    "/continue": b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s"
+    % (len(ANSWER), ANSWER),
+    "/until-close": b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n" + ANSWER,
+    "/huge-head": b"HTTP/1.1 200 OK\r\nX-Big: " + b"b" * 200_000 + b"\r\nContent-Length: 0\r\n\r\n",
+    "/extra": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
+    + b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\n\r\n",
+    "/garbage": b"HTTP/1.1 two hundred\r\n\r\n",
+}
 
 
 @dataclass
@@ -81,6 +92,16 @@ class Server:
                 )
                 await reader.readexactly(length)
                 paths.append(path)
+                if lines[0].startswith("HEAD "):  # the head a GET would get, no body
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(ANSWER))
+                    await writer.drain()
+                    continue
+                if path in FRAMINGS:
+                    writer.write(FRAMINGS[path])
+                    await writer.drain()
+                    if path == "/until-close":
+                        return
+                    continue
                 if path == "/slow":
                     await asyncio.sleep(0.3)
                 if path == "/flood":  # 32 MB, written only as fast as the client reads it
@@ -126,9 +147,17 @@ class CountingGuard:
         self.inner(host, peer)
 
 
-def pooled_client(guard: Any = None, timeout: float | httpx.Timeout = 5.0, **pool: Any) -> httpx.AsyncClient:
-    transport = PooledTransport(guard or ConnectedPeerGuard(LOOPBACK), **pool)
-    return httpx.AsyncClient(transport=transport, timeout=timeout, follow_redirects=False, trust_env=False)
+def pooled_client(guard: Any = None, timeout: Timeouts = 5.0, **pool: Any) -> PooledClient:
+    return PooledClient(ConnectionPool(guard or ConnectedPeerGuard(LOOPBACK), **pool), timeout=timeout)
+
+
+async def send(
+    client: PooledClient, method: str, url: str, content: bytes = b"", timeout: Timeouts = None
+) -> PooledResponse:
+    """One exchange, its body read to the end (so the connection can go back to the pool)."""
+    async with client.stream(method, url, content=content, timeout=timeout) as response:
+        await response.aread()
+        return response
 
 
 async def test_sequential_calls_reuse_one_connection(server: Server) -> None:
@@ -143,7 +172,7 @@ async def test_concurrent_calls_open_one_connection_each_then_reuse_them(server:
     guard = CountingGuard()
     async with pooled_client(guard) as client:
         for _ in range(3):
-            answers = await asyncio.gather(*(client.post(server.url("/slow"), content=b"{}") for _ in range(8)))
+            answers = await asyncio.gather(*(send(client, "POST", server.url("/slow"), b"{}") for _ in range(8)))
             assert [a.status_code for a in answers] == [200] * 8
     # Eight at a time need eight connections, and the later bursts found them idle.
     assert len(server.connections) == 8
@@ -153,9 +182,9 @@ async def test_concurrent_calls_open_one_connection_each_then_reuse_them(server:
 
 async def test_a_connection_the_server_closed_is_not_reused(server: Server) -> None:
     async with pooled_client() as client:
-        assert (await client.post(server.url("/close"), content=b"{}")).status_code == 200
+        assert (await send(client, "POST", server.url("/close"), b"{}")).status_code == 200
         await asyncio.sleep(0.05)  # the server's FIN arrives while the connection is idle
-        assert (await client.post(server.url("/after"), content=b"{}")).status_code == 200
+        assert (await send(client, "POST", server.url("/after"), b"{}")).status_code == 200
     assert server.connections == [["/close"], ["/after"]]
 
 
@@ -165,10 +194,10 @@ async def test_connections_are_never_shared_between_origins(server: Server) -> N
     try:
         async with pooled_client() as client:
             for _ in range(3):
-                await client.get(server.url("/a"))
-                await client.get(other.url("/b"))
+                await send(client, "GET", server.url("/a"))
+                await send(client, "GET", other.url("/b"))
                 # Same socket address, other host name: another origin, so another connection.
-                await client.get(server.url("/c", host="localhost"))
+                await send(client, "GET", server.url("/c", host="localhost"))
     finally:
         await other.stop()
     assert other.connections == [["/b"] * 3]
@@ -180,7 +209,7 @@ async def test_a_refused_connection_sends_nothing(server: Server) -> None:
     async with pooled_client(guard) as client:
         for _ in range(2):  # a refused connection is not pooled: the second try is checked again
             with pytest.raises(ForbiddenDestination):
-                await client.post(server.url("/hook"), content=b"{}")
+                await send(client, "POST", server.url("/hook"), b"{}")
     await asyncio.sleep(0.05)
     assert guard.calls == 2
     assert server.raw_bytes == 0 and all(paths == [] for paths in server.connections)
@@ -191,7 +220,7 @@ async def test_a_response_closed_before_its_end_closes_its_connection(server: Se
         async with client.stream("GET", server.url("/big")) as response:
             async for _ in response.aiter_raw():
                 break
-        assert (await client.get(server.url("/next"))).status_code == 200
+        assert (await send(client, "GET", server.url("/next"))).status_code == 200
     assert server.connections == [["/big"], ["/next"]]
 
 
@@ -207,47 +236,106 @@ async def test_a_reader_that_stalls_holds_the_server_back(server: Server) -> Non
 
 async def test_a_cancelled_call_frees_its_slot_and_closes_its_connection(server: Server) -> None:
     async with pooled_client(max_connections=1) as client:
-        task = asyncio.create_task(client.get(server.url("/slow")))
+        task = asyncio.create_task(send(client, "GET", server.url("/slow")))
         await asyncio.sleep(0.1)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert (await client.get(server.url("/next"))).status_code == 200
+        assert (await send(client, "GET", server.url("/next"))).status_code == 200
     assert server.connections == [["/slow"], ["/next"]]
 
 
 async def test_calls_beyond_max_connections_wait_for_a_slot_up_to_the_pool_timeout(server: Server) -> None:
     async with pooled_client(max_connections=1) as client:
-        slow = asyncio.create_task(client.get(server.url("/slow")))
+        slow = asyncio.create_task(send(client, "GET", server.url("/slow")))
         await asyncio.sleep(0.05)
         with pytest.raises(httpx.PoolTimeout):
-            await client.get(server.url("/late"), timeout=httpx.Timeout(5.0, pool=0.05))
-        waiting = asyncio.create_task(client.get(server.url("/queued")))
+            await send(client, "GET", server.url("/late"), timeout=httpx.Timeout(5.0, pool=0.05))
+        waiting = asyncio.create_task(send(client, "GET", server.url("/queued")))
         assert (await slow).status_code == 200 and (await waiting).status_code == 200
     assert server.connections == [["/slow", "/queued"]]
 
 
 async def test_idle_connections_expire_and_the_keepalive_cap_holds(server: Server) -> None:
     async with pooled_client(keepalive_expiry=0.05) as client:
-        await client.get(server.url("/1"))
+        await send(client, "GET", server.url("/1"))
         await asyncio.sleep(0.1)
-        await client.get(server.url("/2"))
+        await send(client, "GET", server.url("/2"))
     async with pooled_client(max_keepalive_connections=0) as client:
-        await client.get(server.url("/3"))
-        await client.get(server.url("/4"))
+        await send(client, "GET", server.url("/3"))
+        await send(client, "GET", server.url("/4"))
     assert server.connections == [["/1"], ["/2"], ["/3"], ["/4"]]
 
 
 async def test_cookies_set_by_a_webhook_are_not_sent_on_later_calls(server: Server) -> None:
     # One client serves every agent: a kept cookie would carry one agent's session into another's call.
     async with make_guarded_client(LOOPBACK) as client:
-        first = await client.post(server.url("/cookie"), content=b"{}")
+        first = await send(client, "POST", server.url("/cookie"), b"{}")
         assert first.headers["set-cookie"].startswith("session=")
         for _ in range(2):
             result = await call_webhook(WebhookTarget(url=server.url("/cookie")), {}, client=client)
             assert result["isError"] is False
-        assert not client.cookies
     assert server.cookie_headers == 0
+
+
+# --------------------------------------------------------------------------- framing
+
+
+async def test_chunked_and_informational_answers_are_read_and_their_connection_reused(server: Server) -> None:
+    async with pooled_client() as client:
+        async with client.stream("GET", server.url("/chunked")) as response:
+            assert await response.aread() == b"hello world"
+        async with client.stream("POST", server.url("/continue"), content=b"{}") as response:
+            assert response.status_code == 200 and await response.aread() == ANSWER
+        assert (await send(client, "GET", server.url("/after"))).status_code == 200
+    assert server.connections == [["/chunked", "/continue", "/after"]]
+
+
+async def test_a_body_that_ends_with_its_connection_is_read_whole_and_not_reused(server: Server) -> None:
+    async with pooled_client() as client:
+        async with client.stream("GET", server.url("/until-close")) as response:
+            assert await response.aread() == ANSWER
+        assert (await send(client, "GET", server.url("/next"))).status_code == 200
+    assert server.connections == [["/until-close"], ["/next"]]
+
+
+async def test_a_head_answer_ends_at_its_headers(server: Server) -> None:
+    async with pooled_client() as client:
+        async with client.stream("HEAD", server.url("/hook")) as response:
+            assert response.status_code == 200
+            assert response.headers["content-length"] == str(len(ANSWER))
+            assert await response.aread() == b""
+        assert (await send(client, "GET", server.url("/next"))).status_code == 200
+    # The parser cannot be told a HEAD's answer has no body, so that connection is not reused.
+    assert server.connections == [["/hook"], ["/next"]]
+
+
+async def test_bytes_after_an_answer_keep_its_connection_out_of_the_pool(server: Server) -> None:
+    async with pooled_client() as client:
+        async with client.stream("GET", server.url("/extra")) as response:
+            assert await response.aread() == b"{}"
+        assert (await send(client, "GET", server.url("/next"))).status_code == 200
+    assert server.connections == [["/extra"], ["/next"]]
+
+
+@pytest.mark.parametrize(
+    ("path", "fragment"), [("/huge-head", "larger than 102400 bytes"), ("/garbage", "invalid HTTP response")]
+)
+async def test_an_oversized_or_invalid_answer_is_a_protocol_error(server: Server, path: str, fragment: str) -> None:
+    async with pooled_client() as client:
+        with pytest.raises(httpx.RemoteProtocolError, match=fragment):
+            await send(client, "GET", server.url(path))
+        assert (await send(client, "GET", server.url("/next"))).status_code == 200
+    assert server.connections == [[path], ["/next"]]
+
+
+async def test_a_header_that_could_split_the_request_is_refused_unsent(server: Server) -> None:
+    async with pooled_client() as client:
+        with pytest.raises(httpx.LocalProtocolError) as info:
+            async with client.stream("POST", server.url("/hook"), headers=[("X-Token", "s3cret\r\nX-Evil: 1")]):
+                pass
+    assert "s3cret" not in str(info.value)
+    assert server.raw_bytes == 0
 
 
 # --------------------------------------------------------------------------- TLS

@@ -198,10 +198,11 @@ async def test_call_time_guard_refuses_loopback_without_allow_list(webhook_serve
     assert webhook_server.state.hits["/canary"] == before, "the request must not reach the server"
 
 
-async def test_call_time_guard_raises_forbidden_destination_through_httpx(webhook_server: WebhookServer) -> None:
+async def test_call_time_guard_raises_forbidden_destination_through_the_client(webhook_server: WebhookServer) -> None:
     async with make_guarded_client((), timeout=5.0) as client:
         with pytest.raises(ForbiddenDestination) as info:
-            await client.get(webhook_server.url("/canary", host="localhost"))
+            async with client.stream("GET", webhook_server.url("/canary", host="localhost")):
+                pass
     assert info.value.address is not None and info.value.address.is_loopback
 
 
