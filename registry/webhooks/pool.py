@@ -396,7 +396,10 @@ def _parse_url(url: str) -> tuple[_Origin, bytes]:
 
 
 def _request_bytes(method: str, url_head: bytes, headers: Sequence[tuple[str, str]], body: bytes) -> bytes:
-    parts = [method.encode("ascii"), url_head]
+    raw_method = method.encode("latin-1", "replace")
+    if not _HEADER_NAME.fullmatch(raw_method):  # a method is a token, as a header name is
+        raise httpx.LocalProtocolError(f"invalid request method {method!r}")
+    parts = [raw_method, url_head]
     for name, value in headers:
         try:
             raw_name, raw_value = name.encode("latin-1"), value.encode("latin-1")

@@ -335,6 +335,9 @@ async def test_a_header_that_could_split_the_request_is_refused_unsent(server: S
             async with client.stream("POST", server.url("/hook"), headers=[("X-Token", "s3cret\r\nX-Evil: 1")]):
                 pass
     assert "s3cret" not in str(info.value)
+    with pytest.raises(httpx.LocalProtocolError, match="invalid request method"):
+        async with pooled_client() as client, client.stream("GET /x HTTP/1.1\r\nX:", server.url("/hook")):
+            pass
     assert server.raw_bytes == 0
 
 
