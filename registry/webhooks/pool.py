@@ -69,6 +69,10 @@ _Origin = tuple[str, str, int]
 _Head = tuple[int, bytes, list[tuple[bytes, bytes]]]
 
 
+class _HeadTooLarge(Exception):
+    """Raised from a parser callback to stop parsing a head past :data:`_MAX_HEAD_BYTES`."""
+
+
 class ResponseHeaders:
     """A response's headers by case-insensitive name; repeated ones joined with ", " (as HTTP
     allows for all but Set-Cookie, which nothing here reads). ``raw`` keeps them as received."""
@@ -132,6 +136,7 @@ class _Protocol(asyncio.Protocol):
         self.body: deque[bytes] = deque()
         self._buffered = 0
         self._head_bytes = 0
+        self._head_parsed = 0
         self._reason = b""
         self._raw_headers: list[tuple[bytes, bytes]] = []
         self._informational = False
@@ -148,6 +153,7 @@ class _Protocol(asyncio.Protocol):
         self.complete = False
         self.keep_alive = False
         self._head_bytes = 0
+        self._head_parsed = 0
 
     # ------------------------------------------------------------------ asyncio callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -165,7 +171,8 @@ class _Protocol(asyncio.Protocol):
         except httptools.HttpParserUpgrade:
             self.error = httpx.RemoteProtocolError("the server switched protocols")
         except httptools.HttpParserError as exc:
-            self.error = httpx.RemoteProtocolError(f"invalid HTTP response: {exc}")
+            if self.error is None:  # (a callback may have set a better one)
+                self.error = httpx.RemoteProtocolError(f"invalid HTTP response: {exc}")
         if self.head is None and self._head_bytes > _MAX_HEAD_BYTES and self.error is None:
             self.error = httpx.RemoteProtocolError(f"the response head is larger than {_MAX_HEAD_BYTES} bytes")
         self._wake()
@@ -191,7 +198,7 @@ class _Protocol(asyncio.Protocol):
 
     def _at_eof(self) -> None:
         self.eof = True
-        if self.head is not None and self._until_close and not self.complete:
+        if self.head is not None and self._until_close and not self.complete and self.error is None:
             self.complete = True  # a body without a length ends when the connection does
         self._wake()
 
@@ -200,21 +207,39 @@ class _Protocol(asyncio.Protocol):
         self._reason = b""
         self._raw_headers = []
 
+    def _count_head(self, n: int) -> None:
+        if self.head is None:  # (trailers are not part of the head)
+            self._head_parsed += n
+            if self._head_parsed > _MAX_HEAD_BYTES:
+                self.error = httpx.RemoteProtocolError(f"the response head is larger than {_MAX_HEAD_BYTES} bytes")
+                raise _HeadTooLarge
+
     def on_status(self, data: bytes) -> None:
+        self._count_head(len(data) + 16)
         self._reason += data
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_head(len(name) + len(value) + 4)
         self._raw_headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         status = self.parser.get_status_code()
+        if self.complete:  # a second message after ours (or a HEAD answer's): not ours
+            self.unexpected = True
+            return
         if 100 <= status < 200:  # 100 Continue and the like: the real answer follows
             self._informational = True
             return
-        self.head = (status, self._reason, self._raw_headers)
-        framed = status in _NO_BODY_STATUSES or any(
-            name.lower() in (b"content-length", b"transfer-encoding") for name, _ in self._raw_headers
-        )
+        headers = self._raw_headers
+        self.head = (status, self._reason, headers)
+        self._raw_headers = []  # a chunked body's trailers, if any, go here: they are not headers
+        codings = b",".join(value for name, value in headers if name.lower() == b"transfer-encoding")
+        if status in _NO_BODY_STATUSES:
+            framed = True
+        elif codings:  # RFC 9112 6.3: a final coding other than chunked is read until close (as llhttp does)
+            framed = codings.rsplit(b",", 1)[-1].strip().lower() == b"chunked"
+        else:
+            framed = any(name.lower() == b"content-length" for name, _ in headers)
         self._until_close = not framed
         if self.head_only:  # no body follows, whatever the headers say; llhttp cannot be told
             self.complete = True
@@ -391,7 +416,9 @@ def _parse_url(url: str) -> tuple[_Origin, bytes]:
         raise httpx.UnsupportedProtocol(f"unsupported URL scheme {scheme!r}")
     if not parsed.host:
         raise httpx.InvalidURL("the URL has no host")
-    origin: _Origin = (scheme, parsed.host, parsed.port or _DEFAULT_PORTS[scheme])
+    # The A-label (IDNA 2008, as httpx and the save-time check spell it): ``parsed.host`` is the
+    # Unicode form, which the resolver and ssl would encode with Python's IDNA 2003 codec.
+    origin: _Origin = (scheme, parsed.raw_host.decode("ascii"), parsed.port or _DEFAULT_PORTS[scheme])
     return origin, b" " + parsed.raw_path + b" HTTP/1.1\r\nHost: " + parsed.netloc + b"\r\n"
 
 
@@ -564,7 +591,11 @@ class _Exchange:
     async def __aenter__(self) -> PooledResponse:
         response = self._response = await self._client.pool.request(*self._args)
         if self._client.on_response is not None:
-            self._client.on_response(response)
+            try:
+                self._client.on_response(response)
+            except BaseException:
+                await response.aclose()  # __aexit__ is not called when __aenter__ raises
+                raise
         return response
 
     async def __aexit__(
