@@ -33,6 +33,7 @@ early, a failure or a cancellation closes it instead.
 from __future__ import annotations
 
 import asyncio
+import base64
 import functools
 import re
 import ssl
@@ -60,7 +61,8 @@ _READ_HIGH_WATER: Final = 256 * 1024
 #: The most bytes a response's status line and headers may take.
 _MAX_HEAD_BYTES: Final = 100 * 1024
 _HEADER_NAME: Final = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_HEADER_VALUE: Final = re.compile(rb"[^\r\n\0]*")
+#: Visible characters, space and tab (RFC 9110 field-value, obs-text included): no control characters.
+_HEADER_VALUE: Final = re.compile(rb"[\t\x20-\x7e\x80-\xff]*")
 _REDIRECTS: Final = frozenset({301, 302, 303, 307, 308})
 _NO_BODY_STATUSES: Final = frozenset({204, 304})
 
@@ -407,9 +409,12 @@ def _phase_timeouts(timeout: Timeouts) -> tuple[float | None, float | None, floa
 
 
 @functools.lru_cache(maxsize=1024)
-def _parse_url(url: str) -> tuple[_Origin, bytes]:
-    """(origin, request head up to the end of the Host line) of a URL; catalogs call a few URLs
-    many times, so each is parsed once."""
+def _parse_url(url: str) -> tuple[_Origin, bytes, bool]:
+    """(origin, request head up to the end of the Host line, whether that head carries the URL's
+    credentials) of a URL; catalogs call a few URLs many times, so each is parsed once.
+
+    Credentials in the URL (``https://user:secret@host/``) are sent as Basic authorization, as
+    httpx did, and replace an ``Authorization`` header the entry also configures."""
     parsed = httpx.URL(url)
     scheme = parsed.scheme
     if scheme not in _DEFAULT_PORTS:
@@ -419,10 +424,16 @@ def _parse_url(url: str) -> tuple[_Origin, bytes]:
     # The A-label (IDNA 2008, as httpx and the save-time check spell it): ``parsed.host`` is the
     # Unicode form, which the resolver and ssl would encode with Python's IDNA 2003 codec.
     origin: _Origin = (scheme, parsed.raw_host.decode("ascii"), parsed.port or _DEFAULT_PORTS[scheme])
-    return origin, b" " + parsed.raw_path + b" HTTP/1.1\r\nHost: " + parsed.netloc + b"\r\n"
+    head = b" " + parsed.raw_path + b" HTTP/1.1\r\nHost: " + parsed.netloc + b"\r\n"
+    if not parsed.userinfo:
+        return origin, head, False
+    credentials = base64.b64encode(f"{parsed.username}:{parsed.password}".encode())
+    return origin, head + b"Authorization: Basic " + credentials + b"\r\n", True
 
 
-def _request_bytes(method: str, url_head: bytes, headers: Sequence[tuple[str, str]], body: bytes) -> bytes:
+def _request_bytes(
+    method: str, url_head: bytes, headers: Sequence[tuple[str, str]], body: bytes, url_auth: bool
+) -> bytes:
     raw_method = method.encode("latin-1", "replace")
     if not _HEADER_NAME.fullmatch(raw_method):  # a method is a token, as a header name is
         raise httpx.LocalProtocolError(f"invalid request method {method!r}")
@@ -435,6 +446,8 @@ def _request_bytes(method: str, url_head: bytes, headers: Sequence[tuple[str, st
         # Never the value in the message: header values are often credentials.
         if not _HEADER_NAME.fullmatch(raw_name) or not _HEADER_VALUE.fullmatch(raw_value):
             raise httpx.LocalProtocolError(f"invalid request header {name!r}")
+        if url_auth and raw_name.lower() == b"authorization":
+            continue  # the URL's credentials win
         parts += (raw_name, b": ", raw_value, b"\r\n")
     if body or method not in ("GET", "HEAD"):
         parts.append(b"Content-Length: %d\r\n" % len(body))
@@ -471,8 +484,8 @@ class ConnectionPool:
         """Send a request and return its response once the head is in; the caller closes it."""
         if self.closed:
             raise RuntimeError("the HTTP client is closed")
-        origin, url_head = _parse_url(url)
-        data = _request_bytes(method, url_head, headers, body)
+        origin, url_head, url_auth = _parse_url(url)
+        data = _request_bytes(method, url_head, headers, body, url_auth)
         connect_s, write_s, read_s, pool_s = _phase_timeouts(timeout)
         if self._slots.locked():
             try:

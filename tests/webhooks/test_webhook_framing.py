@@ -1,4 +1,7 @@
-"""Review probes for registry/webhooks/pool.py against raw loopback servers."""
+"""The webhook client's HTTP/1.1 framing and reuse decisions (registry/webhooks/pool.py), against raw
+loopback servers that answer byte for byte what each test needs: what a hostile or broken upstream
+can send (a second answer in one read, trailers, oversized heads, resets, odd codings), and what the
+client must send (the A-label host, the URL's credentials, no control characters)."""
 
 from __future__ import annotations
 
@@ -62,7 +65,7 @@ def client(**pool: Any) -> PooledClient:
     return PooledClient(ConnectionPool(ConnectedPeerGuard(LOOPBACK), **pool), timeout=2.0)
 
 
-# --- probe: a second message in the same read replaces the first's status and headers
+# --- a second message in the same read replaces the first's status and headers
 async def test_a_second_answer_in_the_same_read_does_not_replace_the_first() -> None:
     async def handler(reader, writer, index):
         await srv.read_request(reader)
@@ -79,7 +82,7 @@ async def test_a_second_answer_in_the_same_read_does_not_replace_the_first() -> 
         assert (response.status_code, "x-first" in response.headers, body) == (500, True, b"{}")
 
 
-# --- probe: chunked trailers must not become response headers
+# --- chunked trailers must not become response headers
 async def test_trailer_fields_are_not_merged_into_the_headers() -> None:
     async def handler(reader, writer, index):
         await srv.read_request(reader)
@@ -90,14 +93,13 @@ async def test_trailer_fields_are_not_merged_into_the_headers() -> None:
         await writer.drain()
         await reader.read()
 
-    async with Raw(handler) as srv, client() as c:
-        async with c.stream("GET", srv.url()) as response:
-            assert "x-trailer" not in response.headers
-            assert response.headers["content-type"] == "application/json"
-            assert await response.aread() == b"{}"
+    async with Raw(handler) as srv, client() as c, c.stream("GET", srv.url()) as response:
+        assert "x-trailer" not in response.headers
+        assert response.headers["content-type"] == "application/json"
+        assert await response.aread() == b"{}"
 
 
-# --- probe: the 100 KiB head bound holds when the whole head arrives in one read
+# --- the 100 KiB head bound holds when the whole head arrives in one read
 @pytest.mark.parametrize("size", [150_000, 250_000])
 async def test_a_head_over_the_bound_is_refused_even_in_one_read(size: int) -> None:
     async def handler(reader, writer, index):
@@ -112,11 +114,11 @@ async def test_a_head_over_the_bound_is_refused_even_in_one_read(size: int) -> N
                 await response.aread()
 
 
-# --- probe: a reset in the middle of a close-delimited body is an error, not the body's end
+# --- a reset in the middle of a close-delimited body is an error, not the body's end
 async def test_a_reset_mid_close_delimited_body_is_an_error() -> None:
     async def handler(reader, writer, index):
         await srv.read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{\"partial\": ")
+        writer.write(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{"partial": ')
         await writer.drain()
         await asyncio.sleep(0.2)
         sock = writer.get_extra_info("socket")
@@ -129,7 +131,7 @@ async def test_a_reset_mid_close_delimited_body_is_an_error() -> None:
                 await response.aread()
 
 
-# --- probe: 204/304 with a Content-Length, then reuse
+# --- 204/304 with a Content-Length, then reuse
 @pytest.mark.parametrize("status", [b"204 No Content", b"304 Not Modified"])
 async def test_no_body_statuses_end_at_their_head_and_are_reused(status: bytes) -> None:
     async def handler(reader, writer, index):
@@ -149,10 +151,13 @@ async def test_no_body_statuses_end_at_their_head_and_are_reused(status: bytes) 
     assert srv.connections == 1
 
 
-# --- probe: an HTTP/1.0 answer without keep-alive is not reused; with Connection: close neither
+# --- an HTTP/1.0 answer without keep-alive is not reused; with Connection: close neither
 @pytest.mark.parametrize(
     "answer",
-    [b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}", b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}"],
+    [
+        b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}",
+        b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}",
+    ],
 )
 async def test_answers_that_refuse_keep_alive_are_not_reused(answer: bytes) -> None:
     async def handler(reader, writer, index):
@@ -168,19 +173,18 @@ async def test_answers_that_refuse_keep_alive_are_not_reused(answer: bytes) -> N
     assert srv.connections == 2
 
 
-# --- probe: Transfer-Encoding other than chunked: body until close
+# --- Transfer-Encoding other than chunked: body until close
 async def test_non_chunked_transfer_encoding_reads_until_close() -> None:
     async def handler(reader, writer, index):
         await srv.read_request(reader)
         writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: identity\r\n\r\n{}")
         await writer.drain()
 
-    async with Raw(handler) as srv, client() as c:
-        async with c.stream("GET", srv.url()) as response:
-            assert await response.aread() == b"{}"  # RFC 9112 6.3: no final chunked coding: until close
+    async with Raw(handler) as srv, client() as c, c.stream("GET", srv.url()) as response:
+        assert await response.aread() == b"{}"  # RFC 9112 6.3: no final chunked coding: until close
 
 
-# --- probe: the host connected to (and named to TLS) is the URL's IDNA-2008 A-label, as httpx and the save-time check spell it
+# --- the host connected to (and named to TLS) is the URL's IDNA-2008 A-label, as httpx and the save-time check spell it
 async def test_an_internationalized_host_is_resolved_by_its_a_label(monkeypatch: pytest.MonkeyPatch) -> None:
     asked: list[bytes] = []
     real = socket.getaddrinfo
@@ -196,14 +200,13 @@ async def test_an_internationalized_host_is_resolved_by_its_a_label(monkeypatch:
         await reader.read()
 
     monkeypatch.setattr(socket, "getaddrinfo", fake)
-    async with Raw(handler) as srv, client() as c:
-        async with c.stream("GET", f"http://xn--fa-hia.de:{srv.port}/") as response:
-            await response.aread()
+    async with Raw(handler) as srv, client() as c, c.stream("GET", f"http://xn--fa-hia.de:{srv.port}/") as response:
+        await response.aread()
     assert b"Host: xn--fa-hia.de:" in srv.heads[0]
     assert asked == [b"xn--fa-hia.de"]  # not b"fass.de", another domain
 
 
-# --- probe: a host httpx accepts but Python's IDNA-2003 codec refuses must be an isError result, not an exception
+# --- a host httpx accepts but Python's IDNA-2003 codec refuses must be an isError result, not an exception
 async def test_a_host_the_idna_codec_refuses_is_an_error_result(monkeypatch: pytest.MonkeyPatch) -> None:
     def fake(host: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(host, str):
@@ -216,7 +219,7 @@ async def test_a_host_the_idna_codec_refuses_is_an_error_result(monkeypatch: pyt
     assert result["isError"] is True
 
 
-# --- probe: an on_response hook that raises must not leak the slot
+# --- an on_response hook that raises must not leak the slot
 async def test_a_failing_on_response_hook_frees_the_slot() -> None:
     async def handler(reader, writer, index):
         while True:
@@ -225,6 +228,7 @@ async def test_a_failing_on_response_hook_frees_the_slot() -> None:
             await writer.drain()
 
     async with Raw(handler) as srv, client(max_connections=1) as c:
+
         def boom(response: Any) -> None:
             raise ValueError("hook")
 
@@ -237,21 +241,40 @@ async def test_a_failing_on_response_hook_frees_the_slot() -> None:
             assert await response.aread() == b"{}"
 
 
-# --- probe: credentials in the URL's userinfo (httpx sent them as Basic auth)
-async def test_userinfo_in_the_url() -> None:
+# --- credentials in the URL's userinfo go as Basic authorization (as httpx sent them)
+async def test_credentials_in_the_url_are_sent_as_basic_authorization() -> None:
     async def handler(reader, writer, index):
-        await srv.read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
-        await writer.drain()
-        await reader.read()
+        while True:
+            await srv.read_request(reader)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+            await writer.drain()
 
     async with Raw(handler) as srv, client() as c:
-        async with c.stream("GET", f"http://user:pw@127.0.0.1:{srv.port}/p?q=1#frag") as response:
+        url = f"http://user:p%40ss@127.0.0.1:{srv.port}/p?q=1#frag"
+        async with c.stream("GET", url, headers=[("Authorization", "Bearer configured")]) as response:
             await response.aread()
-    print("USERINFO HEAD", srv.heads[0])
+        async with c.stream("GET", srv.url("/plain"), headers=[("Authorization", "Bearer configured")]) as response:
+            await response.aread()
+    with_userinfo, plain = (head.lower() for head in srv.heads)
+    assert with_userinfo.startswith(b"get /p?q=1 http/1.1\r\n")
+    assert with_userinfo.count(b"authorization:") == 1  # the URL's credentials replace the configured ones
+    assert b"authorization: basic dxnlcjpwqhnz\r\n" in with_userinfo  # base64("user:p@ss"), lower-cased
+    assert b"authorization: bearer configured\r\n" in plain
 
 
-# --- probe: a head over 100 KiB that arrives in one read is refused too
+async def test_a_header_value_with_a_control_character_is_refused_unsent() -> None:
+    async def handler(reader, writer, index):
+        await srv.read_request(reader)
+
+    async with Raw(handler) as srv, client() as c:
+        for value in ("a\x0bb", "a\x7fb", "a\x00b"):
+            with pytest.raises(httpx.LocalProtocolError, match="X-Token"):
+                async with c.stream("GET", srv.url(), headers=[("X-Token", value)]):
+                    pass
+    assert srv.heads == []
+
+
+# --- a head over 100 KiB that arrives in one read is refused too
 async def test_a_head_over_the_bound_in_a_single_read_is_refused() -> None:
     async def handler(reader, writer, index):
         await srv.read_request(reader)
@@ -270,7 +293,7 @@ async def test_a_head_over_the_bound_in_a_single_read_is_refused() -> None:
             await task
 
 
-# --- probe: a 1xx after the final answer (same read) keeps the connection out of the pool
+# --- a 1xx after the final answer (same read) keeps the connection out of the pool
 async def test_an_informational_answer_after_the_final_one_is_unexpected() -> None:
     async def handler(reader, writer, index):
         await srv.read_request(reader)
