@@ -279,8 +279,6 @@ def _check_target(target: WebhookTarget) -> str:
     """The request method, once the target is known to be an HTTP(S) call we can make."""
     try:
         return _checked_method(target.url, target.method)
-    except _Failure:
-        raise
     except (httpx.InvalidURL, TypeError, ValueError):
         _fail("webhook URL is not a valid URL")
 

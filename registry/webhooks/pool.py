@@ -285,17 +285,22 @@ class _Protocol(asyncio.Protocol):
             raise error
         raise httpx.ReadError(str(error) or type(error).__name__) from error
 
+    async def _more(self, timeout: float | None, closed: str) -> None:
+        """Wait for the reader's next bytes (or the end): a recorded error raises, as does an end of
+        the stream (``closed`` says what it cut short) or ``timeout`` passing with nothing new."""
+        if self.error is not None:
+            self._raise_error()
+        if self.eof:
+            raise httpx.RemoteProtocolError(closed)
+        try:
+            await self._wait(timeout)
+        except TimeoutError:
+            raise httpx.ReadTimeout("reading the response timed out") from None
+
     async def read_head(self, timeout: float | None) -> _Head:
         """Status, reason and raw headers of the response, once they are in."""
         while self.head is None:
-            if self.error is not None:
-                self._raise_error()
-            if self.eof:
-                raise httpx.RemoteProtocolError("the server closed the connection without answering")
-            try:
-                await self._wait(timeout)
-            except TimeoutError:
-                raise httpx.ReadTimeout("reading the response timed out") from None
+            await self._more(timeout, "the server closed the connection without answering")
         return self.head
 
     async def read_body(self, timeout: float | None) -> bytes | None:
@@ -303,14 +308,7 @@ class _Protocol(asyncio.Protocol):
         while not self.body:
             if self.complete:
                 return None
-            if self.error is not None:
-                self._raise_error()
-            if self.eof:
-                raise httpx.RemoteProtocolError("the server closed the connection mid-response")
-            try:
-                await self._wait(timeout)
-            except TimeoutError:
-                raise httpx.ReadTimeout("reading the response timed out") from None
+            await self._more(timeout, "the server closed the connection mid-response")
         chunk = self.body.popleft()
         self._buffered -= len(chunk)
         if self._reading_paused and self._buffered <= _READ_HIGH_WATER // 4 and self.transport is not None:

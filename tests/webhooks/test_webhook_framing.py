@@ -60,6 +60,21 @@ class Raw:
     def url(self, path: str = "/") -> str:
         return f"http://127.0.0.1:{self.port}{path}"
 
+    @classmethod
+    def answering(cls, answer: bytes, *, hold: bool = True) -> Raw:
+        """A server that answers each connection's first request with ``answer``, byte for byte, then
+        holds the connection until the client closes it (``hold=False``: closes it at once)."""
+
+        async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, index: int) -> None:
+            await server.read_request(reader)
+            writer.write(answer)
+            await writer.drain()
+            if hold:
+                await reader.read()
+
+        server = cls(handler)
+        return server
+
 
 def client(**pool: Any) -> PooledClient:
     return PooledClient(ConnectionPool(ConnectedPeerGuard(LOOPBACK), **pool), timeout=2.0)
@@ -67,16 +82,13 @@ def client(**pool: Any) -> PooledClient:
 
 # --- a second message in the same read replaces the first's status and headers
 async def test_a_second_answer_in_the_same_read_does_not_replace_the_first() -> None:
-    async def handler(reader, writer, index):
-        await srv.read_request(reader)
-        writer.write(
+    async with (
+        Raw.answering(
             b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 2\r\nX-First: 1\r\n\r\n{}"
             b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nX-Second: 1\r\n\r\n"
-        )
-        await writer.drain()
-        await reader.read()
-
-    async with Raw(handler) as srv, client() as c:
+        ) as srv,
+        client() as c,
+    ):
         async with c.stream("GET", srv.url()) as response:
             body = await response.aread()
         assert (response.status_code, "x-first" in response.headers, body) == (500, True, b"{}")
@@ -84,16 +96,14 @@ async def test_a_second_answer_in_the_same_read_does_not_replace_the_first() -> 
 
 # --- chunked trailers must not become response headers
 async def test_trailer_fields_are_not_merged_into_the_headers() -> None:
-    async def handler(reader, writer, index):
-        await srv.read_request(reader)
-        writer.write(
+    async with (
+        Raw.answering(
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\n"
             b"2;ext=1\r\n{}\r\n0\r\nContent-Type: application/x-ndjson\r\nX-Trailer: t\r\n\r\n"
-        )
-        await writer.drain()
-        await reader.read()
-
-    async with Raw(handler) as srv, client() as c, c.stream("GET", srv.url()) as response:
+        ) as srv,
+        client() as c,
+        c.stream("GET", srv.url()) as response,
+    ):
         assert "x-trailer" not in response.headers
         assert response.headers["content-type"] == "application/json"
         assert await response.aread() == b"{}"
@@ -102,13 +112,10 @@ async def test_trailer_fields_are_not_merged_into_the_headers() -> None:
 # --- the 100 KiB head bound holds when the whole head arrives in one read
 @pytest.mark.parametrize("size", [150_000, 250_000])
 async def test_a_head_over_the_bound_is_refused_even_in_one_read(size: int) -> None:
-    async def handler(reader, writer, index):
-        await srv.read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nX-Big: " + b"b" * size + b"\r\nContent-Length: 0\r\n\r\n")
-        await writer.drain()
-        await reader.read()
-
-    async with Raw(handler) as srv, client() as c:
+    async with (
+        Raw.answering(b"HTTP/1.1 200 OK\r\nX-Big: " + b"b" * size + b"\r\nContent-Length: 0\r\n\r\n") as srv,
+        client() as c,
+    ):
         with pytest.raises(httpx.RemoteProtocolError, match="larger than"):
             async with c.stream("GET", srv.url()) as response:
                 await response.aread()
@@ -160,13 +167,8 @@ async def test_no_body_statuses_end_at_their_head_and_are_reused(status: bytes) 
     ],
 )
 async def test_answers_that_refuse_keep_alive_are_not_reused(answer: bytes) -> None:
-    async def handler(reader, writer, index):
-        await srv.read_request(reader)
-        writer.write(answer)
-        await writer.drain()
-        await reader.read()  # does not close: the client must not reuse anyway
-
-    async with Raw(handler) as srv, client() as c:
+    # The server holds each connection open: that the client does not reuse it is its own decision.
+    async with Raw.answering(answer) as srv, client() as c:
         for _ in range(2):
             async with c.stream("GET", srv.url()) as response:
                 assert await response.aread() == b"{}"
@@ -175,12 +177,11 @@ async def test_answers_that_refuse_keep_alive_are_not_reused(answer: bytes) -> N
 
 # --- Transfer-Encoding other than chunked: body until close
 async def test_non_chunked_transfer_encoding_reads_until_close() -> None:
-    async def handler(reader, writer, index):
-        await srv.read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: identity\r\n\r\n{}")
-        await writer.drain()
-
-    async with Raw(handler) as srv, client() as c, c.stream("GET", srv.url()) as response:
+    async with (
+        Raw.answering(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: identity\r\n\r\n{}", hold=False) as srv,
+        client() as c,
+        c.stream("GET", srv.url()) as response,
+    ):
         assert await response.aread() == b"{}"  # RFC 9112 6.3: no final chunked coding: until close
 
 
@@ -193,14 +194,12 @@ async def test_an_internationalized_host_is_resolved_by_its_a_label(monkeypatch:
         asked.append(host.encode("idna") if isinstance(host, str) else host)  # what the resolver is sent
         return real("127.0.0.1", port, *args, **kwargs)
 
-    async def handler(reader, writer, index):
-        await srv.read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
-        await writer.drain()
-        await reader.read()
-
     monkeypatch.setattr(socket, "getaddrinfo", fake)
-    async with Raw(handler) as srv, client() as c, c.stream("GET", f"http://xn--fa-hia.de:{srv.port}/") as response:
+    async with (
+        Raw.answering(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}") as srv,
+        client() as c,
+        c.stream("GET", f"http://xn--fa-hia.de:{srv.port}/") as response,
+    ):
         await response.aread()
     assert b"Host: xn--fa-hia.de:" in srv.heads[0]
     assert asked == [b"xn--fa-hia.de"]  # not b"fass.de", another domain
@@ -276,13 +275,10 @@ async def test_a_header_value_with_a_control_character_is_refused_unsent() -> No
 
 # --- a head over 100 KiB that arrives in one read is refused too
 async def test_a_head_over_the_bound_in_a_single_read_is_refused() -> None:
-    async def handler(reader, writer, index):
-        await srv.read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nX-Big: " + b"b" * 120_000 + b"\r\nContent-Length: 0\r\n\r\n")
-        await writer.drain()
-        await reader.read()
-
-    async with Raw(handler) as srv, client() as c:
+    async with (
+        Raw.answering(b"HTTP/1.1 200 OK\r\nX-Big: " + b"b" * 120_000 + b"\r\nContent-Length: 0\r\n\r\n") as srv,
+        client() as c,
+    ):
         exchange = c.stream("GET", srv.url())
         task = asyncio.create_task(exchange.__aenter__())
         while not srv.heads:
@@ -295,13 +291,10 @@ async def test_a_head_over_the_bound_in_a_single_read_is_refused() -> None:
 
 # --- a 1xx after the final answer (same read) keeps the connection out of the pool
 async def test_an_informational_answer_after_the_final_one_is_unexpected() -> None:
-    async def handler(reader, writer, index):
-        await srv.read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}HTTP/1.1 100 Continue\r\n\r\n")
-        await writer.drain()
-        await reader.read()
-
-    async with Raw(handler) as srv, client() as c:
+    async with (
+        Raw.answering(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}HTTP/1.1 100 Continue\r\n\r\n") as srv,
+        client() as c,
+    ):
         for _ in range(2):
             async with c.stream("GET", srv.url()) as response:
                 assert await response.aread() == b"{}"
