@@ -114,8 +114,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def _uvicorn_config(app: Any, settings: Settings, args: argparse.Namespace) -> uvicorn.Config:
     import uvicorn
 
+    from registry.serving import HttpProtocol
+
     return uvicorn.Config(
         app,
+        http=HttpProtocol,
         host=settings.host,
         port=settings.port,
         log_level=args.log_level,

@@ -26,6 +26,7 @@ from registry.app import create_app
 from registry.config import Settings
 from registry.db.engine import normalize_database_url
 from registry.runtime import Registry
+from registry.serving import HttpProtocol
 from tests.serve_process import ServerProcess, free_port
 
 ADMIN_TOKEN = "test-admin-token-" + secrets.token_hex(8)
@@ -152,7 +153,7 @@ class LiveServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.app = create_app(registry)
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning")
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", http=HttpProtocol)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

@@ -346,10 +346,17 @@ class Database:
             availability.check()
             if record.info.pop("fresh", False):
                 return  # just connected: it answered a moment ago
+            granted = _round_trip_timeout(ping_s)  # less than ping_s inside a caller's shorter deadline
             try:
                 with deadline(ping_s):
                     dbapi_conn.execute(";")
             except DatabaseTimeout as exc:
+                if granted is not None and granted < ping_s:
+                    # The caller's own deadline ran out first (a 0.8 s readiness probe on a busy
+                    # box): that says nothing to other callers, so no 503s are held for them.
+                    raise DatabaseUnavailable(
+                        f"the database did not answer a ping within the {granted:.2f}s left of this call's deadline"
+                    ) from exc
                 availability.failed(describe(exc))
                 raise DatabaseUnavailable(f"the database did not answer a ping within {ping_s:.1f}s") from exc
             except psycopg.Error as exc:

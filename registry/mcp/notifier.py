@@ -357,9 +357,10 @@ class Notifier:
         # Governance events (append_event: a team, a token, a change request) name no labels: no
         # client's view changed, so nobody is told (the feed still moves past them).
         events = [event for event in events if event.labels]
-        streams = list(self.hub.streams())
         if any(event.kind == "resource" for event in events):
-            persisted = [s for s in streams if getattr(s.client, "id", "") and getattr(s, "persistent", False)]
+            persisted = [
+                s for s in self.hub.streams() if getattr(s.client, "id", "") and getattr(s, "persistent", False)
+            ]
             fresh = await self.refresh_subscriptions(sorted({s.session_id for s in persisted}))
             for stream in persisted:
                 if stream.session_id in fresh:

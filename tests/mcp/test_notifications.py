@@ -333,7 +333,10 @@ def test_a_replay_is_coalesced_and_covers_every_missed_change() -> None:
 
 @pytest.fixture
 def short_lived_sessions(settings: Settings) -> Iterator[LiveServer]:
-    quick = Settings(**{**settings.__dict__, "session_idle_timeout_s": 1.0})
+    # 2 s: a stream's keep-alive touches its session every 0.5 s, so its row stays fresh with
+    # 1-1.5 s to spare for a touch written late on a loaded box (1 s left half that, and once
+    # was not enough in CI).
+    quick = Settings(**{**settings.__dict__, "session_idle_timeout_s": 2.0})
     registry = Registry(quick)
     registry.prepare()
     server = LiveServer(registry)
@@ -348,7 +351,7 @@ def test_idle_sessions_expire_but_a_stream_keeps_its_session_alive(short_lived_s
     idle, streaming = _session(server), _session(server)
     listener = _listen(server, streaming)
     try:
-        time.sleep(2.5)  # several idle timeouts and sweeps
+        time.sleep(5.0)  # two idle timeouts and several sweeps
         gone = idle.post({"jsonrpc": "2.0", "id": 1, "method": "ping"})
         assert gone.status_code == 404
         assert streaming.request("ping")["result"] == {}
