@@ -502,7 +502,7 @@ class SessionStore:
             waiting = self._row_waits.get(session_id)
             if waiting is None and len(self._row_waits) < self.MAX_MISS_WAITS:
                 waiting = self._row_waits[session_id] = asyncio.ensure_future(self._await_row(load))
-                waiting.add_done_callback(lambda _done: self._row_waits.pop(session_id, None))
+                waiting.add_done_callback(lambda done: self._row_wait_ended(session_id, done))
             if waiting is not None:
                 row = await asyncio.shield(waiting)
                 cached = self._cache.get(session_id)
@@ -549,6 +549,13 @@ class SessionStore:
             if row is not None or time.monotonic() >= deadline:
                 return row
             pause *= 2
+
+    def _row_wait_ended(self, session_id: str, done: asyncio.Future[McpSession | None]) -> None:
+        self._row_waits.pop(session_id, None)
+        # Every request that waited may have gone: a failed read is then retrieved here, not
+        # logged as "exception was never retrieved" (a waiting request still gets it raised).
+        if not done.cancelled():
+            done.exception()
 
     def _remember(self, session: Session) -> None:
         self._cache[session.id] = session
