@@ -168,6 +168,20 @@ class Server:
 
 
 # --------------------------------------------------------------------------- prerequisites
+def ceiling_command(shared: Path, port: int) -> list[str]:
+    """The shared bare ASGI app on the registry's own stack (uvloop + httptools): the ceiling."""
+    return [
+        sys.executable,
+        str(shared / "ceiling_server.py"),
+        "--port",
+        str(port),
+        "--loop",
+        "uvloop",
+        "--http",
+        "httptools",
+    ]
+
+
 def ensure_wrk() -> str:
     path = shutil.which("wrk")
     if path is None:
@@ -747,16 +761,7 @@ def main(argv: list[str] | None = None) -> int:
                 # The shared bare ASGI app on the registry's own stack: the practical ceiling.
                 port = free_port()
                 ceiling = ManagedProcess(
-                    [
-                        sys.executable,
-                        str(ceiling_script),
-                        "--port",
-                        str(port),
-                        "--loop",
-                        "uvloop",
-                        "--http",
-                        "httptools",
-                    ],
+                    ceiling_command(args.shared, port),
                     port=port,
                     name="ceiling",
                     cwd=work,

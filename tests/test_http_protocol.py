@@ -1,5 +1,6 @@
-"""``registry.serving.HttpProtocol``: an answer's head and body leave in one write, and a held
-head is never late, under a real uvicorn on a loopback port.
+"""``registry.serving.HttpProtocol``: an answer's head and body leave in one write, a held head is
+never late, a route's immediate answers (and every way back to the ASGI app) are exact, and
+keep-alive still closes idle connections, under a real uvicorn on a loopback port.
 
 A recording layer sits under the protocol's own transport wrapper, on the real uvloop/asyncio
 transport, so each test sees exactly the writes that reach the socket."""
@@ -7,6 +8,8 @@ transport, so each test sees exactly the writes that reach the socket."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import socket
 import threading
 import time
@@ -46,16 +49,51 @@ class RecordingProtocol(HttpProtocol):
         super().connection_made(_Recording(transport, WRITES))  # type: ignore[arg-type]
 
 
-async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+ASGI_CALLS: list[str] = []
+IMMEDIATE_CALLS: list[bytes] = []
+
+
+def answer_now(headers: list[tuple[bytes, bytes]], body: bytes) -> tuple[int, list[tuple[bytes, bytes]], bytes] | None:
+    """The immediate route of ``/now``: answers the body back, except "later" (None: the ASGI app
+    answers) and "boom" (a bug: the ASGI app answers too)."""
+    IMMEDIATE_CALLS.append(body)
+    assert (b"host", b"x") in headers or any(name == b"host" for name, _ in headers)
+    if body == b"later" or len(body) > 16 * 1024:
+        return None
+    if body == b"boom":
+        raise RuntimeError("boom")
+    return 201, [(b"content-type", b"text/plain"), (b"x-answered", b"now")], b"now:" + body
+
+
+class App:
+    """The ASGI app, and the ``immediate_route`` that ``HttpProtocol`` looks for on it."""
+
+    def immediate_route(self, raw_path: bytes) -> Any:
+        return answer_now if raw_path == b"/now" else None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            return
+        await _app(scope, receive, send)
+
+
+app = App()
+
+
+async def _app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     assert scope["type"] == "http"
     path = scope["path"]
+    ASGI_CALLS.append(path)
+    if path == "/slow":  # answered after a while (keep-alive must not close a busy connection)
+        await asyncio.sleep(1.5)
+        path = "/json"
     if path == "/stream":  # a head, then the first event a while later (an SSE stream)
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
         await asyncio.sleep(0.5)
         await send({"type": "http.response.body", "body": b"event", "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return
-    if path == "/echo":  # reads the body first (Expect: 100-continue is answered on that read)
+    if path in ("/echo", "/now"):  # reads the body first (Expect: 100-continue is answered on that read)
         body = b""
         while True:
             message = await receive()
@@ -67,15 +105,19 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if path == "/close":
         headers.append((b"connection", b"close"))
+    if path == "/now":
+        body = b"asgi:" + body
+        headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body})
 
 
-@pytest.fixture(scope="module")
-def server_url() -> Iterator[str]:
+@contextlib.contextmanager
+def _serving(**config: Any) -> Iterator[str]:
     port = free_port()
+    config = {"log_level": "warning", **config}
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", http=RecordingProtocol)
+        uvicorn.Config(app, host="127.0.0.1", port=port, http=RecordingProtocol, lifespan="off", **config)
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -83,14 +125,24 @@ def server_url() -> Iterator[str]:
     while not server.started:
         assert time.monotonic() < deadline and thread.is_alive(), "test server did not start"
         time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def server_url() -> Iterator[str]:
+    with _serving() as url:
+        yield url
 
 
 @pytest.fixture(autouse=True)
 def fresh_record() -> None:
     WRITES.clear()
+    ASGI_CALLS.clear()
+    IMMEDIATE_CALLS.clear()
 
 
 def test_an_answer_leaves_in_one_write_with_its_head(server_url: str) -> None:
@@ -131,14 +183,147 @@ def test_head_requests_100_continue_and_closing_answers_are_complete(server_url:
         assert head.status_code == 200 and head.headers["content-length"] == "11" and head.content == b""
         closing = client.get("/close")
         assert closing.json() == {"ok": True} and closing.headers["connection"] == "close"
-    port = int(server_url.rsplit(":", 1)[1])
+    answer = _continued(int(server_url.rsplit(":", 1)[1]), "/echo", b"hello", b"hello")
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
+
+
+def _continued(port: int, path: str, body: bytes, ends_with: bytes) -> bytes:
+    """A POST with ``Expect: 100-continue``: the body is sent once the server says continue; the answer."""
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-        sock.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+        head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\nExpect: 100-continue\r\n\r\n"
+        sock.sendall(head.encode())
         assert sock.recv(65536) == b"HTTP/1.1 100 Continue\r\n\r\n"
-        sock.sendall(b"hello")
+        sock.sendall(body)
         answer = b""
-        while not answer.endswith(b"hello"):
+        while not answer.endswith(ends_with):
             chunk = sock.recv(65536)
             assert chunk, answer
             answer += chunk
-        assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
+        return answer
+
+
+def _exchange(port: int, request: bytes, answers: int) -> list[bytes]:
+    """Send raw bytes on one connection; the ``answers`` complete responses that come back (each
+    with a content-length)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(request)
+        data = b""
+        found: list[bytes] = []
+        while len(found) < answers:
+            head_end = data.find(b"\r\n\r\n")
+            if head_end >= 0:
+                head = data[:head_end].lower()
+                length = int(head.split(b"content-length: ")[1].split(b"\r\n")[0])
+                end = head_end + 4 + length
+                if len(data) >= end:
+                    found.append(data[:end])
+                    data = data[end:]
+                    continue
+            chunk = sock.recv(65536)
+            assert chunk, (found, data)
+            data += chunk
+        return found
+
+
+def _post(path: str, body: bytes, extra: str = "") -> bytes:
+    return f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n{extra}\r\n".encode() + body
+
+
+def _port(url: str) -> int:
+    return int(url.rsplit(":", 1)[1])
+
+
+def test_a_route_answers_at_once_without_the_asgi_app(server_url: str) -> None:
+    with httpx.Client(base_url=server_url) as client:
+        for n in range(3):  # kept alive: each request on the connection is answered at once
+            answer = client.post("/now", content=b"ping %d" % n)
+            assert answer.status_code == 201 and answer.content == b"now:ping %d" % n
+            assert answer.headers["x-answered"] == "now" and answer.headers["content-type"] == "text/plain"
+            assert answer.headers["server"] == "uvicorn" and "date" in answer.headers  # uvicorn's defaults
+    assert ASGI_CALLS == [] and IMMEDIATE_CALLS == [b"ping 0", b"ping 1", b"ping 2"]
+    assert len(WRITES) == 3 and all(w.startswith(b"HTTP/1.1 201 Created\r\n") for w in WRITES), WRITES
+    # Other paths and methods never reach the route.
+    with httpx.Client(base_url=server_url) as client:
+        assert client.post("/echo", content=b"x").content == b"x"
+        assert client.get("/now").content == b"asgi:"
+        assert client.post("/now?q=1", content=b"y").content == b"asgi:y"  # the target as sent, query and all
+    assert IMMEDIATE_CALLS == [b"ping 0", b"ping 1", b"ping 2"]
+
+
+def test_what_the_route_declines_or_fails_the_asgi_app_answers_with_the_whole_body(
+    server_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with httpx.Client(base_url=server_url) as client:
+        assert client.post("/now", content=b"later").content == b"asgi:later"
+        with caplog.at_level(logging.ERROR, logger="registry"):
+            assert client.post("/now", content=b"boom").content == b"asgi:boom"
+        assert "immediate answer failed" in caplog.text
+        big = bytes(range(256)) * 200  # 51,200 bytes: past what is buffered, handed over as it comes
+        assert client.post("/now", content=big).content == b"asgi:" + big
+    assert ASGI_CALLS == ["/now", "/now", "/now"]
+    assert IMMEDIATE_CALLS == [b"later", b"boom"]  # the big body was never offered
+
+
+def test_pipelined_requests_are_answered_in_order_whichever_path_answers(server_url: str) -> None:
+    requests = (
+        _post("/now", b"one")
+        + _post("/now", b"later")
+        + _post("/now", b"three")
+        + _post("/echo", b"four")
+        + _post("/now", b"five")
+    )
+    answers = _exchange(_port(server_url), requests, 5)
+    bodies = [a.split(b"\r\n\r\n", 1)[1] for a in answers]
+    assert [b.rsplit(b":", 1)[-1] for b in bodies] == [b"one", b"later", b"three", b"four", b"five"], bodies
+    # Requests queued behind one the ASGI app is answering wait their turn there.
+    assert bodies[:2] == [b"now:one", b"asgi:later"], bodies
+
+
+def test_expect_100_continue_and_http_1_0_go_to_the_asgi_app(server_url: str) -> None:
+    port = _port(server_url)
+    assert _continued(port, "/now", b"abc", b"asgi:abc").startswith(b"HTTP/1.1 200 OK\r\n")
+    (old,) = _exchange(port, b"POST /now HTTP/1.0\r\nHost: x\r\nContent-Length: 3\r\n\r\nold", 1)
+    assert old.endswith(b"asgi:old")
+    assert IMMEDIATE_CALLS == []
+
+
+def test_keep_alive_closes_idle_connections_and_never_a_busy_one() -> None:
+    with _serving(timeout_keep_alive=1) as url, socket.create_connection(("127.0.0.1", _port(url)), timeout=5) as sock:
+        for path, body in (("/now", b"a"), ("/now", b"later")):  # both paths arm the timer
+            sock.sendall(_post(path, body))
+            assert sock.recv(65536).startswith(b"HTTP/1.1 ")
+            time.sleep(0.6)  # within the timeout: still open (the timer counts from the last answer)
+        sock.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")  # busy for 1.5 s: past the timeout
+        started = time.monotonic()
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200 OK"), "a busy connection was closed"
+        assert time.monotonic() - started > 1.2
+        sock.settimeout(5)
+        idle_from = time.monotonic()
+        assert sock.recv(65536) == b""  # closed by the server once idle for the timeout
+        idle_s = time.monotonic() - idle_from
+        assert 0.8 < idle_s < 3.0, idle_s
+
+
+class _Keep(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def test_immediate_answers_are_in_the_access_log_like_any_other() -> None:
+    keep = _Keep()
+    access = logging.getLogger("uvicorn.access")
+    with _serving(log_level="info") as url:
+        access.addHandler(keep)
+        try:
+            with httpx.Client(base_url=url) as client:
+                assert client.post("/now", content=b"a").status_code == 201
+                assert client.post("/now", content=b"later").status_code == 200
+        finally:
+            access.removeHandler(keep)
+    assert len(keep.lines) == 2, keep.lines
+    assert keep.lines[0].startswith("127.0.0.1:") and keep.lines[0].endswith(' - "POST /now HTTP/1.1" 201'), keep.lines
+    assert keep.lines[1].endswith(' - "POST /now HTTP/1.1" 200'), keep.lines

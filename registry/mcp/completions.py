@@ -12,6 +12,7 @@ bounded three ways (``Limits``): values per argument (``completion_values``), by
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections import OrderedDict
 from collections.abc import Container
@@ -35,25 +36,27 @@ _MEMO_ITEMS = 16
 _MEMO_CHARS = 256
 
 
-def caller_of(client: ClientState) -> tuple[str, str]:
-    """Whose history a request reads and writes: (principal, label).
+def caller_of(client: ClientState) -> tuple[str, object, str]:
+    """Whose history a request reads and writes: (kind of caller, its identity, label).
 
     Agent tokens are identified by their id (all sessions of a token share history), signed-in
     users by their subject; anonymous callers have no identity beyond their session, so each
-    session is its own caller.
+    session is its own caller. (A tuple of the parts, not a formatted string: it is made on
+    every ``prompts/get``.)
     """
     if client.token_id is not None:
-        who = f"token:{client.token_id}"
-    elif client.user is not None:
-        who = f"user:{client.user}"
-    elif isinstance(client, Session) and client.id:
-        who = f"session:{client.id}"
-    else:
-        who = f"client:{client.history_id}"
-    return who, client.label
+        return "token", client.token_id, client.label
+    if client.user is not None:
+        return "user", client.user, client.label
+    if isinstance(client, Session) and client.id:
+        return "session", client.id, client.label
+    return "client", client.history_id, client.label
 
 
+@functools.lru_cache(maxsize=4096)
 def _key_cost(key: _Key) -> int:
+    """Memoised: an agent cycling through more prompts than its bytes hold adds and evicts keys on
+    most requests, and the same few thousand keys come back."""
     return _KEY_OVERHEAD + sys.getsizeof(key[0]) + sys.getsizeof(key[1]) + sys.getsizeof(key[2])
 
 
@@ -117,7 +120,7 @@ class CompletionHistory:
         #: A single value may take at most this share of a caller's bytes, so one long value cannot
         #: wipe the rest (and values that long are no use as suggestions anyway).
         self.max_value_bytes = max(1, self.max_bytes // max(1, self.per_key))
-        self._callers: OrderedDict[tuple[str, str], _CallerHistory] = OrderedDict()
+        self._callers: OrderedDict[tuple[str, object, str], _CallerHistory] = OrderedDict()
 
     def remember(self, client: ClientState, ref: Ref, argument: str, value: str) -> None:
         """Note a value the caller used. The caller must have checked that ``argument`` is declared."""

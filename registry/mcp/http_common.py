@@ -39,6 +39,15 @@ log = logging.getLogger("registry.mcp")
 
 StreamT = TypeVar("StreamT", bound="PassWritable")
 
+RawHeaders = list[tuple[bytes, bytes]]
+#: An answer written straight back by the HTTP protocol: (status, headers, body); the protocol
+#: adds its default headers (date, server) and the content-length.
+ImmediateAnswer = tuple[int, RawHeaders, bytes]
+#: ``answer_now(raw request headers, complete body)``: the answer, or None to let the ASGI app
+#: answer the request instead (see ``registry.serving.HttpProtocol``).
+AnswerNow = Callable[[RawHeaders, bytes], ImmediateAnswer | None]
+JSON_CONTENT: RawHeaders = [(b"content-type", b"application/json")]
+
 
 class HttpError(Exception):
     def __init__(self, status: int, code: int, message: str, headers: dict[str, str] | None = None) -> None:
@@ -81,7 +90,16 @@ class database_errors_as_503:
 
 
 def header_map(scope: Scope) -> dict[str, str]:
-    return {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+    return headers_of(scope["headers"])
+
+
+def headers_of(raw: RawHeaders, names: dict[bytes, str] | None = None) -> dict[str, str]:
+    """ASGI's header pairs (names already lower-case) as a dict: the last of a repeated name wins.
+    With ``names`` (raw name -> name), only those headers, which decodes less on a hot path."""
+    if names is None:
+        return {k.decode("latin-1"): v.decode("latin-1") for k, v in raw}
+    by_name = dict(raw)
+    return {name: by_name[key].decode("latin-1") for key, name in names.items() if key in by_name}
 
 
 def query_param(scope: Scope, name: str) -> str | None:
@@ -121,9 +139,27 @@ def _resource_metadata(headers: dict[str, str], settings: Settings, scope: Scope
     return f', resource_metadata="{base}{MCP_METADATA_PATH}"'
 
 
+def known_principal(headers: dict[str, str], tokens: TokenService, settings: Settings) -> Principal | None:
+    """The caller, when that is known without waiting: an anonymous agent where they are allowed,
+    or a bearer token verified lately (``TokenService.peek``) that may use MCP. None: ask
+    ``authenticate``, which verifies the token and says why one is refused."""
+    header = headers.get("authorization")
+    if not header:
+        return ANONYMOUS_AGENT if settings.anonymous_agents_enabled else None
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None
+    principal = tokens.peek(token)
+    return principal if principal is not None and principal.may_use_mcp else None
+
+
 async def authenticate(
     headers: dict[str, str], tokens: TokenService, settings: Settings, scope: Scope | None = None
 ) -> Principal:
+    known = known_principal(headers, tokens, settings)
+    if known is not None:
+        return known
     header = headers.get("authorization")
     if not header:
         if settings.anonymous_agents_enabled:
@@ -236,11 +272,16 @@ async def read_messages(receive: Receive, headers: dict[str, str], limits: Limit
     an ``HttpError`` (413 for the size, 400 otherwise) whose message names the limit.
     """
     body = await read_body(receive, headers, limits.body_bytes)
+    if len(body) > _SCAN_IN_THREAD_BYTES:
+        return await asyncio.to_thread(parse_messages, body, limits)
+    return parse_messages(body, limits)
+
+
+def parse_messages(body: bytes, limits: Limits) -> tuple[bool, list[Any]]:
+    """A complete body (``read_body`` bounded its size) parsed under ``limits``: (was it a batch,
+    its messages), or an ``HttpError`` (400) naming the limit or the parse error."""
     try:
-        if len(body) > _SCAN_IN_THREAD_BYTES:
-            payload = await asyncio.to_thread(loads, body, limits)
-        else:
-            payload = loads(body, limits)
+        payload = loads(body, limits)
     except JsonRpcError as exc:  # over json_depth or json_elements
         raise HttpError(400, exc.code, exc.message) from None
     except ValueError:  # UnicodeDecodeError included

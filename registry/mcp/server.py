@@ -83,6 +83,20 @@ MODERN_SERVER_INFO = {**SERVER_INFO, "title": "MCP Registry"}
 CACHEABLE = frozenset(
     {"server/discover", "tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read"}
 )
+#: Reads ``answers_at_once`` may accept: answered from the snapshot, with no await, no stream and
+#: no write (``logging/setLevel`` and the subscriptions write the session; ``tools/call`` waits).
+ANSWERED_AT_ONCE = frozenset(
+    {
+        "ping",
+        "prompts/list",
+        "prompts/get",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+        "tools/list",
+        "completion/complete",
+    }
+)
 #: Session-era methods the stateless revisions removed (-32601 there).
 SESSION_ONLY = frozenset({"initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"})
 #: Default ``ttlMs`` (setting ``REGISTRY_CACHE_TTL_MS``): short, since catalogs change under agents.
@@ -368,6 +382,39 @@ class McpServer:
             return False
         return entry.resource_kind == "http" or not entry.renderer.renders_inline
 
+    def answers_at_once(self, message: Message, client: ClientState) -> bool:
+        """Whether ``handle_request`` answers this session-era request without awaiting anything:
+        a read answered from the client's snapshot (already built) and, for ``prompts/get`` and
+        ``resources/read``, an entry that renders inline. Such a request may be answered in the
+        HTTP parser's callback (``answer_now``). Nothing it reads is changed."""
+        method = message.method
+        if method not in ANSWERED_AT_ONCE:
+            return False
+        snapshot = self.snapshots.peek(client.label)
+        if snapshot is None:
+            return False
+        if method == "prompts/get":
+            name = message.params.get("name")
+            entry = snapshot.prompt(name, client.visible_teams) if isinstance(name, str) else None
+            return entry is None or entry.renderer.renders_inline
+        if method == "resources/read":
+            return not self.may_wait(method, message.params, client)
+        return True
+
+    def answer_now(self, message: Message, ctx: RequestContext) -> dict[str, Any] | None:
+        """``handle_request`` run to its end now, for a request ``answers_at_once`` accepted (no
+        task, no loop turn). Should it wait after all, it is abandoned before it has done anything
+        (its only awaits come before any effect) and None says to answer it the usual way."""
+        running = self.handle_request(message, ctx)
+        try:
+            running.send(None)
+        except StopIteration as done:
+            answer: dict[str, Any] = done.value
+            return answer
+        running.close()
+        log.error("%s waited although answers_at_once said it would not; answered as a task instead", message.method)
+        return None
+
     async def snapshot(self, ctx: RequestContext) -> CatalogSnapshot:
         return self.snapshots.peek(ctx.client.label) or await self.snapshots.get(ctx.client.label)
 
@@ -421,8 +468,9 @@ class McpServer:
 
     async def prompts_get(self, params: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
         name = _require_str(params, "name")
-        snapshot = await self.snapshot(ctx)
-        visible = ctx.client.visible_teams
+        client = ctx.client  # the snapshot, without a coroutine of its own when it is built (nearly always)
+        snapshot = self.snapshots.peek(client.label) or await self.snapshots.get(client.label)
+        visible = client.visible_teams
         entry = snapshot.prompt(name, visible)  # another team's prompt is unknown too
         if entry is None:
             raise JsonRpcError(INVALID_PARAMS, f"unknown prompt: {name}")

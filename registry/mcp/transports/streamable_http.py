@@ -25,7 +25,10 @@ from registry.config import Settings
 from registry.mcp import modern
 from registry.mcp.client_requests import ClientRequests, ForwardTooLarge
 from registry.mcp.http_common import (
+    JSON_CONTENT,
     HttpError,
+    ImmediateAnswer,
+    RawHeaders,
     Receive,
     Scope,
     SendFn,
@@ -34,6 +37,9 @@ from registry.mcp.http_common import (
     check_origin_and_host,
     database_errors_as_503,
     header_map,
+    headers_of,
+    known_principal,
+    parse_messages,
     read_messages,
     send_bytes,
     send_http_error,
@@ -49,6 +55,7 @@ from registry.mcp.protocol import (
     SUPPORTED_VERSIONS,
     JsonRpcError,
     Message,
+    dumps,
     error_message,
     invalid_message_answer,
     parse_message,
@@ -65,6 +72,11 @@ log = logging.getLogger("registry.mcp")
 
 SESSION_HEADER = "mcp-session-id"
 VERSION_HEADER = "mcp-protocol-version"
+#: The headers ``answer_now`` reads (those of ``__call__`` and ``_post`` on the same path).
+_ANSWER_NOW_HEADERS = {
+    name.encode(): name
+    for name in (SESSION_HEADER, VERSION_HEADER, "host", "origin", "authorization", "accept", "content-type")
+}
 
 
 def _accepts(headers: dict[str, str]) -> tuple[bool, bool]:
@@ -73,6 +85,10 @@ def _accepts(headers: dict[str, str]) -> tuple[bool, bool]:
     if accept is None:
         return True, True
     return _parse_accept(accept)
+
+
+def _content_type(headers: dict[str, str]) -> str:
+    return headers.get("content-type", "application/json").split(";")[0].strip().lower()
 
 
 @functools.lru_cache(maxsize=64)
@@ -137,19 +153,64 @@ class StreamableHttpTransport:
         if session is None:
             with database_errors_as_503(log, "MCP session lookup answers 503"):
                 session = await self.sessions.get(session_id)
-        # A session belongs to the token that opened it; anyone else is told it does not exist.
-        if session is None or (session.token_id, session.user, session.principal) != (
-            principal.token_id,
-            principal.user,
-            principal.name,
-        ):
+        if session is None or not _opened_by(session, principal):
             raise HttpError(404, -32001, "Session not found: initialize a new session")
+        self._serve(session, principal)
+        return session
+
+    def _serve(self, session: Session, principal: Principal) -> None:
         # What it sees is the principal's, as of this request (the session row keeps no teams: a
         # session restored on another replica, or a token whose teams changed, is served right).
         session.visible_teams = principal.visible_teams
         session.user = principal.user
         self.sessions.touch(session)
-        return session
+
+    # ---------------------------------------------------------------- POST, answered at once
+    def answer_now(self, raw_headers: RawHeaders, body: bytes) -> ImmediateAnswer | None:
+        """A POST answered in the HTTP parser's callback (``registry.serving.HttpProtocol``), with no
+        ASGI task: the common request of a session-era agent, one JSON-RPC request that the
+        dispatcher answers from memory (``McpServer.answers_at_once``).
+
+        Every check ``__call__`` and ``_post`` make is made here, from the same helpers; anything
+        they would refuse, and anything that would wait (a token or session not in memory, the
+        stateless era, a batch, a notification, a stream), returns None before any effect, and the
+        ASGI path then answers the request in full, its refusals included.
+        """
+        headers = headers_of(raw_headers, _ANSWER_NOW_HEADERS)
+        session_id = headers.get(SESSION_HEADER)
+        version = headers.get(VERSION_HEADER)
+        if not session_id or (version is not None and version not in SUPPORTED_VERSIONS):
+            return None
+        limits = self.settings.limits
+        try:
+            check_origin_and_host(headers, self.settings)
+            principal = known_principal(headers, self.tokens, self.settings)
+            if principal is None or not _accepts(headers)[0] or _content_type(headers) != "application/json":
+                return None
+            if len(body) > limits.body_bytes:
+                return None
+            batch, items = parse_messages(body, limits)
+        except HttpError:
+            return None
+        if batch or len(items) != 1:
+            return None
+        try:
+            message = parse_message(items[0], limits)
+        except JsonRpcError:
+            return None
+        session = self.sessions.peek(session_id)
+        if (
+            not message.is_request
+            or session is None
+            or not _opened_by(session, principal)
+            or not self.server.answers_at_once(message, session)
+        ):
+            return None
+        self._serve(session, principal)
+        answer = self.server.answer_now(message, RequestContext(client=session, session_id=session.id))
+        if answer is None:
+            return None
+        return 200, JSON_CONTENT, dumps(answer)
 
     # ---------------------------------------------------------------- POST
     async def _post(
@@ -160,8 +221,7 @@ class StreamableHttpTransport:
             raise HttpError(
                 406, INVALID_REQUEST, "Not Acceptable: Accept must include application/json or text/event-stream"
             )
-        content_type = headers.get("content-type", "application/json").split(";")[0].strip().lower()
-        if content_type != "application/json":
+        if _content_type(headers) != "application/json":
             raise HttpError(415, INVALID_REQUEST, "Unsupported Media Type: send application/json")
         # Size, JSON structure and batch length are bounded here, each before the next step runs.
         batch, items = await read_messages(receive, headers, self.settings.limits)
@@ -318,8 +378,7 @@ class StreamableHttpTransport:
             raise HttpError(
                 406, INVALID_REQUEST, "Not Acceptable: Accept must include application/json or text/event-stream"
             )
-        content_type = headers.get("content-type", "application/json").split(";")[0].strip().lower()
-        if content_type != "application/json":
+        if _content_type(headers) != "application/json":
             raise HttpError(415, INVALID_REQUEST, "Unsupported Media Type: send application/json")
         batch, items = await read_messages(receive, headers, self.settings.limits)
         if batch:
@@ -443,6 +502,11 @@ class StreamableHttpTransport:
             await self.sessions.end(session.id)
         self.hub.close_session(session.id)
         await send_bytes(send, 204, b"", None)
+
+
+def _opened_by(session: Session, principal: Principal) -> bool:
+    """A session belongs to the token that opened it; anyone else is told it does not exist."""
+    return (session.token_id, session.user, session.principal) == (principal.token_id, principal.user, principal.name)
 
 
 async def _until_disconnect(work: Any, receive: Receive) -> dict[str, Any] | None:
