@@ -130,10 +130,13 @@ def _default_head(default_headers: list[tuple[bytes, bytes]]) -> bytes:
     return joined
 
 
-def _immediate_router(app: Any) -> Callable[[bytes], AnswerNow | None] | None:
+def _immediate_router(app: Any, *, behind_proxy_ok: bool) -> Callable[[bytes], AnswerNow | None] | None:
     """The app's ``immediate_route`` (see ``HttpProtocol``), looked for through uvicorn's own
-    proxy-headers wrapper only: any other middleware must see every request, so it has none."""
+    proxy-headers wrapper only (when ``behind_proxy_ok``): any other middleware must see every
+    request, so it has none."""
     while isinstance(app, ProxyHeadersMiddleware):
+        if not behind_proxy_ok:
+            return None
         app = app.app
     route = getattr(app, "immediate_route", None)
     return route if callable(route) else None
@@ -169,8 +172,14 @@ class HttpProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         holding = _HeadHoldingTransport(transport, self.loop)
         super().connection_made(holding)  # type: ignore[arg-type]
-        self._route = _immediate_router(self.app) if self.limit_concurrency is None else None
-        self._raw_transport = transport
+        # Not with a concurrency limit or a root path (the app's routes would not see "/mcp"), and
+        # not behind trusted proxies when access-logging (the log names the forwarded client).
+        simple = self.limit_concurrency is None and not self.root_path
+        self._route = _immediate_router(self.app, behind_proxy_ok=not self.access_log) if simple else None
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._idle = False  # a request has begun (perhaps in the same read as an answered one)
 
     def on_headers_complete(self) -> None:
         route = self._route
@@ -226,7 +235,9 @@ class HttpProtocol(HttpToolsProtocol):
         if self.access_log:
             client = f"{self.client[0]}:{self.client[1]}" if self.client else ""
             self.access_logger.info('%s - "POST %s HTTP/1.1" %d', client, self.url.decode("latin-1"), status)
-        self._raw_transport.write(b"".join(parts))
+        # Through the head-holding transport: a head it still holds (a HEAD answer's, until the end
+        # of the loop turn) goes first.
+        self.transport.write(b"".join(parts))
         # What uvicorn's on_response_complete does, less what cannot apply here: nothing is
         # pipelined behind this request and reading was not paused for it.
         self.server_state.total_requests += 1
@@ -273,6 +284,13 @@ class HttpProtocol(HttpToolsProtocol):
         if self._keep_alive_timer is not None:
             self._keep_alive_timer.cancel()
             self._keep_alive_timer = None
+
+    def shutdown(self) -> None:
+        """Graceful shutdown: a request whose body is still being buffered goes to the ASGI app,
+        which answers it and closes, as uvicorn does for a request in progress."""
+        if self._answer_now is not None:
+            self._to_asgi(self._immediate_body)
+        super().shutdown()
 
     def _to_asgi(self, body: bytes) -> None:
         """Hand the request to the ASGI app after all, with what was buffered of its body."""

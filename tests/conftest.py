@@ -153,7 +153,10 @@ class LiveServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.app = create_app(registry)
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", http=HttpProtocol)
+        # As `mcp-registry serve` without REGISTRY_FORWARDED_ALLOW_IPS: no proxy headers believed.
+        config = uvicorn.Config(
+            self.app, host="127.0.0.1", port=self.port, log_level="warning", http=HttpProtocol, proxy_headers=False
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

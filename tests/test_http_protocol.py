@@ -114,8 +114,14 @@ async def _app(scope: dict[str, Any], receive: Any, send: Any) -> None:
 
 @contextlib.contextmanager
 def _serving(**config: Any) -> Iterator[str]:
+    with _server(**config) as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def _server(**config: Any) -> Iterator[tuple[str, uvicorn.Server]]:
     port = free_port()
-    config = {"log_level": "warning", **config}
+    config = {"log_level": "warning", "proxy_headers": False, **config}
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, http=RecordingProtocol, lifespan="off", **config)
     )
@@ -126,7 +132,7 @@ def _serving(**config: Any) -> Iterator[str]:
         assert time.monotonic() < deadline and thread.is_alive(), "test server did not start"
         time.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", server
     finally:
         server.should_exit = True
         thread.join(timeout=10)
@@ -304,6 +310,35 @@ def test_keep_alive_closes_idle_connections_and_never_a_busy_one() -> None:
         assert 0.8 < idle_s < 3.0, idle_s
 
 
+def test_a_request_read_with_an_immediate_answer_keeps_its_connection_busy() -> None:
+    """An immediate answer and a slow request in one read: the timer must not see the connection
+    idle from the answer on, while the slow request is still being served."""
+    with _serving(timeout_keep_alive=1) as url, socket.create_connection(("127.0.0.1", _port(url)), timeout=5) as sock:
+        sock.sendall(_post("/now", b"a") + b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+        data = b""
+        while b"now:a" not in data or not data.endswith(b'{"ok":true}'):
+            chunk = sock.recv(65536)
+            assert chunk, f"closed while busy: {data!r}"
+            data += chunk
+
+
+def test_shutdown_answers_a_request_whose_body_is_still_arriving() -> None:
+    with _server() as (url, server), socket.create_connection(("127.0.0.1", _port(url)), timeout=5) as sock:
+        sock.sendall(b"POST /now HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nhello")
+        time.sleep(0.2)  # the head and half the body are read: buffered for an immediate answer
+        server.should_exit = True
+        time.sleep(0.3)  # uvicorn's shutdown has reached the connection
+        sock.sendall(b"world")
+        answer = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and answer.endswith(b"asgi:helloworld"), answer
+        assert b"connection: close" in answer.lower()
+
+
 class _Keep(logging.Handler):
     def __init__(self) -> None:
         super().__init__()
@@ -327,3 +362,18 @@ def test_immediate_answers_are_in_the_access_log_like_any_other() -> None:
     assert len(keep.lines) == 2, keep.lines
     assert keep.lines[0].startswith("127.0.0.1:") and keep.lines[0].endswith(' - "POST /now HTTP/1.1" 201'), keep.lines
     assert keep.lines[1].endswith(' - "POST /now HTTP/1.1" 200'), keep.lines
+
+
+def test_behind_trusted_proxies_an_access_log_names_the_forwarded_client() -> None:
+    """With uvicorn's proxy headers on and an access log, nothing is answered at once: the log line
+    must name the client the proxy forwarded, which only the ASGI path (its middleware) knows."""
+    keep = _Keep()
+    access = logging.getLogger("uvicorn.access")
+    with _serving(log_level="info", proxy_headers=True, forwarded_allow_ips="127.0.0.1") as url:
+        access.addHandler(keep)
+        try:
+            answer = httpx.post(url + "/now", content=b"a", headers={"X-Forwarded-For": "203.0.113.9"})
+        finally:
+            access.removeHandler(keep)
+    assert answer.content == b"asgi:a" and IMMEDIATE_CALLS == []
+    assert keep.lines and keep.lines[0].startswith("203.0.113.9:"), keep.lines

@@ -183,14 +183,14 @@ class StreamableHttpTransport:
             return None
         limits = self.settings.limits
         try:
-            check_origin_and_host(headers, self.settings)
+            check_origin_and_host(headers, self.settings)  # ValueError: a malformed Origin or Host
             principal = known_principal(headers, self.tokens, self.settings)
             if principal is None or not _accepts(headers)[0] or _content_type(headers) != "application/json":
                 return None
             if len(body) > limits.body_bytes:
                 return None
             batch, items = parse_messages(body, limits)
-        except HttpError:
+        except (HttpError, ValueError):
             return None
         if batch or len(items) != 1:
             return None
@@ -199,12 +199,16 @@ class StreamableHttpTransport:
         except JsonRpcError:
             return None
         session = self.sessions.peek(session_id)
-        if (
-            not message.is_request
-            or session is None
-            or not _opened_by(session, principal)
-            or not self.server.answers_at_once(message, session)
-        ):
+        if not message.is_request or session is None or not _opened_by(session, principal):
+            return None
+        # As _serve sets them, before the dispatcher looks: it must judge by this request's teams.
+        session.visible_teams = principal.visible_teams
+        session.user = principal.user
+        try:
+            at_once = self.server.answers_at_once(message, session)
+        except JsonRpcError:  # e.g. a stored definition that no longer compiles: answered the usual way
+            return None
+        if not at_once:
             return None
         self._serve(session, principal)
         answer = self.server.answer_now(message, RequestContext(client=session, session_id=session.id))
