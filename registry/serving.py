@@ -245,9 +245,10 @@ class HttpProtocol(HttpToolsProtocol):
 
     # Keep-alive. uvicorn cancels its keep-alive timer when data arrives and sets a new one after
     # every answer: a timer handle made and dropped per request (5-9 % of a cached prompts/get at
-    # c=32). Here one timer per connection is kept: data arriving marks the connection busy,
-    # an answer marks it idle (and since when), and the timer, when due, closes a connection that
-    # has been idle for the whole timeout, or is set again for what remains of it.
+    # c=32). Here one timer per connection is kept: data arriving, and each request beginning
+    # (``on_message_begin``: one may begin in the same read as an answered one), mark the
+    # connection busy; an answer marks it idle (and since when); and the timer, when due, closes a
+    # connection that has been idle for the whole timeout, or is set again for what remains of it.
     def _unset_keepalive_if_required(self) -> None:
         self._idle = False
 

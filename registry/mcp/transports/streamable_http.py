@@ -155,15 +155,9 @@ class StreamableHttpTransport:
                 session = await self.sessions.get(session_id)
         if session is None or not _opened_by(session, principal):
             raise HttpError(404, -32001, "Session not found: initialize a new session")
-        self._serve(session, principal)
-        return session
-
-    def _serve(self, session: Session, principal: Principal) -> None:
-        # What it sees is the principal's, as of this request (the session row keeps no teams: a
-        # session restored on another replica, or a token whose teams changed, is served right).
-        session.visible_teams = principal.visible_teams
-        session.user = principal.user
+        _as_seen_by(session, principal)
         self.sessions.touch(session)
+        return session
 
     # ---------------------------------------------------------------- POST, answered at once
     def answer_now(self, raw_headers: RawHeaders, body: bytes) -> ImmediateAnswer | None:
@@ -201,16 +195,14 @@ class StreamableHttpTransport:
         session = self.sessions.peek(session_id)
         if not message.is_request or session is None or not _opened_by(session, principal):
             return None
-        # As _serve sets them, before the dispatcher looks: it must judge by this request's teams.
-        session.visible_teams = principal.visible_teams
-        session.user = principal.user
+        _as_seen_by(session, principal)  # before the dispatcher looks: it judges by this request's teams
         try:
             at_once = self.server.answers_at_once(message, session)
         except JsonRpcError:  # e.g. a stored definition that no longer compiles: answered the usual way
             return None
         if not at_once:
             return None
-        self._serve(session, principal)
+        self.sessions.touch(session)
         answer = self.server.answer_now(message, RequestContext(client=session, session_id=session.id))
         if answer is None:
             return None
@@ -506,6 +498,13 @@ class StreamableHttpTransport:
             await self.sessions.end(session.id)
         self.hub.close_session(session.id)
         await send_bytes(send, 204, b"", None)
+
+
+def _as_seen_by(session: Session, principal: Principal) -> None:
+    """What the session sees is its principal's, as of this request (the session row keeps no
+    teams: a session restored on another replica, or a token whose teams changed, is served right)."""
+    session.visible_teams = principal.visible_teams
+    session.user = principal.user
 
 
 def _opened_by(session: Session, principal: Principal) -> bool:
