@@ -109,7 +109,12 @@ def query_param(scope: Scope, name: str) -> str | None:
 
 @functools.lru_cache(maxsize=256)
 def _hostname(netloc: str) -> str:
-    return (urlsplit("//" + netloc).hostname or "").lower()
+    """The host name of a ``Host`` header's value, lower-case; "" for one that does not parse
+    (``[x``: no host name at all, so never an allowed one)."""
+    try:
+        return (urlsplit("//" + netloc).hostname or "").lower()
+    except ValueError:
+        return ""
 
 
 def check_origin_and_host(headers: dict[str, str], settings: Settings) -> None:
@@ -123,10 +128,14 @@ def check_origin_and_host(headers: dict[str, str], settings: Settings) -> None:
         return
     if origin in settings.allowed_origins or "*" in settings.allowed_origins:
         return
-    parsed = urlsplit(origin)
-    if parsed.netloc and parsed.netloc.lower() == host.lower():
+    try:
+        parsed = urlsplit(origin)
+        origin_host = (parsed.hostname or "").lower()
+    except ValueError:  # not an origin at all (``http://[x``): refused like a foreign one
+        parsed, origin_host = None, ""
+    if parsed is not None and parsed.netloc and parsed.netloc.lower() == host.lower():
         return
-    if loopback_bind and (parsed.hostname or "").lower() in LOOPBACK_HOSTS:
+    if loopback_bind and origin_host in LOOPBACK_HOSTS:
         return
     raise HttpError(403, -32000, f"Forbidden: Origin {origin!r} is not allowed (see REGISTRY_ALLOWED_ORIGINS)")
 

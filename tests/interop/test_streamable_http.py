@@ -140,7 +140,8 @@ def test_absent_protocol_version_header_is_accepted(http: httpx.Client) -> None:
 
 
 def test_foreign_origin_is_403(http: httpx.Client, server: LiveServer) -> None:
-    for origin in ("https://evil.example", "http://127.0.0.1.evil.example", "null"):
+    # "http://[x" does not parse at all: refused like a foreign origin (it was a 500).
+    for origin in ("https://evil.example", "http://127.0.0.1.evil.example", "null", "http://[x"):
         response = http.post(
             "/mcp", json=article_initialize("2025-11-25"), headers={"Accept": ACCEPT_BOTH, "Origin": origin}
         )
@@ -165,6 +166,10 @@ def test_non_loopback_host_is_403(http: httpx.Client, server: LiveServer) -> Non
     )
     assert response.status_code == 403
     assert "Host" in rpc_error(response)["message"]
+    malformed = http.post(  # no host name at all (it was a 500)
+        "/mcp", json=article_initialize("2025-11-25"), headers={"Accept": ACCEPT_BOTH, "Host": "[x"}
+    )
+    assert malformed.status_code == 403 and "Host" in rpc_error(malformed)["message"]
     ok = http.post(
         "/mcp",
         json=article_initialize("2025-11-25"),

@@ -177,14 +177,14 @@ class StreamableHttpTransport:
             return None
         limits = self.settings.limits
         try:
-            check_origin_and_host(headers, self.settings)  # ValueError: a malformed Origin or Host
+            check_origin_and_host(headers, self.settings)
             principal = known_principal(headers, self.tokens, self.settings)
             if principal is None or not _accepts(headers)[0] or _content_type(headers) != "application/json":
                 return None
             if len(body) > limits.body_bytes:
                 return None
             batch, items = parse_messages(body, limits)
-        except (HttpError, ValueError):
+        except HttpError:
             return None
         if batch or len(items) != 1:
             return None
