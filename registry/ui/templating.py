@@ -103,7 +103,11 @@ class Pages:
     ) -> HTMLResponse:
         """The page (or, for an htmx request when ``partial`` is given, just that part)."""
         ui = signed_in if signed_in is not None else getattr(request.state, "ui", None)
-        flash = request.cookies.get(FLASH_COOKIE)
+        # The one-shot notice belongs to the page a save redirects to. A check or list update that
+        # htmx sends from the page being left (a typed field's "change" fires as Save is clicked)
+        # can reach the server after the redirect set the cookie and before the page it names is
+        # fetched: it neither shows the notice nor clears it, or that page would lose it.
+        flash = request.cookies.get(FLASH_COOKIE) if request.headers.get("hx-request") != "true" else None
         values = {
             "request": request,
             "ui": ui,

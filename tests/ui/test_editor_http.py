@@ -88,6 +88,23 @@ def test_saving_creates_a_version_on_the_chosen_label(ui_server: UiServer, edito
     assert ui_server.prompt_text(name, {"who": "Ada"}) == "Hey Ada."
 
 
+def test_a_check_sent_while_leaving_the_page_leaves_the_saved_notice_to_the_next_page(
+    ui_server: UiServer, editor: httpx.Client
+) -> None:
+    # A field's "change" fires as Save is clicked, and its htmx check can reach the server after
+    # the save's redirect set the one-shot notice and before the page it names is fetched.
+    name = ui_server.create_prompt("Hello {{ who }}")
+    csrf = csrf_of(editor, f"/ui/prompts/{name}/edit")
+    form = prompt_form(csrf, text="Hi {{ who }}!", arguments=[{"name": "who"}], base_version="1", op="save")
+    saved = editor.post(f"/ui/prompts/{name}/edit", data=form)
+    assert saved.status_code == 303 and editor.cookies.get("mcpr_ui_flash"), saved.headers
+    late_check = editor.post("/ui/prompts/-/check", data=form, headers={"HX-Request": "true"})
+    assert late_check.status_code == 200 and "Saved" not in late_check.text
+    landed = editor.get(saved.headers["location"])
+    assert f"Saved {name} v2" in html.unescape(landed.text), landed.text[:3000]
+    assert f"Saved {name} v2" not in html.unescape(editor.get(saved.headers["location"]).text)  # shown once
+
+
 def test_row_buttons_change_the_form_without_saving(ui_server: UiServer, editor: httpx.Client) -> None:
     name = ui_server.create_prompt("Hello {{ who }}")
     csrf = csrf_of(editor, f"/ui/prompts/{name}/edit")
