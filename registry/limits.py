@@ -66,7 +66,8 @@ class Limits:
     #: Longest prompt argument value; also the longest string (tool argument, property name) matched
     #: against a JSON Schema ``pattern``/``patternProperties``.
     argument_chars: int = 64 * 1024
-    #: Completion history kept per caller: values per argument, and bytes in all.
+    #: Completion history per caller: earlier values offered per argument (the newest distinct
+    #: ones), and bytes kept in all (the least recently used prompts' and templates' values go first).
     completion_values: int = 20
     completion_bytes: int = 64 * 1024
     #: Callers (token or anonymous session, per label) whose completion history is kept; the least

@@ -4,10 +4,10 @@ Suggestions come from the catalog (declared enums and defaults) and from the val
 used before. History is kept per caller, a caller being an agent token (or, without one, a single
 session or stdio client) together with the label it is served, so a value one agent typed (a
 password in a ``summarize`` text) is never offered to another agent, to an anonymous session or
-under another label. Only declared arguments and template variables are remembered, and memory is
-bounded three ways (``Limits``): values per argument (``completion_values``), bytes per caller
-(``completion_bytes``, least recently used values go first) and callers kept
-(``completion_callers``, least recently active callers forget theirs).
+under another label. Only declared arguments and template variables are remembered. Memory is
+bounded by bytes per caller (``completion_bytes``: the least recently used uses go first) and by
+callers kept (``completion_callers``: the least recently active forget theirs); a completion
+offers at most ``completion_values`` earlier values per argument, the newest first.
 """
 
 from __future__ import annotations
@@ -21,19 +21,16 @@ from typing import Any
 from registry.limits import Limits
 from registry.mcp.sessions import ClientState, Session
 
+getsizeof = sys.getsizeof
+
 #: ("ref/prompt", prompt name) or ("ref/resource", URI template).
 Ref = tuple[str, str]
-#: (ref type, ref name, argument name).
-_Key = tuple[str, str, str]
 
-#: Rough per-entry cost of the containers around a value or a key (dict slots, tuple), in bytes;
-#: ``sys.getsizeof`` of the strings themselves is added to it.
+#: Rough cost of the containers around one remembered use (the record, its tuples, the ordered
+#: dict's slot) and around each value in it, in bytes; ``sys.getsizeof`` of the strings
+#: themselves (names and values) is added to them.
+_USE_OVERHEAD = 250
 _VALUE_OVERHEAD = 100
-_KEY_OVERHEAD = 200
-#: A request's values are remembered as its caller's "last" (to skip repeats) up to this many,
-#: each at most this long.
-_MEMO_ITEMS = 16
-_MEMO_CHARS = 256
 
 
 def caller_of(client: ClientState) -> tuple[str, object, str]:
@@ -54,60 +51,56 @@ def caller_of(client: ClientState) -> tuple[str, object, str]:
 
 
 @functools.lru_cache(maxsize=4096)
-def _key_cost(key: _Key) -> int:
-    """Memoised: an agent cycling through more prompts than its bytes hold adds and evicts keys on
-    most requests, and the same few thousand keys come back."""
-    return _KEY_OVERHEAD + sys.getsizeof(key[0]) + sys.getsizeof(key[1]) + sys.getsizeof(key[2])
+def _use_cost(ref: Ref) -> int:
+    """Memoised: an agent cycling through many prompts evicts and adds a use on most requests,
+    and the same few thousand come back."""
+    return _USE_OVERHEAD + sys.getsizeof(ref[0]) + sys.getsizeof(ref[1])
+
+
+@functools.lru_cache(maxsize=4096)
+def _name_cost(argument: str) -> int:
+    return sys.getsizeof(argument)
+
+
+#: One remembered use: the entry, and the values it was given (declared text arguments, in order).
+_Use = tuple[Ref, tuple[tuple[str, str], ...]]
 
 
 class _CallerHistory:
-    """One caller's values, most recent last per argument, with a byte count of what it holds.
+    """One caller's distinct uses (an entry with the values it was given), least recently used
+    first, each with what it counts against the byte bound.
 
-    An agent cycling through more prompts than its bytes hold evicts and re-adds on most
-    requests, so this is on the ``prompts/get`` path: one ordered dict (arguments in order of
-    last use) of dicts (values in order of use, each with its cost)."""
+    This is written on every ``prompts/get`` and read only by ``completion/complete``, so the
+    write is one ordered-dict step (a repeat moves to the end; a new use is added and the least
+    recently used ones go while over the bound) and the read walks the uses, newest first."""
 
-    __slots__ = ("last", "size", "values")
+    __slots__ = ("size", "uses")
 
     def __init__(self) -> None:
-        #: Arguments in order of last use (the byte bound evicts from the least recently used),
-        #: each with its values in order of use (plain dicts keep insertion order, and cost less
-        #: to make than ordered ones) and what each costs.
-        self.values: OrderedDict[_Key, dict[str, int]] = OrderedDict()
+        self.uses: OrderedDict[_Use, int] = OrderedDict()
         self.size = 0
-        #: The last (ref, values) remembered: the same again changes nothing (every value is
-        #: already the most recent of its argument, in the same order), so it is not redone.
-        self.last: tuple[Ref, tuple[tuple[str, Any], ...]] | None = None
 
-    def add(self, key: _Key, value: str, cost: int, per_key: int, max_bytes: int) -> None:
-        """``cost``: what ``value`` counts against ``max_bytes`` (the caller worked it out)."""
-        history = self.values
-        values = history.get(key)
-        if values is None:
-            values = history[key] = {}
-            self.size += _key_cost(key)
-        else:
-            history.move_to_end(key)
-            if value in values:
-                values[value] = values.pop(value)  # most recent last
-                return
-        values[value] = cost
+    def add(self, use: _Use, cost: int, max_bytes: int) -> None:
+        uses = self.uses
+        if use in uses:
+            uses.move_to_end(use)
+            return
+        uses[use] = cost
         self.size += cost
-        if len(values) > per_key:
-            self.size -= values.pop(next(iter(values)))
-        while self.size > max_bytes and history:
-            self._evict_oldest()
+        while self.size > max_bytes:
+            self.size -= uses.popitem(last=False)[1]
 
-    def _evict_oldest(self) -> None:
-        key, values = next(iter(self.values.items()))
-        if values:
-            self.size -= values.pop(next(iter(values)))
-        if not values:
-            del self.values[key]
-            self.size -= _key_cost(key)
-
-    def recall(self, key: _Key) -> list[str]:
-        return list(reversed(self.values.get(key, {})))
+    def recall(self, ref: Ref, argument: str, limit: int) -> list[str]:
+        found: dict[str, None] = {}
+        for used, values in reversed(self.uses):
+            if used != ref:
+                continue
+            for name, value in values:
+                if name == argument:
+                    found[value] = None
+            if len(found) >= limit:
+                break
+        return list(found)[:limit]
 
 
 class CompletionHistory:
@@ -129,8 +122,20 @@ class CompletionHistory:
     def remember_all(
         self, client: ClientState, ref: Ref, values: dict[str, Any], declared: Container[str] | None = None
     ) -> None:
-        """Note the values of one request, in order: the text ones of arguments in ``declared``
-        (None: the caller checked that every one is declared)."""
+        """Note the values of one request: the text ones of arguments in ``declared`` (None: the
+        caller checked that every one is declared), as one use of ``ref``."""
+        cost = _use_cost(ref)
+        kept = []
+        max_value, max_bytes = self.max_value_bytes, self.max_bytes
+        for argument, value in values.items():
+            if type(value) is not str or not value or (declared is not None and argument not in declared):
+                continue
+            value_cost = _VALUE_OVERHEAD + getsizeof(value)
+            if value_cost <= max_value and cost + value_cost <= max_bytes:
+                kept.append((argument, value))
+                cost += value_cost + _name_cost(argument)
+        if not kept:
+            return
         caller = caller_of(client)
         history = self._callers.get(caller)
         if history is None:
@@ -139,28 +144,12 @@ class CompletionHistory:
                 self._callers.popitem(last=False)
         else:
             self._callers.move_to_end(caller)
-        items = tuple(values.items())
-        if history.last is not None and history.last == (ref, items):  # a repeat: nothing to reorder
-            return
-        small = len(items) <= _MEMO_ITEMS  # the memo is held per caller, beside what the bounds count
-        kind, name = ref
-        for argument, value in items:
-            if type(value) is not str:
-                small = False
-                continue
-            if len(value) > _MEMO_CHARS:
-                small = False
-            if not value or (declared is not None and argument not in declared):
-                continue
-            cost = _VALUE_OVERHEAD + sys.getsizeof(value)
-            if cost <= self.max_value_bytes:
-                history.add((kind, name, argument), value, cost, self.per_key, self.max_bytes)
-        history.last = (ref, items) if small else None
+        history.add((ref, tuple(kept)), cost, self.max_bytes)
 
     def recall(self, client: ClientState, ref: Ref, argument: str) -> list[str]:
         """This caller's earlier values for the argument, most recent first."""
         history = self._callers.get(caller_of(client))
-        return history.recall((*ref, argument)) if history is not None else []
+        return history.recall(ref, argument, self.per_key) if history is not None else []
 
     @property
     def callers(self) -> int:

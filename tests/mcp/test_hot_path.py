@@ -24,7 +24,7 @@ import pytest
 
 from registry.catalog.rendering import PromptRenderer
 from registry.catalog.specs import PromptSpec
-from registry.limits import DEFAULT_LIMITS
+from registry.limits import DEFAULT_LIMITS, Limits
 from registry.mcp.completions import CompletionHistory
 from registry.mcp.protocol import dumps
 from registry.mcp.render_cache import RenderCache
@@ -201,6 +201,29 @@ def test_repeated_completion_values_keep_the_same_recall_order() -> None:
     assert history.recall(client, ref, "undeclared") == []  # only declared arguments are kept
     other = Session(label="production", principal="anonymous", id="s2")
     assert history.recall(other, ref, "topic") == []  # still per caller
+
+
+def test_a_caller_cycling_through_many_prompts_keeps_its_most_recent_uses_whole() -> None:
+    limits = Limits(completion_values=5, completion_bytes=24_000, completion_callers=4)
+    history = CompletionHistory(limits)
+    client = Session(label="production", principal="anonymous", id="s1")
+    declared = {"topic", "audience"}
+    for i in range(300):  # ten prompts, each used thirty times with other values
+        values = {"topic": f"topic-{i}", "audience": f"audience-{i % 7}", "undeclared": "x"}
+        history.remember_all(client, ("ref/prompt", f"p{i % 10}"), values, declared)
+        assert history.size() <= limits.completion_bytes
+    newest = ("ref/prompt", "p9")
+    topics = history.recall(client, newest, "topic")
+    assert topics[:2] == ["topic-299", "topic-289"] and len(topics) < 30  # the newest, until bytes run out
+    assert history.recall(client, newest, "audience")[:2] == ["audience-5", "audience-2"]
+    assert history.recall(client, newest, "undeclared") == []
+    for i in range(12):  # more distinct values than a completion offers: the newest five
+        history.remember_all(client, newest, {"topic": f"again-{i}"}, declared)
+    assert history.recall(client, newest, "topic") == [f"again-{i}" for i in range(11, 6, -1)]
+    for i in range(60):  # sixty other prompts: the least recently used go, whole
+        history.remember_all(client, ("ref/prompt", f"q{i}"), {"topic": "t", "audience": "a"}, declared)
+    assert history.recall(client, newest, "topic") == history.recall(client, newest, "audience") == []
+    assert history.recall(client, ("ref/prompt", "q59"), "audience") == ["a"]
 
 
 @pytest.mark.parametrize("seconds, bucket", [(0.0005, "0.0005"), (0.0006, "0.001"), (99.0, "+Inf")])
