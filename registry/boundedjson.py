@@ -32,6 +32,11 @@ _WHITESPACE = b" \t\r\n"
 #: Brackets only, openers as ``(`` and closers as ``)``: nesting is all that is left to measure.
 _BRACKET_TABLE = bytes.maketrans(b"[{]}", b"(())")
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+#: A run of digits that may be an integer beyond 64 bits (which orjson turns into a float): such a
+#: document is parsed by ``json``, which keeps integers exact. A run inside a string or a long
+#: fraction only costs the slower parser.
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+_LONG_DIGITS_TEXT = re.compile(r"[0-9]{19}")
 _DEPTH_STEP = tuple(1 if b == ord("(") else -1 if b == ord(")") else 0 for b in range(256))
 
 
@@ -91,6 +96,30 @@ def _too_deep(depth_limit: int) -> JsonStructureError:
     return JsonStructureError("json_depth", f"JSON nested deeper than {depth_limit} levels")
 
 
+def exact_loads(data: bytes | str) -> Any:
+    """Parse JSON already within bounds (stored definitions): orjson, or ``json`` when it may hold
+    an integer beyond 64 bits, which orjson would round to a float (a schema's ``maximum``, an
+    enum value, a default, served changed)."""
+    if not _may_hold_long_integers(data):
+        return orjson.loads(data)
+    return json.loads(data)
+
+
+def _may_hold_long_integers(data: bytes | bytearray | str) -> bool:
+    if isinstance(data, str):
+        return _LONG_DIGITS_TEXT.search(data) is not None
+    return _LONG_DIGITS.search(data) is not None
+
+
+def exact_dumps(value: Any) -> bytes:
+    """orjson's compact encoding, or the same from ``json`` for what orjson refuses (an integer
+    beyond 64 bits: one tool whose schema holds one would otherwise fail every ``tools/list``)."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
 def loads(data: bytes | bytearray | str, limits: Limits = DEFAULT_LIMITS) -> Any:
     """Parse JSON a caller sent, within ``limits``.
 
@@ -98,12 +127,15 @@ def loads(data: bytes | bytearray | str, limits: Limits = DEFAULT_LIMITS) -> Any
     both differently must catch ``JsonStructureError`` first. Never raises ``RecursionError``.
     """
     check_structure(data, limits)
-    try:
-        return orjson.loads(data)  # several times faster than json
-    except orjson.JSONDecodeError:
-        pass
+    if not _may_hold_long_integers(data):  # see exact_loads
+        try:
+            return orjson.loads(data)  # several times faster than json
+        except orjson.JSONDecodeError:
+            pass
     text = data if isinstance(data, str) else bytes(data).decode("utf-8")
     try:
-        return json.loads(text)  # integers beyond 64 bits, and the authoritative error message
+        # Integers beyond 64 bits (orjson would round them to floats: an id or an account number
+        # sent back changed), and the authoritative error message.
+        return json.loads(text)
     except RecursionError:  # only with a json_depth set beyond what the interpreter allows
         raise _too_deep(limits.json_depth) from None

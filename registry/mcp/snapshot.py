@@ -47,6 +47,7 @@ from typing import Any, ClassVar, TypeVar
 import orjson
 from jsonschema.protocols import Validator
 
+from registry.boundedjson import exact_dumps, exact_loads
 from registry.catalog.listing import listing
 from registry.catalog.rendering import PromptRenderer, ResourceRenderer
 from registry.catalog.schemas import safe_validator
@@ -131,7 +132,7 @@ class Materialized:
         return self.get("tool", name, source, self._build_tool)
 
     def _build_tool(self, source: str) -> ServedTool:
-        revealed = self.catalog.reveal("tool", orjson.loads(source))
+        revealed = self.catalog.reveal("tool", exact_loads(source))
         tool = ToolSpec.model_validate(revealed)
         hook = tool.webhook
         limits = self.catalog.limits
@@ -150,12 +151,12 @@ class Materialized:
 
 
 def _build_prompt(source: str) -> tuple[PromptSpec, PromptRenderer]:
-    spec = PromptSpec.model_validate(orjson.loads(source))
+    spec = PromptSpec.model_validate(exact_loads(source))
     return spec, PromptRenderer(spec)
 
 
 def _build_resource(source: str) -> tuple[ResourceSpec, ResourceRenderer]:
-    spec = ResourceSpec.model_validate(orjson.loads(source))
+    spec = ResourceSpec.model_validate(exact_loads(source))
     return spec, ResourceRenderer(spec)
 
 
@@ -184,7 +185,7 @@ class ServedEntry:
         as is (a tools/list page is mostly re-encoding the same schemas otherwise)."""
         encoded = self._encoded
         if encoded is None:
-            encoded = self._encoded = orjson.Fragment(orjson.dumps(self.listing))
+            encoded = self._encoded = orjson.Fragment(exact_dumps(self.listing))
         return encoded
 
     def same_as(self, version: int, source: str, team: str | None = None) -> bool:
@@ -269,7 +270,7 @@ def make_entry(
     kind: str, name: str, version: int, source: str, lazy: Materialized, team: str | None = None
 ) -> ServedEntry:
     """Parse the stored text once, keep its list item (whose strings are the only ones kept)."""
-    stored = orjson.loads(source)
+    stored = exact_loads(source)
     if not isinstance(stored, dict) or stored.get("name") != name:
         raise ValueError("the stored definition does not name this entry")
     item = listing(kind, stored)

@@ -89,6 +89,8 @@ AT_ONCE = [
     _request("prompts/get", {"name": "brief", "arguments": {"topic": "caching"}}),
     _request("prompts/get", {"name": "brief", "arguments": {"topic": "caching"}}, request_id="a-string-id"),
     _request("prompts/get", {"name": "brief", "arguments": {"topic": "x" * 100}}, request_id=2**62),
+    _request("prompts/get", {"name": "brief", "arguments": {"topic": "y"}}, request_id=2**70),  # beyond 64 bits
+    _request("prompts/get", {"name": "brief", "arguments": {"topic": "z"}}, request_id=-(2**63) - 1),
     _request("prompts/get", {"name": "nobody", "arguments": {}}),
     _request("prompts/get", {"name": "brief", "arguments": {}}),  # a required argument missing
     _request("prompts/get", {"name": "brief", "arguments": {"topic": "a", "extra": "b"}}),  # undeclared

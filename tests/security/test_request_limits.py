@@ -342,6 +342,16 @@ def test_bounded_loader(data: bytes, outcome: str) -> None:
     assert time.thread_time() - started < 1.0
 
 
+def test_integers_beyond_64_bits_are_kept_exact() -> None:
+    """orjson turns them into floats: an id or an account number would come back changed."""
+    big = [2**64 - 1, 2**64, 123456789012345678901234567890, -(2**63) - 1]
+    parsed = loads(json.dumps({"id": big[2], "arguments": {"n": big}}).encode())
+    assert parsed == {"id": big[2], "arguments": {"n": big}}
+    assert all(type(n) is int for n in parsed["arguments"]["n"])
+    assert loads('{"n": 123456789012345678901234567890}') == {"n": 123456789012345678901234567890}
+    assert loads(b'{"text": "1234567890123456789012", "n": 1.5}') == {"text": "1234567890123456789012", "n": 1.5}
+
+
 def test_bounded_loader_never_recurses_out() -> None:
     """Even with json_depth set beyond what the interpreter can recurse, the answer is the limit."""
     deep = b"[" * 50_000 + b"]" * 50_000
