@@ -17,6 +17,7 @@ MCP transports use ``loads``.
 from __future__ import annotations
 
 import json
+import math
 import re
 from itertools import accumulate
 from typing import Any
@@ -102,7 +103,7 @@ def exact_loads(data: bytes | str) -> Any:
     enum value, a default, served changed)."""
     if not _may_hold_long_integers(data):
         return orjson.loads(data)
-    return json.loads(data)
+    return _strict_json(data)
 
 
 def _may_hold_long_integers(data: bytes | bytearray | str) -> bool:
@@ -111,13 +112,31 @@ def _may_hold_long_integers(data: bytes | bytearray | str) -> bool:
     return _LONG_DIGITS.search(data) is not None
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"invalid JSON: {name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"invalid JSON: {text[:40]} is beyond the range of a number")
+    return value
+
+
+def _strict_json(text: bytes | bytearray | str) -> Any:
+    """``json.loads`` refusing what JSON (and orjson) refuses but it takes: NaN, Infinity, and
+    numbers too large for a float. (Lone surrogate escapes it still takes; the encoders cope.)"""
+    return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+
+
 def exact_dumps(value: Any) -> bytes:
     """orjson's compact encoding, or the same from ``json`` for what orjson refuses (an integer
-    beyond 64 bits: one tool whose schema holds one would otherwise fail every ``tools/list``)."""
+    beyond 64 bits: one tool whose schema holds one would otherwise fail every ``tools/list``).
+    The fallback escapes non-ASCII (a lone surrogate cannot be UTF-8) and refuses NaN."""
     try:
         return orjson.dumps(value)
     except TypeError:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+        return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
 
 
 def loads(data: bytes | bytearray | str, limits: Limits = DEFAULT_LIMITS) -> Any:
@@ -135,7 +154,7 @@ def loads(data: bytes | bytearray | str, limits: Limits = DEFAULT_LIMITS) -> Any
     text = data if isinstance(data, str) else bytes(data).decode("utf-8")
     try:
         # Integers beyond 64 bits (orjson would round them to floats: an id or an account number
-        # sent back changed), and the authoritative error message.
-        return json.loads(text)
+        # sent back changed), and the authoritative error message (line and column) otherwise.
+        return _strict_json(text)
     except RecursionError:  # only with a json_depth set beyond what the interpreter allows
         raise _too_deep(limits.json_depth) from None

@@ -113,6 +113,9 @@ class CompletionHistory:
         #: A single value may take at most this share of a caller's bytes, so one long value cannot
         #: wipe the rest (and values that long are no use as suggestions anyway).
         self.max_value_bytes = max(1, self.max_bytes // max(1, self.per_key))
+        #: Nor may one request's values take more than half of them (the values past that are not
+        #: kept), so a single request never wipes a caller's history.
+        self.max_use_bytes = self.max_bytes // 2
         self._callers: OrderedDict[tuple[str, object, str], _CallerHistory] = OrderedDict()
 
     def remember(self, client: ClientState, ref: Ref, argument: str, value: str) -> None:
@@ -126,12 +129,12 @@ class CompletionHistory:
         caller checked that every one is declared), as one use of ``ref``."""
         cost = _use_cost(ref)
         kept = []
-        max_value, max_bytes = self.max_value_bytes, self.max_bytes
+        max_value, max_use = self.max_value_bytes, self.max_use_bytes
         for argument, value in values.items():
             if type(value) is not str or not value or (declared is not None and argument not in declared):
                 continue
             value_cost = _VALUE_OVERHEAD + getsizeof(value)
-            if value_cost <= max_value and cost + value_cost <= max_bytes:
+            if value_cost <= max_value and cost + value_cost + _name_cost(argument) <= max_use:
                 kept.append((argument, value))
                 cost += value_cost + _name_cost(argument)
         if not kept:

@@ -160,7 +160,7 @@ def dumps(message: Any) -> bytes:
             return orjson.dumps({**message, "id": orjson.Fragment(json.dumps(message["id"]).encode())})
         except TypeError:
             pass
-    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
+    return json.dumps(message, separators=(",", ":")).encode()  # ASCII: a lone surrogate cannot be UTF-8
 
 
 def loads(data: bytes, limits: Limits = DEFAULT_LIMITS) -> Any:

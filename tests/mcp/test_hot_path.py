@@ -226,6 +226,19 @@ def test_a_caller_cycling_through_many_prompts_keeps_its_most_recent_uses_whole(
     assert history.recall(client, ("ref/prompt", "q59"), "audience") == ["a"]
 
 
+def test_one_request_never_wipes_a_callers_history() -> None:
+    limits = Limits(completion_values=20, completion_bytes=8_000, completion_callers=4)
+    history = CompletionHistory(limits)
+    client = Session(label="production", principal="anonymous", id="s1")
+    history.remember_all(client, ("ref/prompt", "earlier"), {"topic": "kept"}, {"topic"})
+    many = {f"a{i}": "v" * 200 + str(i) for i in range(19)}  # each within a value's share; all: more than the bytes
+    history.remember_all(client, ("ref/prompt", "greedy"), many, set(many))
+    assert history.size() <= limits.completion_bytes // 2 + 1_000
+    assert history.recall(client, ("ref/prompt", "earlier"), "topic") == ["kept"]
+    assert history.recall(client, ("ref/prompt", "greedy"), "a0") == [many["a0"]]  # the first values are kept
+    assert history.recall(client, ("ref/prompt", "greedy"), "a18") == []  # past half the bytes: not kept
+
+
 @pytest.mark.parametrize("seconds, bucket", [(0.0005, "0.0005"), (0.0006, "0.001"), (99.0, "+Inf")])
 def test_request_histogram_counts_values_in_the_first_bucket_that_holds_them(seconds: float, bucket: str) -> None:
     histogram = LoopHistogram("h", "test", "method", (0.0005, 0.001, 1.0))

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from registry.boundedjson import JsonStructureError, loads
+from registry.boundedjson import JsonStructureError, exact_dumps, exact_loads, loads
 from registry.limits import DEFAULT_LIMITS, Limits
 from tests.interop.mcp_wire import (
     StdioProcess,
@@ -350,6 +350,25 @@ def test_integers_beyond_64_bits_are_kept_exact() -> None:
     assert all(type(n) is int for n in parsed["arguments"]["n"])
     assert loads('{"n": 123456789012345678901234567890}') == {"n": 123456789012345678901234567890}
     assert loads(b'{"text": "1234567890123456789012", "n": 1.5}') == {"text": "1234567890123456789012", "n": 1.5}
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e999", "-1e999"])
+@pytest.mark.parametrize("long_digits", [False, True])
+def test_numbers_json_has_not_are_refused_on_either_parser(number: str, long_digits: bool) -> None:
+    """orjson refuses them; json (the exact-integers path, and the one that words errors) took them."""
+    extra = ', "id": 123456789012345678901234567890' if long_digits else ""
+    with pytest.raises(ValueError):
+        loads(f'{{"n": {number}{extra}}}'.encode())
+    with pytest.raises(ValueError):
+        exact_loads(f'{{"n": {number}{extra}}}')
+
+
+def test_encoding_falls_back_for_big_integers_and_stays_valid_json() -> None:
+    encoded = exact_dumps({"n": 2**70, "text": "caf\u00e9 \ud800"})
+    assert json.loads(encoded) == {"n": 2**70, "text": "caf\u00e9 \ud800"}
+    assert encoded.isascii()
+    with pytest.raises(ValueError):
+        exact_dumps({"n": 2**70, "x": float("nan")})
 
 
 def test_bounded_loader_never_recurses_out() -> None:
