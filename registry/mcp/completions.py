@@ -134,9 +134,12 @@ class CompletionHistory:
             if type(value) is not str or not value or (declared is not None and argument not in declared):
                 continue
             value_cost = _VALUE_OVERHEAD + getsizeof(value)
-            if value_cost <= max_value and cost + value_cost + _name_cost(argument) <= max_use:
+            if value_cost > max_value:
+                continue
+            added = value_cost + _name_cost(argument)
+            if cost + added <= max_use:
                 kept.append((argument, value))
-                cost += value_cost + _name_cost(argument)
+                cost += added
         if not kept:
             return
         caller = caller_of(client)
