@@ -39,13 +39,14 @@ def serve(port: int) -> None:
     import ceiling_server
     import uvicorn
 
+    from registry.mcp.http_common import ImmediateAnswer
     from registry.serving import HttpProtocol
 
     json_content = [(b"content-type", b"application/json")]
 
-    def answer_now(headers: list[tuple[bytes, bytes]], body: bytes) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    def answer_now(headers: list[tuple[bytes, bytes]], body: bytes) -> ImmediateAnswer:
         status, payload, extra = ceiling_server._answer("POST", body)
-        return status, json_content + extra, payload
+        return status, json_content + extra, payload, None
 
     class Floor:
         def immediate_route(self, raw_path: bytes) -> Any:

@@ -227,7 +227,7 @@ class HttpProtocol(HttpToolsProtocol):
             super().on_message_complete()
             return
         self._answer_now = None
-        status, headers, payload = answer
+        status, headers, payload, then = answer
         parts = [STATUS_LINE[status], _default_head(self.server_state.default_headers)]
         for name, value in headers:
             parts += (name, b": ", value, b"\r\n")
@@ -242,6 +242,12 @@ class HttpProtocol(HttpToolsProtocol):
         # pipelined behind this request and reading was not paused for it.
         self.server_state.total_requests += 1
         self._arm_keep_alive()
+        if then is not None:
+            # With the answer on its way (at one agent, the client is reading it on the other core).
+            try:
+                then()
+            except Exception:
+                log.exception("work after an immediate answer failed")
 
     # Keep-alive. uvicorn cancels its keep-alive timer when data arrives and sets a new one after
     # every answer: a timer handle made and dropped per request (5-9 % of a cached prompts/get at

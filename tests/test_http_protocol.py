@@ -20,6 +20,7 @@ import httpx
 import pytest
 import uvicorn
 
+from registry.mcp.http_common import ImmediateAnswer
 from registry.serving import HttpProtocol
 from tests.serve_process import free_port
 
@@ -53,16 +54,31 @@ ASGI_CALLS: list[str] = []
 IMMEDIATE_CALLS: list[bytes] = []
 
 
-def answer_now(headers: list[tuple[bytes, bytes]], body: bytes) -> tuple[int, list[tuple[bytes, bytes]], bytes] | None:
+#: What each ``then`` saw when it ran: the writes that had reached the socket by then.
+THEN_SAW: list[list[bytes]] = []
+
+
+def _then_records() -> None:
+    THEN_SAW.append(list(WRITES))
+
+
+def _then_fails() -> None:
+    THEN_SAW.append(list(WRITES))
+    raise RuntimeError("bookkeeping bug")
+
+
+def answer_now(headers: list[tuple[bytes, bytes]], body: bytes) -> ImmediateAnswer | None:
     """The immediate route of ``/now``: answers the body back, except "later" (None: the ASGI app
-    answers) and "boom" (a bug: the ASGI app answers too)."""
+    answers) and "boom" (a bug: the ASGI app answers too). "then" and "then-fails" leave work for
+    after the answer is written (``_then_records``; ``_then_fails``, which raises)."""
     IMMEDIATE_CALLS.append(body)
     assert (b"host", b"x") in headers or any(name == b"host" for name, _ in headers)
     if body == b"later" or len(body) > 16 * 1024:
         return None
     if body == b"boom":
         raise RuntimeError("boom")
-    return 201, [(b"content-type", b"text/plain"), (b"x-answered", b"now")], b"now:" + body
+    then = {b"then": _then_records, b"then-fails": _then_fails}.get(body)
+    return 201, [(b"content-type", b"text/plain"), (b"x-answered", b"now")], b"now:" + body, then
 
 
 class App:
@@ -149,6 +165,7 @@ def fresh_record() -> None:
     WRITES.clear()
     ASGI_CALLS.clear()
     IMMEDIATE_CALLS.clear()
+    THEN_SAW.clear()
 
 
 def test_an_answer_leaves_in_one_write_with_its_head(server_url: str) -> None:
@@ -254,6 +271,35 @@ def test_a_route_answers_at_once_without_the_asgi_app(server_url: str) -> None:
         assert client.get("/now").content == b"asgi:"
         assert client.post("/now?q=1", content=b"y").content == b"asgi:y"  # the target as sent, query and all
     assert IMMEDIATE_CALLS == [b"ping 0", b"ping 1", b"ping 2"]
+
+
+def _soon(condition: Any, what: str, timeout: float = 5.0) -> None:
+    """Wait for ``condition()``: work after an answer may still be running when the client has it."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.005)
+
+
+def test_work_left_for_after_an_immediate_answer_runs_once_it_is_written(
+    server_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``then`` runs after the answer's write reached the socket, once per answer; if it fails,
+    the failure is logged and the answer and the connection are unharmed."""
+    with httpx.Client(base_url=server_url) as client, caplog.at_level(logging.ERROR, logger="registry"):
+        answer = client.post("/now", content=b"then")
+        assert answer.status_code == 201 and answer.content == b"now:then"
+        _soon(lambda: len(THEN_SAW) == 1, "then did not run")
+        assert THEN_SAW[0] == WRITES and THEN_SAW[0][-1].endswith(b"\r\n\r\nnow:then"), THEN_SAW
+        failing = client.post("/now", content=b"then-fails")
+        assert failing.status_code == 201 and failing.content == b"now:then-fails"
+        _soon(lambda: "bookkeeping bug" in caplog.text, "the failure was not logged")
+        assert "work after an immediate answer failed" in caplog.text
+        assert len(THEN_SAW) == 2 and THEN_SAW[1][-1].endswith(b"\r\n\r\nnow:then-fails"), THEN_SAW
+        # The same connection goes on being answered at once, with nothing left to run.
+        assert client.post("/now", content=b"after").content == b"now:after"
+    assert ASGI_CALLS == [] and IMMEDIATE_CALLS == [b"then", b"then-fails", b"after"]
+    assert len(THEN_SAW) == 2
 
 
 def test_what_the_route_declines_or_fails_the_asgi_app_answers_with_the_whole_body(

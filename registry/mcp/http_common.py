@@ -40,9 +40,10 @@ log = logging.getLogger("registry.mcp")
 StreamT = TypeVar("StreamT", bound="PassWritable")
 
 RawHeaders = list[tuple[bytes, bytes]]
-#: An answer written straight back by the HTTP protocol: (status, headers, body); the protocol
-#: adds its default headers (date, server) and the content-length.
-ImmediateAnswer = tuple[int, RawHeaders, bytes]
+#: An answer written straight back by the HTTP protocol: (status, headers, body, then); the protocol
+#: adds its default headers (date, server) and the content-length, writes it, and then calls
+#: ``then`` (if not None): work that does not change the answer, left until the client has it.
+ImmediateAnswer = tuple[int, RawHeaders, bytes, Callable[[], None] | None]
 #: ``answer_now(raw request headers, complete body)``: the answer, or None to let the ASGI app
 #: answer the request instead (see ``registry.serving.HttpProtocol``).
 AnswerNow = Callable[[RawHeaders, bytes], ImmediateAnswer | None]

@@ -107,6 +107,23 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 Ask = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
+class AfterAnswer(list[tuple[Callable[..., None], tuple[Any, ...]]]):
+    """Work a request leaves for after its answer is written: the completion history of the values
+    it was given (a few microseconds; nothing in the answer depends on it). At one agent every
+    microsecond spent before the write is latency. Calling it runs the work, in order; a failure
+    is logged and does not stop the rest. (A list: one is made per immediate answer.)"""
+
+    __slots__ = ()
+
+    def __call__(self) -> None:
+        for work, args in self:
+            try:
+                work(*args)
+            except Exception:
+                log.exception("work after an answer failed (%s)", getattr(work, "__qualname__", work))
+        self.clear()
+
+
 @dataclass(slots=True)
 class RequestContext:
     client: ClientState
@@ -121,6 +138,17 @@ class RequestContext:
     #: ``sampling/createMessage``, ``roots/list``) and wait for the client's result. None where the
     #: transport cannot (and always in the stateless era, which uses input-required results instead).
     ask: Ask | None = None
+    #: Where a transport that writes the answer itself collects work to run once it is written
+    #: (``McpServer.answer_now``); None: such work runs at once, as part of answering.
+    after_answer: AfterAnswer | None = None
+
+    def after(self, work: Callable[..., None], *args: Any) -> None:
+        """``work(*args)``, now or, where the transport allows, once the answer is written."""
+        later = self.after_answer
+        if later is None:
+            work(*args)
+        else:
+            later.append((work, args))
 
     async def notify(self, message: dict[str, Any]) -> None:
         if self.send is not None:
@@ -504,7 +532,7 @@ class McpServer:
         if arguments:
             self._remember_all(ctx, ("ref/prompt", name), arguments, renderer.declared)
         if self.usage is not None:  # a use: rendered (not refused, not asked for input)
-            self.usage.count("prompt", entry.name, entry.version, ctx.client.token_id, ctx.client.user, "get")
+            self.usage.count("prompt", entry.name, entry.version, client.token_id, client.user, "get")
         return result
 
     # ------------------------------------------------------------------ resources
@@ -650,7 +678,7 @@ class McpServer:
         """Completion history is per token, user or session: an anonymous stateless caller has none
         of them (each of its requests is a stranger), so it keeps none."""
         if values and (not ctx.modern or ctx.client.token_id is not None or ctx.client.user is not None):
-            self.completions.remember_all(ctx.client, ref, values, declared)
+            ctx.after(self.completions.remember_all, ctx.client, ref, values, declared)
 
     def _recall(self, ctx: RequestContext, ref: tuple[str, str], argument: str) -> list[str]:
         if ctx.modern and ctx.client.token_id is None and ctx.client.user is None:

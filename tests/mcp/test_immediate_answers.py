@@ -194,3 +194,58 @@ def test_a_read_that_waits_after_all_is_answered_by_the_asgi_path(
     assert "waited although answers_at_once said it would not" in caplog.text
     _same(offered, through_asgi)
     assert offered.json()["result"]["messages"][0]["content"]["text"] == "About t"
+
+
+@pytest.mark.usefixtures("catalog")
+def test_completion_history_of_an_immediate_answer_is_kept_once_it_is_written(
+    live_server: LiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prompts/get answered at once leaves the completion history of its values for after its
+    answer is written (the agent does not wait for it), and the history is there by the agent's
+    next request; its usage count and latency are recorded as it is answered."""
+    runtime = live_server.app.mcp
+    transport, server, usage = runtime.streamable_http, runtime.server, runtime.usage
+    assert usage is not None
+    client = open_session(live_server.url)
+    session = transport.sessions.peek(client.session_id or "")
+    assert session is not None
+
+    def state() -> tuple[int, list[str], int]:
+        """(prompts/get uses of "brief" counted, the session's "topic" history, prompts/get latencies observed)"""
+        uses = sum(n for key, n in usage.pending().items() if "brief" in key and "get" in key)
+        history = server.completions.recall(session, ("ref/prompt", "brief"), "topic")
+        return uses, history, sum(runtime.metrics.request_latency._counts.get("prompts/get", []))
+
+    real = transport.answer_now
+    seen: list[tuple[str, tuple[int, list[str], int]]] = []
+
+    def watching(raw_headers: list[tuple[bytes, bytes]], body: bytes) -> Any:
+        answer = real(raw_headers, body)
+        if answer is None or b"prompts/get" not in body:
+            return answer
+        assert answer[3] is not None, "a prompts/get answered at once left nothing for after its answer"
+        then = answer[3]
+        seen.append(("answered", state()))
+
+        def then_watched() -> None:
+            then()
+            seen.append(("written", state()))
+
+        return (*answer[:3], then_watched)
+
+    uses, history, observed = state()
+    assert "deferred-caching" not in history
+    monkeypatch.setattr(transport, "answer_now", watching)
+    got = client.post(_request("prompts/get", {"name": "brief", "arguments": {"topic": "deferred-caching"}}))
+    assert got.json()["result"]["messages"][0]["content"]["text"] == "About deferred-caching"
+    completion = client.post(
+        _request(
+            "completion/complete",
+            {"ref": {"type": "ref/prompt", "name": "brief"}, "argument": {"name": "topic", "value": "deferred"}},
+        )
+    )
+    assert completion.json()["result"]["completion"]["values"] == ["deferred-caching"]
+    assert seen == [
+        ("answered", (uses + 1, history, observed + 1)),  # counted, not yet remembered
+        ("written", (uses + 1, ["deferred-caching", *history], observed + 1)),
+    ]

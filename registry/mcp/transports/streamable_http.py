@@ -60,7 +60,7 @@ from registry.mcp.protocol import (
     invalid_message_answer,
     parse_message,
 )
-from registry.mcp.server import Ask, McpServer, RequestContext
+from registry.mcp.server import AfterAnswer, Ask, McpServer, RequestContext
 from registry.mcp.sessions import STREAMABLE_HTTP, ClientState, Session, SessionBacklogFull, SessionStore
 from registry.mcp.streams import StreamHub
 from registry.tokens import Principal, TokenService
@@ -203,10 +203,13 @@ class StreamableHttpTransport:
         if not at_once:
             return None
         self.sessions.touch(session)
-        answer = self.server.answer_now(message, RequestContext(client=session, session_id=session.id))
+        after = AfterAnswer()  # work that can wait until the answer is written (completion history)
+        answer = self.server.answer_now(
+            message, RequestContext(client=session, session_id=session.id, after_answer=after)
+        )
         if answer is None:
             return None
-        return 200, JSON_CONTENT, dumps(answer)
+        return 200, JSON_CONTENT, dumps(answer), after if after else None
 
     # ---------------------------------------------------------------- POST
     async def _post(
