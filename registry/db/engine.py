@@ -131,16 +131,36 @@ def _round_trip_timeout(default: float | None) -> float | None:
     return remaining if default is None else min(default, remaining)
 
 
+#: A look at the socket this long after the previous one means this process was not running in
+#: between (psycopg's wait functions look every 0.1 s while waiting).
+_UNWATCHED_GAP_S = 0.5
+
+
 def _bounded(gen: Generator[Any, Any, Any], limit: float, seconds: float) -> Generator[Any, Any, Any]:
     """Pass psycopg's wait protocol through, giving up once ``limit`` (monotonic) has passed.
 
     psycopg's wait functions wake up every interval even when nothing arrives and then send the
-    generator a "nothing ready" value: that is where a silent server is noticed."""
+    generator a "nothing ready" value: that is where a silent server is noticed. Only time this
+    process spent watching counts: when it did not run between two looks (stopped, starved of
+    CPU, or another thread holding the interpreter), the unwatched time moves the limit on, or an
+    answer that came at once but was read late would be taken for a dead database (one 503 for
+    every caller for AVAILABILITY_HOLD_S)."""
+    looked = time.monotonic()
+
+    def unwatched() -> float:
+        """The time since the last look if this process was not running for it, else 0."""
+        nonlocal looked
+        now = time.monotonic()
+        gap, looked = now - looked, now
+        return gap if gap > _UNWATCHED_GAP_S else 0.0
+
     try:
-        state = next(gen)
+        state = next(gen)  # sends the request: it may give up the interpreter too
         while True:
+            limit += unwatched()
             ready = yield state
-            if time.monotonic() >= limit:
+            limit += unwatched()
+            if looked >= limit:
                 raise DatabaseTimeout(f"the database did not answer within {seconds:.1f}s")
             state = gen.send(ready)
     except StopIteration as done:

@@ -9,12 +9,15 @@ then answered 503 to a healthy database's first request.
 
 from __future__ import annotations
 
+import sys
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import text
 
-from registry.db.engine import Database, DatabaseUnavailable, deadline
+from registry.db.engine import Database, DatabaseUnavailable, deadline, is_unavailable
 from tests.conftest import _drop_postgres_schema, _fresh_postgres_schema, require_postgres
 
 
@@ -54,3 +57,49 @@ def test_a_ping_that_times_out_on_its_own_bound_is_remembered(postgres: Database
             select_one(db)
     finally:
         db.dispose()
+
+
+def _hold_the_interpreter(go: threading.Event, seconds: float) -> None:
+    """Once ``go`` is set, keep this interpreter busy for ``seconds`` without letting any other
+    thread run (with a long switch interval, the lock is only given up when this thread ends)."""
+    go.wait()
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+def test_an_answer_read_late_because_this_process_was_not_running_is_no_outage(postgres: Database) -> None:
+    """A ping the database answered at once, read 2.5 s later because this process did not run
+    (stopped, starved of CPU, or another thread holding the interpreter), is an answer. It was
+    taken for a dead database: the connection was dropped and every caller for the next
+    AVAILABILITY_HOLD_S was answered 503 (seen in benchmarks, where servers not under load are
+    paused with SIGSTOP, as "initialize -> 503 the catalog is temporarily unavailable")."""
+    db = Database(postgres.url, ping_timeout_s=1.0)
+    switch_interval = sys.getswitchinterval()
+    try:
+        assert select_one(db) == 1  # a pooled connection, which the next checkout pings
+        go = threading.Event()
+        hog = threading.Thread(target=_hold_the_interpreter, args=(go, 2.5), daemon=True)
+        hog.start()
+        sys.setswitchinterval(30.0)  # the hog, once it runs, keeps the interpreter until it ends
+        started = time.monotonic()
+        go.set()  # it runs as soon as this thread first waits: on the socket, for the ping's answer
+        assert select_one(db) == 1
+        waited = time.monotonic() - started
+        hog.join()
+        assert waited >= 2.0, f"the ping's answer was read after {waited:.2f}s: the hog did not hold it up"
+        assert select_one(db) == 1  # and nothing is remembered as an outage
+    finally:
+        sys.setswitchinterval(switch_interval)
+        db.dispose()
+
+
+def test_a_server_that_does_not_answer_in_time_is_still_one(postgres: Database) -> None:
+    """The other side: a wait in which this process was running and nothing came still ends at the bound."""
+    assert select_one(postgres) == 1
+    started = time.monotonic()
+    with pytest.raises(Exception) as raised, deadline(0.3), postgres.session() as session:
+        session.execute(text("SELECT pg_sleep(2)"))
+    assert is_unavailable(raised.value), raised.value
+    assert time.monotonic() - started < 1.5, "the wait outlasted its bound"
+    assert select_one(postgres) == 1
