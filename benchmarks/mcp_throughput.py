@@ -549,6 +549,37 @@ def report_ceiling(summary: dict[str, Any], registries: list[str], concurrencies
     return verdicts
 
 
+def report_tail_floor(runs: dict[str, Any], registries: list[str], concurrencies: list[int]) -> dict[str, Any]:
+    """The p99 target read against the machine's own floor, round by round: each server's p99 ÷
+    the peer's in the same round (the rounds alternate, so round i of each ran within seconds of
+    the others). The bare ceiling does no work at all; how often *it* meets 1/3 of the peer's p99
+    says how much of the target is left to the server and how much is the machine's tail."""
+    print()
+    print("== p99 ÷ the peer's p99, round by round: the bare ceiling (no work) is the floor ==")
+    floor: dict[str, Any] = {}
+    for method in TARGET_METHODS:
+        for c in concurrencies:
+            peer = [r.get("p99_ms") for r in runs["peer-json"].get(method, {}).get(str(c), [])]
+            if not peer:
+                continue
+            for name in ("ceiling", *registries):
+                mine = [r.get("p99_ms") for r in runs[name].get(method, {}).get(str(c), [])]
+                ratios = [a / b for a, b in zip(mine, peer, strict=False) if a is not None and b]
+                if not ratios:
+                    continue
+                met = sum(r <= TARGET_P99_RATIO for r in ratios)
+                floor.setdefault(method, {}).setdefault(str(c), {})[name] = {
+                    "ratios": ratios,
+                    "median": statistics.median(ratios),
+                    "rounds_met": met,
+                }
+                print(
+                    f"{method:15} c={c:<3} {name:10} median {statistics.median(ratios):.2f}, "
+                    f"<= 1/3 in {met}/{len(ratios)} rounds: {' '.join(f'{r:.2f}' for r in ratios)}"
+                )
+    return floor
+
+
 # --------------------------------------------------------------------------- profiling
 def profile_method(args: argparse.Namespace, server: Server, out_dir: Path, stamp: str) -> dict[str, Any]:
     """py-spy (if present) on the registry while mcp_load drives ``--profile-method`` at c=32."""
@@ -822,6 +853,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.profile_only:
             results.update(compare(args, servers, dbs))
             results["targets"] = report(results, dbs, [s.name for s in servers if s.kind == "peer"], args.concurrency)
+            if "ceiling" in results["runs"] and "peer-json" in results["runs"]:
+                results["tail_floor"] = report_tail_floor(results["runs"], dbs, args.concurrency)
         if args.profile:
             results["profile"] = profile_method(args, servers[0], args.results_dir, stamp)
         out = args.results_dir / f"{stamp}.json"
