@@ -132,35 +132,52 @@ def _round_trip_timeout(default: float | None) -> float | None:
 
 
 #: A look at the socket this long after the previous one means this process was not running in
-#: between (psycopg's wait functions look every 0.1 s while waiting).
+#: between (psycopg's wait functions look every 0.1 s while waiting)...
 _UNWATCHED_GAP_S = 0.5
+#: ...and moves the bound on by that gap, up to this much in all: a silent server is still given up
+#: on, later, when the process keeps being starved.
+_UNWATCHED_MAX_S = 30.0
 
 
 def _bounded(gen: Generator[Any, Any, Any], limit: float, seconds: float) -> Generator[Any, Any, Any]:
     """Pass psycopg's wait protocol through, giving up once ``limit`` (monotonic) has passed.
 
     psycopg's wait functions wake up every interval even when nothing arrives and then send the
-    generator a "nothing ready" value: that is where a silent server is noticed. Only time this
-    process spent watching counts: when it did not run between two looks (stopped, starved of
-    CPU, or another thread holding the interpreter), the unwatched time moves the limit on, or an
-    answer that came at once but was read late would be taken for a dead database (one 503 for
-    every caller for AVAILABILITY_HOLD_S)."""
-    looked = time.monotonic()
+    generator a "nothing ready" value: that is where a silent server is noticed. The bound is on
+    the server's silence, not on this process's scheduling, or an answer that came at once but
+    was read late (the process stopped, starved of CPU, or another thread holding the
+    interpreter) would be taken for a dead database, with a 503 for every caller for
+    AVAILABILITY_HOLD_S. So:
 
-    def unwatched() -> float:
-        """The time since the last look if this process was not running for it, else 0."""
-        nonlocal looked
+    - an answer found by the first look after the limit is taken when the look before was in
+      time (it may have come before the limit; the process looked late);
+    - a gap of more than ``_UNWATCHED_GAP_S`` between two looks (the process was not running)
+      moves the limit on by the gap, up to ``_UNWATCHED_MAX_S`` in all.
+
+    A zero bound stays spent: nothing is read under it. The caller's own ``deadline`` is not
+    moved: a wait that starts after it has passed is given no time."""
+    looked = time.monotonic()
+    moved = 0.0
+
+    def look() -> float:
+        """Note a look now (moving the limit on after an unwatched gap); the one before's time."""
+        nonlocal looked, limit, moved
         now = time.monotonic()
-        gap, looked = now - looked, now
-        return gap if gap > _UNWATCHED_GAP_S else 0.0
+        gap = now - looked
+        if gap > _UNWATCHED_GAP_S and moved < _UNWATCHED_MAX_S:
+            step = min(gap, _UNWATCHED_MAX_S - moved)
+            limit += step
+            moved += step
+        previous, looked = looked, now
+        return previous
 
     try:
         state = next(gen)  # sends the request: it may give up the interpreter too
+        look()
         while True:
-            limit += unwatched()
             ready = yield state
-            limit += unwatched()
-            if looked >= limit:
+            previous = look()
+            if looked >= limit and not (ready and previous < limit):
                 raise DatabaseTimeout(f"the database did not answer within {seconds:.1f}s")
             state = gen.send(ready)
     except StopIteration as done:

@@ -143,12 +143,16 @@ class RequestContext:
     after_answer: AfterAnswer | None = None
 
     def after(self, work: Callable[..., None], *args: Any) -> None:
-        """``work(*args)``, now or, where the transport allows, once the answer is written."""
+        """``work(*args)``, now or, where the transport allows, once the answer is written. Either
+        way it cannot change the answer: a failure is logged, as ``AfterAnswer`` does."""
         later = self.after_answer
-        if later is None:
-            work(*args)
-        else:
+        if later is not None:
             later.append((work, args))
+            return
+        try:
+            work(*args)
+        except Exception:
+            log.exception("work after an answer failed (%s)", getattr(work, "__qualname__", work))
 
     async def notify(self, message: dict[str, Any]) -> None:
         if self.send is not None:

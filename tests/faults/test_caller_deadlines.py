@@ -12,11 +12,13 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from typing import Any
 
 import pytest
 from sqlalchemy import text
 
+from registry.db import engine
 from registry.db.engine import Database, DatabaseUnavailable, deadline, is_unavailable
 from tests.conftest import _drop_postgres_schema, _fresh_postgres_schema, require_postgres
 
@@ -59,35 +61,60 @@ def test_a_ping_that_times_out_on_its_own_bound_is_remembered(postgres: Database
         db.dispose()
 
 
-def _hold_the_interpreter(go: threading.Event, seconds: float) -> None:
+def _hold_the_interpreter(go: threading.Event, holding: threading.Event, seconds: float) -> None:
     """Once ``go`` is set, keep this interpreter busy for ``seconds`` without letting any other
     thread run (with a long switch interval, the lock is only given up when this thread ends)."""
     go.wait()
+    holding.set()
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         pass
 
 
-def test_an_answer_read_late_because_this_process_was_not_running_is_no_outage(postgres: Database) -> None:
+def test_an_answer_read_late_because_this_process_was_not_running_is_no_outage(
+    postgres: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A ping the database answered at once, read 2.5 s later because this process did not run
     (stopped, starved of CPU, or another thread holding the interpreter), is an answer. It was
     taken for a dead database: the connection was dropped and every caller for the next
     AVAILABILITY_HOLD_S was answered 503 (seen in benchmarks, where servers not under load are
     paused with SIGSTOP, as "initialize -> 503 the catalog is temporarily unavailable")."""
     db = Database(postgres.url, ping_timeout_s=1.0)
+    go, holding = threading.Event(), threading.Event()
+    real_bounded = engine._bounded
+
+    def bounded_then_held(gen: Generator[Any, Any, Any], limit: float, seconds: float) -> Generator[Any, Any, Any]:
+        """The first round trip once armed: its request is sent, then this thread lets the hog
+        run and waits for it to hold the interpreter (it gets it back when the hog ends, 2.5 s
+        later), and only then looks for the answer that came meanwhile."""
+
+        def sent_then_held() -> Generator[Any, Any, Any]:
+            state = next(gen)
+            go.set()
+            holding.wait()
+            while True:
+                ready = yield state
+                try:
+                    state = gen.send(ready)
+                except StopIteration as done:
+                    return done.value
+
+        return real_bounded(sent_then_held() if armed and not go.is_set() else gen, limit, seconds)
+
     switch_interval = sys.getswitchinterval()
+    armed = False
     try:
         assert select_one(db) == 1  # a pooled connection, which the next checkout pings
-        go = threading.Event()
-        hog = threading.Thread(target=_hold_the_interpreter, args=(go, 2.5), daemon=True)
+        monkeypatch.setattr(engine, "_bounded", bounded_then_held)
+        hog = threading.Thread(target=_hold_the_interpreter, args=(go, holding, 2.5), daemon=True)
         hog.start()
         sys.setswitchinterval(30.0)  # the hog, once it runs, keeps the interpreter until it ends
+        armed = True
         started = time.monotonic()
-        go.set()  # it runs as soon as this thread first waits: on the socket, for the ping's answer
-        assert select_one(db) == 1
+        assert select_one(db) == 1  # its first round trip is the ping
         waited = time.monotonic() - started
         hog.join()
-        assert waited >= 2.0, f"the ping's answer was read after {waited:.2f}s: the hog did not hold it up"
+        assert go.is_set() and waited >= 2.0, f"the answer was read after {waited:.2f}s: the hog did not hold it up"
         assert select_one(db) == 1  # and nothing is remembered as an outage
     finally:
         sys.setswitchinterval(switch_interval)

@@ -249,3 +249,24 @@ def test_completion_history_of_an_immediate_answer_is_kept_once_it_is_written(
         ("answered", (uses + 1, history, observed + 1)),  # counted, not yet remembered
         ("written", (uses + 1, ["deferred-caching", *history], observed + 1)),
     ]
+
+
+@pytest.mark.usefixtures("catalog")
+def test_a_failure_remembering_values_changes_no_answer_on_either_path(
+    live_server: LiveServer, answered: list[bool], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Work left for after an answer cannot change it: answered at once or through the ASGI app,
+    a prompts/get whose completion history cannot be kept is answered, and the failure logged."""
+
+    def broken(*args: Any) -> None:
+        raise RuntimeError("history broken")
+
+    monkeypatch.setattr(live_server.app.mcp.server.completions, "remember_all", broken)
+    client = open_session(live_server.url)
+    answered.clear()
+    with caplog.at_level(logging.ERROR, logger="registry"):
+        offered, through_asgi = _both(client, _request("prompts/get", {"name": "brief", "arguments": {"topic": "x"}}))
+    assert answered == [True]
+    _same(offered, through_asgi)
+    assert offered.json()["result"]["messages"][0]["content"]["text"] == "About x"
+    assert caplog.text.count("work after an answer failed") == 2 and "history broken" in caplog.text, caplog.text
