@@ -107,6 +107,14 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 Ask = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
+def _run_after_answer(work: Callable[..., None], args: tuple[Any, ...]) -> None:
+    """One piece of work after an answer: it cannot change the answer, so a failure is logged."""
+    try:
+        work(*args)
+    except Exception:
+        log.exception("work after an answer failed (%s)", getattr(work, "__qualname__", work))
+
+
 class AfterAnswer(list[tuple[Callable[..., None], tuple[Any, ...]]]):
     """Work a request leaves for after its answer is written: the completion history of the values
     it was given (a few microseconds; nothing in the answer depends on it). At one agent every
@@ -117,10 +125,7 @@ class AfterAnswer(list[tuple[Callable[..., None], tuple[Any, ...]]]):
 
     def __call__(self) -> None:
         for work, args in self:
-            try:
-                work(*args)
-            except Exception:
-                log.exception("work after an answer failed (%s)", getattr(work, "__qualname__", work))
+            _run_after_answer(work, args)
         self.clear()
 
 
@@ -144,15 +149,12 @@ class RequestContext:
 
     def after(self, work: Callable[..., None], *args: Any) -> None:
         """``work(*args)``, now or, where the transport allows, once the answer is written. Either
-        way it cannot change the answer: a failure is logged, as ``AfterAnswer`` does."""
+        way it cannot change the answer: a failure is logged."""
         later = self.after_answer
-        if later is not None:
+        if later is None:
+            _run_after_answer(work, args)
+        else:
             later.append((work, args))
-            return
-        try:
-            work(*args)
-        except Exception:
-            log.exception("work after an answer failed (%s)", getattr(work, "__qualname__", work))
 
     async def notify(self, message: dict[str, Any]) -> None:
         if self.send is not None:
