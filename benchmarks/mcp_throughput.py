@@ -568,13 +568,14 @@ def report_tail_floor(runs: dict[str, Any], registries: list[str], concurrencies
                 if not ratios:
                     continue
                 met = sum(r <= TARGET_P99_RATIO for r in ratios)
+                median = statistics.median(ratios)
                 floor.setdefault(method, {}).setdefault(str(c), {})[name] = {
                     "ratios": ratios,
-                    "median": statistics.median(ratios),
+                    "median": median,
                     "rounds_met": met,
                 }
                 print(
-                    f"{method:15} c={c:<3} {name:10} median {statistics.median(ratios):.2f}, "
+                    f"{method:15} c={c:<3} {name:10} median {median:.2f}, "
                     f"<= 1/3 in {met}/{len(ratios)} rounds: {' '.join(f'{r:.2f}' for r in ratios)}"
                 )
     return floor
