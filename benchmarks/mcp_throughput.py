@@ -155,7 +155,7 @@ class Server:
     """A server under test: its process, its label in the tables and what it is."""
 
     name: str  # label in tables: "sqlite", "postgresql", "peer-json", "peer-sse"
-    kind: str  # "registry" | "peer" | "ceiling"
+    kind: str  # "registry" | "peer" | "ceiling" | "floor"
     process: ManagedProcess
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -201,6 +201,34 @@ def ceiling_command(shared: Path, port: int) -> list[str]:
         "--http",
         "httptools",
     ]
+
+
+#: The C server that does no work (``floor_server.c``), loaded with this method only: its answer is
+#: the bare ceiling's prompts/get result, and it is there for the latency tail, not for throughput.
+FLOOR_METHOD = "prompts/get"
+
+
+def build_floor_server(work: Path, shared: Path) -> list[str] | None:
+    """Compiles ``floor_server.c`` with the system C compiler; None (and why) when it cannot.
+
+    Its result file is the bare ceiling's prompts/get result, read from the shared ceiling script
+    (which imports uvicorn: this venv has it)."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        log("floor: no C compiler (cc/gcc) on PATH; the C floor server is skipped")
+        return None
+    binary = work / "floor_server"
+    source = Path(__file__).resolve().parent / "floor_server.c"
+    proc = subprocess.run([compiler, "-O2", "-o", str(binary), str(source)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        log(f"floor: {source.name} did not compile; skipped:\n{proc.stderr[-1500:]}")
+        return None
+    sys.path.insert(0, str(shared))
+    import ceiling_server
+
+    result = work / "floor-result.json"
+    result.write_bytes(ceiling_server.RESULTS[FLOOR_METHOD])
+    return [str(binary), "{port}", str(result)]
 
 
 def ensure_wrk() -> str:
@@ -552,18 +580,19 @@ def report_ceiling(summary: dict[str, Any], registries: list[str], concurrencies
 def report_tail_floor(runs: dict[str, Any], registries: list[str], concurrencies: list[int]) -> dict[str, Any]:
     """The p99 target read against the machine's own floor, round by round: each server's p99 ÷
     the peer's in the same round (the rounds alternate, so round i of each ran within seconds of
-    the others). The bare ceiling does no work at all; how often *it* meets 1/3 of the peer's p99
-    says how much of the target is left to the server and how much is the machine's tail."""
+    the others). The C floor server and the bare ceiling do no work at all (the one without an
+    interpreter, the other on the registry's own stack); how often *they* meet 1/3 of the peer's
+    p99 says how much of the target is left to the server and how much is the machine's tail."""
     print()
-    print("== p99 ÷ the peer's p99, round by round: the bare ceiling (no work) is the floor ==")
+    print("== p99 ÷ the peer's p99, round by round: the C floor and the bare ceiling do no work ==")
     floor: dict[str, Any] = {}
     for method in TARGET_METHODS:
         for c in concurrencies:
             peer = [r.get("p99_ms") for r in runs["peer-json"].get(method, {}).get(str(c), [])]
             if not peer:
                 continue
-            for name in ("ceiling", *registries):
-                mine = [r.get("p99_ms") for r in runs[name].get(method, {}).get(str(c), [])]
+            for name in ("floor", "ceiling", *registries):
+                mine = [r.get("p99_ms") for r in runs.get(name, {}).get(method, {}).get(str(c), [])]
                 ratios = [a / b for a, b in zip(mine, peer, strict=False) if a is not None and b]
                 if not ratios:
                     continue
@@ -702,6 +731,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="skip the bare ASGI ceiling (../shared/bench/ceiling_server.py on uvloop + httptools)",
     )
     ap.add_argument(
+        "--no-floor",
+        action="store_true",
+        help="skip the C server that does no work (benchmarks/floor_server.c, built with cc): the machine's floor",
+    )
+    ap.add_argument(
         "--peer-args",
         default="",
         help='extra arguments for sdk_peer_server.py, e.g. "--loop uvloop --http httptools" (needs those in the '
@@ -829,6 +863,19 @@ def main(argv: list[str] | None = None) -> int:
                     ready_status=None,
                 )
                 servers.append(Server("ceiling", "ceiling", start(ceiling)))
+            floor_command = None if args.no_floor else build_floor_server(work, args.shared)
+            if floor_command is not None and FLOOR_METHOD in args.methods:
+                port = free_port()
+                floor = ManagedProcess(
+                    [part.format(port=port) for part in floor_command],
+                    port=port,
+                    name="floor",
+                    cwd=work,
+                    log_path=work / "floor.log",
+                    ready_path="/mcp",
+                    ready_status=None,
+                )
+                servers.append(Server("floor", "floor", start(floor)))
         for server in servers:
             server.process.wait_ready(timeout=READY_TIMEOUT_S)
         log("servers: " + ", ".join(f"{s.name} :{s.port} pid {s.process.pid}" for s in servers))
@@ -854,7 +901,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.profile_only:
             results.update(compare(args, servers, dbs))
             results["targets"] = report(results, dbs, [s.name for s in servers if s.kind == "peer"], args.concurrency)
-            if "ceiling" in results["runs"] and "peer-json" in results["runs"]:
+            if ("ceiling" in results["runs"] or "floor" in results["runs"]) and "peer-json" in results["runs"]:
                 results["tail_floor"] = report_tail_floor(results["runs"], dbs, args.concurrency)
         if args.profile:
             results["profile"] = profile_method(args, servers[0], args.results_dir, stamp)
@@ -878,7 +925,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def compare(args: argparse.Namespace, servers: list[Server], dbs: list[str]) -> dict[str, Any]:
     # Parity: what each server answers, so a size or text difference cannot hide in the figures.
-    probes = {s.name: probe_responses(args, s) for s in servers}
+    # (Not the C floor: it answers every method with one fixed result.)
+    probes = {s.name: probe_responses(args, s) for s in servers if s.kind != "floor"}
     peer_probe = probes["peer-json"]
     parity: dict[str, Any] = {}
     for db in dbs:
@@ -896,18 +944,21 @@ def compare(args: argparse.Namespace, servers: list[Server], dbs: list[str]) -> 
         log(f"warm-up: {args.warmup} s per server and method at c=8")
         for method in args.methods:
             for server in servers:
-                mcp_load(args, server, method, 8, args.warmup)
+                if loaded_with(server, method):
+                    mcp_load(args, server, method, 8, args.warmup)
 
     runs: dict[str, dict[str, dict[str, list[dict[str, Any]]]]] = {
         s.name: {m: {str(c): [] for c in args.concurrency} for m in args.methods} for s in servers
     }
-    total = len(args.methods) * len(args.concurrency) * args.rounds * len(servers)
+    total = len(args.concurrency) * args.rounds * sum(loaded_with(s, m) for s in servers for m in args.methods)
     done = 0
     t0 = time.monotonic()
     for method in args.methods:
         for c in args.concurrency:
             for rnd in range(args.rounds):
                 for server in servers:  # A B (C ...) A B ...
+                    if not loaded_with(server, method):
+                        continue
                     with measured_alone(server, servers if args.pause_others else []):
                         result = mcp_load(args, server, method, c, args.duration)
                     result["round"] = rnd
@@ -927,6 +978,10 @@ def compare(args: argparse.Namespace, servers: list[Server], dbs: list[str]) -> 
         for m in METHODS:
             per_m.setdefault(m, {str(c): summarize([]) for c in args.concurrency})
     return {"parity": parity, "response_bytes": sizes, "probes": probes, "runs": runs, "summary": summary}
+
+
+def loaded_with(server: Server, method: str) -> bool:
+    return server.kind != "floor" or method == FLOOR_METHOD
 
 
 def environment(peer_python: Path) -> dict[str, Any]:
