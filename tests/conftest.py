@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import secrets
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,6 +27,7 @@ from registry.db.engine import normalize_database_url
 from registry.runtime import Registry
 from registry.serving import HttpProtocol
 from tests.serve_process import ServerProcess, free_port
+from tests.waiting import wait_until
 
 ADMIN_TOKEN = "test-admin-token-" + secrets.token_hex(8)
 
@@ -162,11 +162,13 @@ class LiveServer:
 
     def start(self) -> None:
         self.thread.start()
-        deadline = time.monotonic() + 15
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("test server did not start")
-            time.sleep(0.02)
+        wait_until(
+            lambda: self.server.started,
+            "the test server to start",
+            timeout=15,
+            interval=0.02,
+            unless=lambda: not self.thread.is_alive(),
+        )
 
     def stop(self) -> None:
         self.app.mcp.drain()  # as on SIGTERM: open streams would hold uvicorn's graceful shutdown

@@ -6,8 +6,7 @@ no notification, live or replayed, and no snapshot error. On SQLite and PostgreS
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from registry.db.models import Team
 from tests.conftest import LiveServer
 from tests.interop.mcp_wire import StreamableHttpClient
 from tests.stream_listener import StreamListener
+from tests.waiting import wait_until
 
 LIST_CHANGED = {"jsonrpc": "2.0", "method": "notifications/prompts/list_changed"}
 PROMPT = {
@@ -35,14 +35,6 @@ PROMPT = {
     "arguments": [{"name": "who", "required": True}],
     "template": "Hello {{ who }}",
 }
-
-
-def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def _events(server: LiveServer) -> list[int]:
@@ -96,7 +88,7 @@ def test_governance_events_notify_no_agent_live_or_replayed(
 
             events = _events(live_server)
             # The feed reads them (the next poll), hands them to the snapshots and moves past them ...
-            _wait_for(lambda: runtime.feed.position >= events[-1], "the change feed to pass the governance events")
+            wait_until(lambda: runtime.feed.position >= events[-1], "the change feed to pass the governance events")
             assert runtime.server.snapshots.applied >= events[-1]
             # ... and nobody is told anything.
             assert listener.drain(0.5) == []

@@ -22,6 +22,7 @@ from registry.cli import main
 from tests.interop.mcp_wire import StreamableHttpClient
 from tests.serve_process import ServerProcess
 from tests.stream_listener import StreamListener
+from tests.waiting import wait_until
 
 WORKER_INFO = re.compile(r'registry_worker_info\{pid="(\d+)",worker="(\d+)"\} 1\.0')
 STREAMS_OPEN = re.compile(r'mcp_streams_open\{worker="(\d+)"\} (\d+)\.0')
@@ -166,14 +167,13 @@ def test_a_killed_worker_is_replaced_and_sigterm_stops_all(tmp_path: Path) -> No
         assert len(before) == 2
         victim = min(before)
         os.kill(victim, signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            now = worker_pids(server.pid)
-            if len(now) == 2 and victim not in now:
-                break
-            time.sleep(0.1)
-        else:
-            raise AssertionError(f"no replacement worker: {worker_pids(server.pid)}")
+        wait_until(
+            lambda: len(now := worker_pids(server.pid)) == 2 and victim not in now,
+            lambda: f"a replacement worker (workers now: {worker_pids(server.pid)})",
+            timeout=30,
+            interval=0.1,
+        )
+        now = worker_pids(server.pid)
         assert "restarting it (restart 1 of 5" in server.log_tail()
         seen = each_worker(server)
         assert {pid for pid, _ in seen.values()} == now  # the replacement serves the same port

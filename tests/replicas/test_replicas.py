@@ -21,6 +21,7 @@ from tests.conftest import replica_pair, require_postgres
 from tests.interop.mcp_wire import StreamableHttpClient, run_article_walk
 from tests.serve_process import ServerProcess, free_port
 from tests.stream_listener import StreamListener
+from tests.waiting import wait_until
 
 ADMIN = "replica-admin-" + secrets.token_hex(6)
 
@@ -138,14 +139,12 @@ def test_ending_a_session_on_one_replica_ends_it_on_the_other(replicas: tuple[Re
     session_id = _open_session(a)
     assert a.mcp(session_id).request("ping")["result"] == {}  # now cached on a
     assert b.mcp(session_id).http.delete("/mcp", headers={"Mcp-Session-Id": session_id}).status_code == 204
-    deadline = time.monotonic() + 5
-    status = 0
-    while time.monotonic() < deadline:
-        status = a.mcp(session_id).post({"jsonrpc": "2.0", "id": 1, "method": "ping"}).status_code
-        if status == 404:
-            break
-        time.sleep(0.1)
-    assert status == 404
+    wait_until(
+        lambda: a.mcp(session_id).post({"jsonrpc": "2.0", "id": 1, "method": "ping"}).status_code == 404,
+        "the session ended on b to be unknown (404) on a",
+        timeout=5,
+        interval=0.1,
+    )
 
 
 class RoundRobinBalancer:

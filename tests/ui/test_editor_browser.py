@@ -23,6 +23,7 @@ except ImportError:  # pragma: no cover - depends on the machine
 
 from tests.interop.mcp_wire import iter_sse
 from tests.ui.conftest import UiPage, UiServer
+from tests.waiting import wait_until
 
 
 @contextmanager
@@ -55,15 +56,6 @@ def mcp_listener(server: UiServer) -> Iterator[list[dict[str, Any]]]:
     finally:
         stop.set()
         client.http.close()
-
-
-def wait_for(condition: Any, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_create_then_edit_a_prompt_with_live_checks_and_preview(ui: UiPage, ui_server: UiServer) -> None:
@@ -117,8 +109,9 @@ def test_create_then_edit_a_prompt_with_live_checks_and_preview(ui: UiPage, ui_s
         page.get_by_role("button", name="Save version 2").click()
         ui.check()
         expect(page.get_by_role("status").first).to_contain_text(f"Saved {name} v2")
-        assert wait_for(lambda: any(n.get("method") == "notifications/prompts/list_changed" for n in notifications)), (
-            f"no list_changed notification: {notifications}"
+        wait_until(
+            lambda: any(n.get("method") == "notifications/prompts/list_changed" for n in notifications),
+            lambda: f"notifications/prompts/list_changed (notifications so far: {notifications})",
         )
 
     client = ui_server.mcp()

@@ -12,9 +12,6 @@ import html
 import json
 import re
 import secrets
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -22,13 +19,13 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from registry.webhooks.signing import SIGNATURE_HEADER, verify
+from tests.thread_server import port_of, serving_in_thread
 from tests.ui.conftest import CSRF, UiServer, sign_in
 
 SCHEMA: dict[str, Any] = {
@@ -62,30 +59,16 @@ class Hook:
 @pytest.fixture(scope="module")
 def hook() -> Iterator[Hook]:
     """A webhook on 127.0.0.1 (the UI test server allows loopback webhooks) recording each call."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    running = Hook(sock.getsockname()[1])
+    calls: list[Recorded] = []
 
     async def record(request: Request) -> Response:
-        running.calls.append(Recorded({k.lower(): v for k, v in request.headers.items()}, await request.body()))
+        calls.append(Recorded({k.lower(): v for k, v in request.headers.items()}, await request.body()))
         result = {"content": [{"type": "text", "text": "recorded"}], "structuredContent": {"forecast": "fair"}}
         return JSONResponse(result)
 
     app = Starlette(routes=[Route("/{path:path}", record, methods=["POST", "PUT"])])
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="tool-editor-hook")
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the loopback webhook did not start"
-        time.sleep(0.01)
-    try:
-        yield running
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
+    with serving_in_thread(app, name="the loopback webhook") as server:
+        yield Hook(port_of(server), calls)
 
 
 # ------------------------------------------------------------------ helpers

@@ -12,7 +12,6 @@ import html
 import json
 import re
 import secrets
-import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -23,7 +22,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -40,6 +38,7 @@ from registry.ui.tool_test import (
     describe_notification,
 )
 from tests.serve_process import ServerProcess
+from tests.thread_server import port_of, serving_in_thread
 from tests.ui.conftest import CSRF, UiServer, csrf_of, sign_in
 
 NDJSON = "application/x-ndjson"
@@ -154,25 +153,8 @@ class Hook:
 def running_hook() -> Iterator[Hook]:
     """A webhook on 127.0.0.1 (the UI test server allows loopback webhooks: tests/ui/conftest.py)."""
     state = HookState()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(
-        _hook_app(state), log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="ui-test-webhook")
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the loopback webhook did not start"
-        time.sleep(0.01)
-    try:
-        yield Hook(sock.getsockname()[1], state)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
+    with serving_in_thread(_hook_app(state), name="the loopback webhook", timeout_graceful_shutdown=1) as server:
+        yield Hook(port_of(server), state)
 
 
 @pytest.fixture(scope="module")

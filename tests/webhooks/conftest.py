@@ -20,7 +20,6 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
@@ -28,6 +27,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from registry.webhooks import make_guarded_client, parse_networks
+from tests.thread_server import port_of, serving_in_thread
 
 NDJSON = "application/x-ndjson"
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
@@ -211,27 +211,9 @@ class WebhookServer:
 @pytest.fixture(scope="session")
 def webhook_server() -> Iterator[WebhookServer]:
     state = ServerState()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        build_app(state), log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="webhook-server")
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the loopback webhook server did not start")
-        time.sleep(0.01)
-    try:
+    with serving_in_thread(build_app(state), name="the loopback webhook", timeout_graceful_shutdown=1) as server:
+        port = port_of(server)
         yield WebhookServer(base_url=f"http://127.0.0.1:{port}", port=port, state=state)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
 
 
 @pytest_asyncio.fixture
