@@ -22,7 +22,8 @@ import uvicorn
 
 from registry.mcp.http_common import ImmediateAnswer
 from registry.serving import HttpProtocol
-from tests.serve_process import free_port
+from tests.thread_server import port_of, serving_in_thread
+from tests.waiting import wait_until
 
 BIG = b"x" * (200 * 1024)
 
@@ -136,22 +137,9 @@ def _serving(**config: Any) -> Iterator[str]:
 
 @contextlib.contextmanager
 def _server(**config: Any) -> Iterator[tuple[str, uvicorn.Server]]:
-    port = free_port()
-    config = {"log_level": "warning", "proxy_headers": False, **config}
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, http=RecordingProtocol, lifespan="off", **config)
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 15
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "test server did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}", server
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    config = {"proxy_headers": False, "access_log": True, **config}
+    with serving_in_thread(app, name="the test server", http=RecordingProtocol, **config) as server:
+        yield f"http://127.0.0.1:{port_of(server)}", server
 
 
 @pytest.fixture(scope="module")
@@ -230,22 +218,27 @@ def _exchange(port: int, request: bytes, answers: int) -> list[bytes]:
     with a content-length)."""
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
         sock.sendall(request)
-        data = b""
-        found: list[bytes] = []
-        while len(found) < answers:
-            head_end = data.find(b"\r\n\r\n")
-            if head_end >= 0:
-                head = data[:head_end].lower()
-                length = int(head.split(b"content-length: ")[1].split(b"\r\n")[0])
-                end = head_end + 4 + length
-                if len(data) >= end:
-                    found.append(data[:end])
-                    data = data[end:]
-                    continue
-            chunk = sock.recv(65536)
-            assert chunk, (found, data)
-            data += chunk
-        return found
+        return _read_answers(sock, answers)
+
+
+def _read_answers(sock: socket.socket, answers: int) -> list[bytes]:
+    data = b""
+    found: list[bytes] = []
+    while len(found) < answers:
+        head_end = data.find(b"\r\n\r\n")
+        if head_end >= 0:
+            head = data[:head_end].lower()
+            length = int(head.split(b"content-length: ")[1].split(b"\r\n")[0])
+            end = head_end + 4 + length
+            if len(data) >= end:
+                found.append(data[:end])
+                data = data[end:]
+                continue
+        chunk = sock.recv(65536)
+        assert chunk, (found, data)
+        data += chunk
+    assert not data, data  # nothing more than what was asked for
+    return found
 
 
 def _post(path: str, body: bytes, extra: str = "") -> bytes:
@@ -273,14 +266,6 @@ def test_a_route_answers_at_once_without_the_asgi_app(server_url: str) -> None:
     assert IMMEDIATE_CALLS == [b"ping 0", b"ping 1", b"ping 2"]
 
 
-def _soon(condition: Any, what: str, timeout: float = 5.0) -> None:
-    """Wait for ``condition()``: work after an answer may still be running when the client has it."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.005)
-
-
 def test_work_left_for_after_an_immediate_answer_runs_once_it_is_written(
     server_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -289,17 +274,59 @@ def test_work_left_for_after_an_immediate_answer_runs_once_it_is_written(
     with httpx.Client(base_url=server_url) as client, caplog.at_level(logging.ERROR, logger="registry"):
         answer = client.post("/now", content=b"then")
         assert answer.status_code == 201 and answer.content == b"now:then"
-        _soon(lambda: len(THEN_SAW) == 1, "then did not run")
+        # Work after an answer may still be running when the client has the answer.
+        wait_until(lambda: len(THEN_SAW) == 1, "then to run", timeout=5, interval=0.005)
         assert THEN_SAW[0] == WRITES and THEN_SAW[0][-1].endswith(b"\r\n\r\nnow:then"), THEN_SAW
         failing = client.post("/now", content=b"then-fails")
         assert failing.status_code == 201 and failing.content == b"now:then-fails"
-        _soon(lambda: "bookkeeping bug" in caplog.text, "the failure was not logged")
+        wait_until(lambda: "bookkeeping bug" in caplog.text, "the failure to be logged", timeout=5, interval=0.005)
         assert "work after an immediate answer failed" in caplog.text
         assert len(THEN_SAW) == 2 and THEN_SAW[1][-1].endswith(b"\r\n\r\nnow:then-fails"), THEN_SAW
         # The same connection goes on being answered at once, with nothing left to run.
         assert client.post("/now", content=b"after").content == b"now:after"
     assert ASGI_CALLS == [] and IMMEDIATE_CALLS == [b"then", b"then-fails", b"after"]
     assert len(THEN_SAW) == 2
+
+
+def test_immediate_answers_read_in_one_loop_turn_are_written_together_when_it_ends() -> None:
+    """Requests from several connections read in one turn of the event loop: the turn's first
+    answer is written at once, the others are held by their connections and written when the
+    turn ends (their ``then`` runs before that, so before the connection's next request)."""
+    with _server() as (url, server):
+        loop = server.servers[0].get_loop()
+        socks = [socket.create_connection(("127.0.0.1", _port(url)), timeout=5) for _ in range(3)]
+        try:
+            for n, sock in enumerate(socks):  # each connection accepted and answered once
+                sock.sendall(_post("/now", b"hello %d" % n))
+                assert _read_answers(sock, 1)[0].endswith(b"\r\n\r\nnow:hello %d" % n)
+            WRITES.clear()
+            blocked, release = threading.Event(), threading.Event()
+            loop.call_soon_threadsafe(lambda: (blocked.set(), release.wait(5)))
+            assert blocked.wait(5)
+            for sock in socks:  # all three arrive while the loop is busy: it reads them in one turn
+                sock.sendall(_post("/now", b"then"))
+            time.sleep(0.2)
+            release.set()
+            for sock in socks:
+                (answer,) = _read_answers(sock, 1)
+                assert answer.startswith(b"HTTP/1.1 201 Created\r\n") and answer.endswith(b"\r\n\r\nnow:then")
+        finally:
+            for sock in socks:
+                sock.close()
+    # Each then saw what had been written when it ran: the first answer only, for all three.
+    assert [len(seen) for seen in THEN_SAW] == [1, 1, 1], THEN_SAW
+    assert len(WRITES) == 3 and all(write.endswith(b"now:then") for write in WRITES), WRITES
+
+
+def test_a_held_answer_goes_before_anything_its_connection_writes_after_it(server_url: str) -> None:
+    """Two answers in one turn on one connection, then a malformed request: uvicorn's 400 is
+    written through the connection's transport, which sends the held answer first."""
+    request = _post("/now", b"one") + _post("/now", b"two") + b"NOT HTTP AT ALL\r\n\r\n"
+    answers = _exchange(_port(server_url), request, 3)
+    assert [a.split(b"\r\n\r\n", 1)[1] for a in answers[:2]] == [b"now:one", b"now:two"], answers
+    assert answers[2].startswith(b"HTTP/1.1 400 Bad Request\r\n"), answers
+    # The second answer was held and left in one write with the 400.
+    assert len(WRITES) == 2 and WRITES[1].startswith(b"HTTP/1.1 201 Created") and b"400 Bad Request" in WRITES[1]
 
 
 def test_what_the_route_declines_or_fails_the_asgi_app_answers_with_the_whole_body(
