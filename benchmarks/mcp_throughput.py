@@ -11,6 +11,10 @@ registry/peer, PASS/MISS against the targets, and writes everything to
 ``benchmarks/results/<timestamp>.json``. Exits 0 whatever the figures (non-zero only when it
 cannot run).
 
+Beside them run the bare ASGI ceiling (``../shared/bench/ceiling_server.py`` on this venv's uvicorn)
+and, for prompts/get, a C server that does no work (``floor_server.c``, compiled with ``cc``): the
+machine's floor, against which the c=1 p99 targets are read round by round.
+
 Targets (issue): prompts/get and resources/read at >= 2x the peer's requests/s (JSON-response
 mode) with p99 <= 1/3 of the peer's, on SQLite and on PostgreSQL.
 
