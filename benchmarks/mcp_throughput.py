@@ -43,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -193,6 +193,20 @@ def measured_alone(server: Server, servers: list[Server]) -> Iterator[None]:
             other.process.resume()
 
 
+def reference_process(name: str, command: list[str], port: int, work: Path) -> ManagedProcess:
+    """A server the registries are compared with (the peer, the ceiling, the C floor), logging to
+    ``work/<name>.log``. GET /mcp may be refused, but any answer means it is up."""
+    return ManagedProcess(
+        command,
+        port=port,
+        name=name,
+        cwd=work,
+        log_path=work / f"{name}.log",
+        ready_path="/mcp",
+        ready_status=None,
+    )
+
+
 def ceiling_command(shared: Path, port: int) -> list[str]:
     """The shared bare ASGI app on the registry's own stack (uvloop + httptools): the ceiling."""
     return [
@@ -212,7 +226,7 @@ def ceiling_command(shared: Path, port: int) -> list[str]:
 FLOOR_METHOD = "prompts/get"
 
 
-def build_floor_server(work: Path, shared: Path) -> list[str] | None:
+def build_floor_server(work: Path, shared: Path) -> Callable[[int], list[str]] | None:
     """Compiles ``floor_server.c`` with the system C compiler; None (and why) when it cannot.
 
     Its result file is the bare ceiling's prompts/get result, read from the shared ceiling script
@@ -232,7 +246,7 @@ def build_floor_server(work: Path, shared: Path) -> list[str] | None:
 
     result = work / "floor-result.json"
     result.write_bytes(ceiling_server.RESULTS[FLOOR_METHOD])
-    return [str(binary), "{port}", str(result)]
+    return lambda port: [str(binary), str(port), str(result)]
 
 
 def ensure_wrk() -> str:
@@ -595,7 +609,7 @@ def report_tail_floor(runs: dict[str, Any], registries: list[str], concurrencies
             peer = [r.get("p99_ms") for r in runs["peer-json"].get(method, {}).get(str(c), [])]
             if not peer:
                 continue
-            for name in ("floor", "ceiling", *registries):
+            for name in ("c-floor", "ceiling", *registries):
                 mine = [r.get("p99_ms") for r in runs.get(name, {}).get(method, {}).get(str(c), [])]
                 ratios = [a / b for a, b in zip(mine, peer, strict=False) if a is not None and b]
                 if not ratios:
@@ -840,46 +854,31 @@ def main(argv: list[str] | None = None) -> int:
             }
             servers.append(Server(db, "registry", start(registry), info))
 
+        def compared(name: str, kind: str, command: Callable[[int], list[str]]) -> None:
+            port = free_port()
+            servers.append(Server(name, kind, start(reference_process(name, command(port), port, work))))
+
         if not args.profile_only:
             peer_modes = [("peer-json", ["--json-response"])] + ([("peer-sse", [])] if args.peer_sse else [])
             for name, extra in peer_modes:
-                port = free_port()
-                peer = ManagedProcess(
-                    [str(peer_python), str(peer_script), "--port", str(port), *extra, *shlex.split(args.peer_args)],
-                    port=port,
-                    name=name,
-                    cwd=work,
-                    log_path=work / f"{name}.log",
-                    ready_path="/mcp",  # GET /mcp is refused, but an answer means it is up
-                    ready_status=None,
+                compared(
+                    name,
+                    "peer",
+                    lambda port, extra=extra: [
+                        str(peer_python),
+                        str(peer_script),
+                        "--port",
+                        str(port),
+                        *extra,
+                        *shlex.split(args.peer_args),
+                    ],
                 )
-                servers.append(Server(name, "peer", start(peer)))
             if not args.no_ceiling:
                 # The shared bare ASGI app on the registry's own stack: the practical ceiling.
-                port = free_port()
-                ceiling = ManagedProcess(
-                    ceiling_command(args.shared, port),
-                    port=port,
-                    name="ceiling",
-                    cwd=work,
-                    log_path=work / "ceiling.log",
-                    ready_path="/mcp",
-                    ready_status=None,
-                )
-                servers.append(Server("ceiling", "ceiling", start(ceiling)))
+                compared("ceiling", "ceiling", lambda port: ceiling_command(args.shared, port))
             floor_command = None if args.no_floor else build_floor_server(work, args.shared)
             if floor_command is not None and FLOOR_METHOD in args.methods:
-                port = free_port()
-                floor = ManagedProcess(
-                    [part.format(port=port) for part in floor_command],
-                    port=port,
-                    name="floor",
-                    cwd=work,
-                    log_path=work / "floor.log",
-                    ready_path="/mcp",
-                    ready_status=None,
-                )
-                servers.append(Server("floor", "floor", start(floor)))
+                compared("c-floor", "floor", floor_command)
         for server in servers:
             server.process.wait_ready(timeout=READY_TIMEOUT_S)
         log("servers: " + ", ".join(f"{s.name} :{s.port} pid {s.process.pid}" for s in servers))
@@ -905,7 +904,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.profile_only:
             results.update(compare(args, servers, dbs))
             results["targets"] = report(results, dbs, [s.name for s in servers if s.kind == "peer"], args.concurrency)
-            if ("ceiling" in results["runs"] or "floor" in results["runs"]) and "peer-json" in results["runs"]:
+            if ("ceiling" in results["runs"] or "c-floor" in results["runs"]) and "peer-json" in results["runs"]:
                 results["tail_floor"] = report_tail_floor(results["runs"], dbs, args.concurrency)
         if args.profile:
             results["profile"] = profile_method(args, servers[0], args.results_dir, stamp)

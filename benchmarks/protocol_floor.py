@@ -84,9 +84,9 @@ def main() -> int:
         serve(args.serve)
         return 0
 
-    from mcp_throughput import Server, ceiling_command, ensure_wrk, log, mcp_load
+    from mcp_throughput import Server, ceiling_command, ensure_wrk, log, mcp_load, reference_process
 
-    from tests.serve_process import ManagedProcess, free_port
+    from tests.serve_process import free_port
 
     ensure_wrk()
     work = Path(tempfile.mkdtemp(prefix="protocol-floor-"))
@@ -97,16 +97,7 @@ def main() -> int:
     servers = []
     for name, command in commands.items():
         port = free_port()
-        process = ManagedProcess(
-            command(port),
-            port=port,
-            name=name,
-            cwd=work,
-            log_path=work / f"{name}.log",
-            ready_path="/mcp",
-            ready_status=None,
-        )
-        servers.append(Server(name, name, process.start()))
+        servers.append(Server(name, name, reference_process(name, command(port), port, work).start()))
     results: dict[tuple[str, int], list[dict[str, Any]]] = {}
     try:
         for concurrency in args.concurrency:
