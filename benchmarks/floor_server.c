@@ -78,7 +78,8 @@ static int answer(struct conn *c, const char *head, size_t head_len, const char 
         return append(c, "HTTP/1.1 405 Method Not Allowed\r\ncontent-length: 0\r\n\r\n", 54);
     size_t id_len = find_id(body, body_len, id);
     if (id_len == 0) return append(c, "HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n", 45);
-    int initialize = memmem(body, body_len, "\"method\":\"initialize\"", 21) != NULL;
+    /* the method's value, however the client spaces its JSON ("method": "initialize") */
+    int initialize = memmem(body, body_len, "\"initialize\"", 12) != NULL;
     static const char open[] = "{\"jsonrpc\":\"2.0\",\"id\":", middle[] = ",\"result\":";
     size_t length = (sizeof open - 1) + id_len + (sizeof middle - 1) + result_len + 1;
     int n = snprintf(line, sizeof line,
@@ -139,10 +140,12 @@ int main(int argc, char **argv) {
     }
     FILE *f = fopen(argv[2], "rb");
     if (f == NULL || fseek(f, 0, SEEK_END) != 0) return perror(argv[2]), 1;
-    result_len = ftell(f);
+    long size = ftell(f);
+    if (size <= 0) return fprintf(stderr, "%s: empty or unreadable\n", argv[2]), 1;
+    result_len = (size_t)size;
     rewind(f);
     result = malloc(result_len);
-    if (fread(result, 1, result_len, f) != result_len) return perror(argv[2]), 1;
+    if (result == NULL || fread(result, 1, result_len, f) != result_len) return perror(argv[2]), 1;
     fclose(f);
     signal(SIGPIPE, SIG_IGN);
 
@@ -167,6 +170,10 @@ int main(int argc, char **argv) {
                     set_nonblocking(fd);
                     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
                     struct conn *nc = calloc(1, sizeof *nc);
+                    if (nc == NULL) {
+                        close(fd);
+                        continue;
+                    }
                     nc->fd = fd;
                     struct epoll_event cev = {.events = EPOLLIN, .data.ptr = nc};
                     epoll_ctl(ep, EPOLL_CTL_ADD, fd, &cev);

@@ -67,10 +67,20 @@ class _HeadHoldingTransport:
 
     A held head is never late by more than one turn of the event loop: it goes with the next
     write, before a close, or at the end of the turn (a stream whose first event comes later).
-    Everything else is passed through to uvloop's transport untouched.
+    ``hold`` keeps immediate answers back the same way (``_TurnWrites``). Everything else is
+    passed through to uvloop's transport untouched.
     """
 
-    __slots__ = ("_held", "_loop", "_transport", "get_extra_info", "is_closing", "pause_reading", "resume_reading")
+    __slots__ = (
+        "_held",
+        "_held_size",
+        "_loop",
+        "_transport",
+        "get_extra_info",
+        "is_closing",
+        "pause_reading",
+        "resume_reading",
+    )
 
     #: Bodies up to this size are joined to their head (a copy); larger ones are written after it.
     JOIN_MAX = 64 * 1024
@@ -78,7 +88,9 @@ class _HeadHoldingTransport:
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
         self._loop = loop
-        self._held: bytes | None = None
+        #: What is held, in order (joined once, when written), and its size.
+        self._held: list[bytes] | None = None
+        self._held_size = 0
         # What uvicorn calls on every request, bound once: ``__getattr__`` is a slow path.
         self.is_closing = transport.is_closing
         self.get_extra_info = transport.get_extra_info
@@ -88,27 +100,36 @@ class _HeadHoldingTransport:
     def write(self, data: bytes | bytearray | memoryview) -> None:
         held = self._held
         if held is not None:
-            self._held = None
+            self._held, self._held_size = None, 0
             if len(data) <= self.JOIN_MAX:
-                self._transport.write(held + bytes(data))
+                held.append(bytes(data))
+                self._transport.write(b"".join(held))
                 return
-            self._transport.write(held)
+            self._transport.write(b"".join(held))
         elif data[:5] == b"HTTP/" and data[-4:] == b"\r\n\r\n":
-            self._held = bytes(data)
+            self._held, self._held_size = [bytes(data)], len(data)
             self._loop.call_soon(self.flush)
             return
         self._transport.write(data)
 
     def hold(self, data: bytes) -> None:
         """Keep ``data`` back, after anything already held, until the next ``write``, ``flush`` or
-        ``close``: whatever this connection writes later still goes after it."""
+        ``close``: whatever this connection writes later still goes after it. Past ``JOIN_MAX``
+        held bytes it is all written at once, so what a connection holds stays small, and a client
+        that pipelines requests without reading meets the transport's flow control as before."""
         held = self._held
-        self._held = data if held is None else held + data
+        if held is None:
+            self._held, self._held_size = [data], len(data)
+        else:
+            held.append(data)
+            self._held_size += len(data)
+        if self._held_size > self.JOIN_MAX:
+            self.flush()
 
     def flush(self) -> None:
-        held, self._held = self._held, None
+        held, self._held, self._held_size = self._held, None, 0
         if held is not None and not self._transport.is_closing():
-            self._transport.write(held)
+            self._transport.write(held[0] if len(held) == 1 else b"".join(held))
 
     def close(self) -> None:
         self.flush()
@@ -120,13 +141,14 @@ class _HeadHoldingTransport:
 
 class _TurnWrites:
     """The immediate answers of one turn of the event loop: the first is written at once, the
-    others are held by their connections and written together when the turn ends.
+    others are held by their connections and written together when the turn's reads are done.
 
     With many agents, one turn of the loop reads requests from many connections, and answering
     each costs its own write. A write that finds the client asleep also wakes it, and on a virtual
     machine a wake-up across cores is dear: measured at 32 agents on two cores, a 700-byte answer's
-    write took 18 µs, a third of a cached prompts/get. Written back to back at the end of the
-    turn, the answers find the client awake from the first: 17,500-18,300 against 29,300-30,200
+    write took 18 µs, a third of a cached prompts/get. Written back to back once the turn's reads
+    are done (``call_soon``: after this poll's reads, with the other ready callbacks queued before
+    it), the answers find the client awake from the first: 17,500-18,300 against 29,300-30,200
     answers/s (benchmarks/README.md). The first answer of a turn is not held, so one agent's
     answer never waits for anything.
 
@@ -153,8 +175,8 @@ class _TurnWrites:
         """Writes ``data`` now (True) or has ``transport`` hold it until the turn ends (False)."""
         held = self._held
         if held is None:
-            self._held = []
             loop.call_soon(self._end_turn)  # ready callbacks run once this turn's reads are done
+            self._held = []
             transport.write(data)
             return True
         transport.hold(data)
@@ -164,7 +186,10 @@ class _TurnWrites:
     def _end_turn(self) -> None:
         held, self._held = self._held, None
         for transport in held or ():
-            transport.flush()  # nothing if the connection has written it since, or is closing
+            try:
+                transport.flush()  # nothing if the connection has written it since, or is closing
+            except Exception:  # one broken connection must not keep the others' answers back
+                log.exception("writing a held answer failed")
 
 
 #: Largest body the immediate path buffers; a larger one goes to the ASGI app as it arrives.
@@ -212,7 +237,7 @@ class HttpProtocol(HttpToolsProtocol):
       answers/s). ``None`` means "not now": the request then runs through the ASGI app as
       usual, with the buffered body, so the app's behaviour is the same either way.
     - **one turn's answers together.** The immediate answers of one turn of the event loop are
-      written by ``_TurnWrites``: the first at once, the others when the turn ends (see there).
+      written by ``_TurnWrites``: the first at once, the others once the turn's reads are done (see there).
 
     Only simple requests are offered: HTTP/1.1 keep-alive, no ``Expect: 100-continue``, no
     upgrade, nothing pipelined ahead of it, and the socket's write buffer not full (a client that
@@ -346,6 +371,11 @@ class HttpProtocol(HttpToolsProtocol):
             self._keep_alive_timer = self.loop.call_later(remaining, self.timeout_keep_alive_handler)
         else:
             self.transport.close()
+
+    def eof_received(self) -> None:
+        """The client has shut its side: uvloop closes the transport itself once this returns
+        None (uvicorn's answer), so answers held for the end of the turn are handed over first."""
+        self._holding.flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)

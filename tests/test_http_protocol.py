@@ -21,7 +21,7 @@ import pytest
 import uvicorn
 
 from registry.mcp.http_common import ImmediateAnswer
-from registry.serving import HttpProtocol
+from registry.serving import HttpProtocol, _HeadHoldingTransport
 from tests.thread_server import port_of, serving_in_thread
 from tests.waiting import wait_until
 
@@ -295,12 +295,12 @@ def test_immediate_answers_read_in_one_loop_turn_are_written_together_when_it_en
     with _server() as (url, server):
         loop = server.servers[0].get_loop()
         socks = [socket.create_connection(("127.0.0.1", _port(url)), timeout=5) for _ in range(3)]
+        blocked, release = threading.Event(), threading.Event()
         try:
             for n, sock in enumerate(socks):  # each connection accepted and answered once
                 sock.sendall(_post("/now", b"hello %d" % n))
                 assert _read_answers(sock, 1)[0].endswith(b"\r\n\r\nnow:hello %d" % n)
             WRITES.clear()
-            blocked, release = threading.Event(), threading.Event()
             loop.call_soon_threadsafe(lambda: (blocked.set(), release.wait(5)))
             assert blocked.wait(5)
             for sock in socks:  # all three arrive while the loop is busy: it reads them in one turn
@@ -311,6 +311,7 @@ def test_immediate_answers_read_in_one_loop_turn_are_written_together_when_it_en
                 (answer,) = _read_answers(sock, 1)
                 assert answer.startswith(b"HTTP/1.1 201 Created\r\n") and answer.endswith(b"\r\n\r\nnow:then")
         finally:
+            release.set()
             for sock in socks:
                 sock.close()
     # Each then saw what had been written when it ran: the first answer only, for all three.
@@ -327,6 +328,48 @@ def test_a_held_answer_goes_before_anything_its_connection_writes_after_it(serve
     assert answers[2].startswith(b"HTTP/1.1 400 Bad Request\r\n"), answers
     # The second answer was held and left in one write with the 400.
     assert len(WRITES) == 2 and WRITES[1].startswith(b"HTTP/1.1 201 Created") and b"400 Bad Request" in WRITES[1]
+
+
+def test_what_a_connection_holds_stays_under_the_join_bound(server_url: str) -> None:
+    """Many pipelined requests answered in one turn: past ``JOIN_MAX`` held bytes the held
+    answers are written, so no connection holds (or copies) more than that, and all arrive in order."""
+    bodies = [b"%04d" % n + b"x" * 1000 for n in range(150)]  # ~170 KB of answers, read in one or two turns
+    answers = _exchange(_port(server_url), b"".join(_post("/now", body) for body in bodies), len(bodies))
+    assert [a.split(b"\r\n\r\n", 1)[1] for a in answers] == [b"now:" + body for body in bodies]
+    one = len(answers[0])
+    assert len(WRITES) >= 3 and max(len(write) for write in WRITES) <= _HeadHoldingTransport.JOIN_MAX + one, [
+        len(write) for write in WRITES
+    ]
+
+
+def test_answers_held_when_the_client_shuts_its_side_are_handed_over_before_the_close() -> None:
+    """uvloop closes the transport itself when ``eof_received`` returns None (as uvicorn's does):
+    what the connection holds for the end of the turn is written first."""
+    written: list[bytes] = []
+
+    class Transport:
+        def write(self, data: bytes) -> None:
+            written.append(data)
+
+        def is_closing(self) -> bool:
+            return False
+
+        def get_extra_info(self, name: str, default: Any = None) -> Any:
+            return default
+
+        pause_reading = resume_reading = close = lambda self: None
+
+    loop = asyncio.new_event_loop()
+    try:
+        holding = _HeadHoldingTransport(Transport(), loop)  # type: ignore[arg-type]
+        holding.hold(b"answer one")
+        holding.hold(b"answer two")
+        protocol = HttpProtocol.__new__(HttpProtocol)  # only what eof_received uses
+        protocol._holding = holding
+        assert protocol.eof_received() is None  # None: the transport is closed by uvloop
+        assert written == [b"answer oneanswer two"]
+    finally:
+        loop.close()
 
 
 def test_what_the_route_declines_or_fails_the_asgi_app_answers_with_the_whole_body(

@@ -167,13 +167,14 @@ def test_a_killed_worker_is_replaced_and_sigterm_stops_all(tmp_path: Path) -> No
         assert len(before) == 2
         victim = min(before)
         os.kill(victim, signal.SIGKILL)
-        wait_until(
-            lambda: len(now := worker_pids(server.pid)) == 2 and victim not in now,
-            lambda: f"a replacement worker (workers now: {worker_pids(server.pid)})",
-            timeout=30,
-            interval=0.1,
-        )
-        now = worker_pids(server.pid)
+        seen_pids: list[set[int]] = []  # the set that satisfied the wait, not a later look
+
+        def replaced() -> bool:
+            seen_pids.append(pids := worker_pids(server.pid))
+            return len(pids) == 2 and victim not in pids
+
+        wait_until(replaced, lambda: f"a replacement worker (workers now: {seen_pids[-1]})", timeout=30, interval=0.1)
+        now = seen_pids[-1]
         assert "restarting it (restart 1 of 5" in server.log_tail()
         seen = each_worker(server)
         assert {pid for pid, _ in seen.values()} == now  # the replacement serves the same port

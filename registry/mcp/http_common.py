@@ -41,8 +41,10 @@ StreamT = TypeVar("StreamT", bound="PassWritable")
 
 RawHeaders = list[tuple[bytes, bytes]]
 #: An answer written straight back by the HTTP protocol: (status, headers, body, then); the protocol
-#: adds its default headers (date, server) and the content-length, writes it, and then calls
-#: ``then`` (if not None): work that does not change the answer, left until the client has it.
+#: adds its default headers (date, server) and the content-length, writes it (or holds it, to be
+#: written with the other answers of its event-loop turn), and then calls ``then`` (if not None):
+#: work that does not change the answer, left out of the answer's way, done before the
+#: connection's next request is read.
 ImmediateAnswer = tuple[int, RawHeaders, bytes, Callable[[], None] | None]
 #: ``answer_now(raw request headers, complete body)``: the answer, or None to let the ASGI app
 #: answer the request instead (see ``registry.serving.HttpProtocol``).

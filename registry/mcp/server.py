@@ -116,9 +116,10 @@ def _run_after_answer(work: Callable[..., None], args: tuple[Any, ...]) -> None:
 
 
 class AfterAnswer(list[tuple[Callable[..., None], tuple[Any, ...]]]):
-    """Work a request leaves for after its answer is written: the completion history of the values
-    it was given (a few microseconds; nothing in the answer depends on it). At one agent every
-    microsecond spent before the write is latency. Calling it runs the work, in order; a failure
+    """Work a request leaves for after its answer is written (or held to be written with the other
+    answers of its event-loop turn): the completion history of the values it was given (a few
+    microseconds; nothing in the answer depends on it). At one agent every microsecond spent
+    before the write is latency. Calling it runs the work, in order; a failure
     is logged and does not stop the rest. (A list: one is made per immediate answer.)"""
 
     __slots__ = ()
