@@ -193,11 +193,13 @@ def measured_alone(server: Server, servers: list[Server]) -> Iterator[None]:
             other.process.resume()
 
 
-def reference_process(name: str, command: list[str], port: int, work: Path) -> ManagedProcess:
-    """A server the registries are compared with (the peer, the ceiling, the C floor), logging to
-    ``work/<name>.log``. GET /mcp may be refused, but any answer means it is up."""
+def reference_process(name: str, command: Callable[[int], list[str]], work: Path) -> ManagedProcess:
+    """A server the registries are compared with (the peer, the ceiling, the C floor): ``command``
+    for a free port, logging to ``work/<name>.log``. GET /mcp may be refused, but any answer means
+    it is up."""
+    port = free_port()
     return ManagedProcess(
-        command,
+        command(port),
         port=port,
         name=name,
         cwd=work,
@@ -855,8 +857,7 @@ def main(argv: list[str] | None = None) -> int:
             servers.append(Server(db, "registry", start(registry), info))
 
         def compared(name: str, kind: str, command: Callable[[int], list[str]]) -> None:
-            port = free_port()
-            servers.append(Server(name, kind, start(reference_process(name, command(port), port, work))))
+            servers.append(Server(name, kind, start(reference_process(name, command, work))))
 
         if not args.profile_only:
             peer_modes = [("peer-json", ["--json-response"])] + ([("peer-sse", [])] if args.peer_sse else [])

@@ -86,8 +86,6 @@ def main() -> int:
 
     from mcp_throughput import Server, ceiling_command, ensure_wrk, log, mcp_load, reference_process
 
-    from tests.serve_process import free_port
-
     ensure_wrk()
     work = Path(tempfile.mkdtemp(prefix="protocol-floor-"))
     commands = {
@@ -96,8 +94,7 @@ def main() -> int:
     }
     servers = []
     for name, command in commands.items():
-        port = free_port()
-        servers.append(Server(name, name, reference_process(name, command(port), port, work).start()))
+        servers.append(Server(name, name, reference_process(name, command, work).start()))
     results: dict[tuple[str, int], list[dict[str, Any]]] = {}
     try:
         for concurrency in args.concurrency:

@@ -129,7 +129,7 @@ class _HeadHoldingTransport:
     def flush(self) -> None:
         held, self._held, self._held_size = self._held, None, 0
         if held is not None and not self._transport.is_closing():
-            self._transport.write(held[0] if len(held) == 1 else b"".join(held))
+            self._transport.write(b"".join(held))  # one part: that bytes object itself, no copy
 
     def close(self) -> None:
         self.flush()
@@ -171,17 +171,16 @@ class _TurnWrites:
             writes = cls._by_loop[loop] = cls()
         return writes
 
-    def write(self, loop: asyncio.AbstractEventLoop, transport: _HeadHoldingTransport, data: bytes) -> bool:
-        """Writes ``data`` now (True) or has ``transport`` hold it until the turn ends (False)."""
+    def write(self, loop: asyncio.AbstractEventLoop, transport: _HeadHoldingTransport, data: bytes) -> None:
+        """Writes ``data`` now (the turn's first answer) or has ``transport`` hold it until the turn ends."""
         held = self._held
         if held is None:
             loop.call_soon(self._end_turn)  # ready callbacks run once this turn's reads are done
             self._held = []
             transport.write(data)
-            return True
+            return
         transport.hold(data)
         held.append(transport)
-        return False
 
     def _end_turn(self) -> None:
         held, self._held = self._held, None
