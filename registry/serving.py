@@ -6,7 +6,7 @@ import asyncio
 import logging
 import resource
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any
 
@@ -67,8 +67,10 @@ class _HeadHoldingTransport:
 
     A held head is never late by more than one turn of the event loop: it goes with the next
     write, before a close, or at the end of the turn (a stream whose first event comes later).
-    ``hold`` keeps immediate answers back the same way (``_TurnWrites``). Everything else is
-    passed through to uvloop's transport untouched.
+    ``hold`` keeps immediate answers back the same way (``_TurnWrites``). Every way of writing or
+    closing (``write``, ``writelines``, ``write_eof``, ``close``) sends what is held first, so
+    order on a connection is kept; ``abort`` drops it with the transport's own buffer. Everything
+    else is passed through to uvloop's transport untouched.
     """
 
     __slots__ = (
@@ -131,9 +133,22 @@ class _HeadHoldingTransport:
         if held is not None and not self._transport.is_closing():
             self._transport.write(b"".join(held))  # one part: that bytes object itself, no copy
 
+    def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
+        self.flush()
+        self._transport.writelines(list_of_data)
+
+    def write_eof(self) -> None:
+        self.flush()
+        self._transport.write_eof()
+
     def close(self) -> None:
         self.flush()
         self._transport.close()
+
+    def abort(self) -> None:
+        """Drops what is held, as the transport drops what it buffers."""
+        self._held, self._held_size = None, 0
+        self._transport.abort()
 
     def __getattr__(self, name: str) -> Any:  # everything else: the real transport's
         return getattr(self._transport, name)

@@ -372,6 +372,54 @@ def test_answers_held_when_the_client_shuts_its_side_are_handed_over_before_the_
         loop.close()
 
 
+@pytest.mark.parametrize(
+    ("call", "expected"),
+    [
+        (lambda t: t.writelines([b"three", b"four"]), ["one two ", ("writelines", [b"three", b"four"])]),
+        (lambda t: t.write_eof(), ["one two ", ("write_eof",)]),
+        (lambda t: t.close(), ["one two ", ("close",)]),
+        (lambda t: t.abort(), [("abort",)]),
+    ],
+    ids=["writelines", "write_eof", "close", "abort"],
+)
+def test_every_way_of_writing_or_closing_sends_what_is_held_first(call: Any, expected: list[Any]) -> None:
+    """Nothing a connection writes after a held answer can overtake it; an abort drops it, as
+    the transport drops its own buffer."""
+    seen: list[Any] = []
+
+    class Transport:
+        def write(self, data: bytes) -> None:
+            seen.append(data.decode())
+
+        def writelines(self, parts: list[bytes]) -> None:
+            seen.append(("writelines", list(parts)))
+
+        def write_eof(self) -> None:
+            seen.append(("write_eof",))
+
+        def close(self) -> None:
+            seen.append(("close",))
+
+        def abort(self) -> None:
+            seen.append(("abort",))
+
+        def is_closing(self) -> bool:
+            return False
+
+        get_extra_info = pause_reading = resume_reading = lambda self, *a: None
+
+    loop = asyncio.new_event_loop()
+    try:
+        holding = _HeadHoldingTransport(Transport(), loop)  # type: ignore[arg-type]
+        holding.hold(b"one ")
+        holding.hold(b"two ")
+        call(holding)
+        holding.flush()  # what the end of the turn does: nothing is left to write
+        assert seen == expected
+    finally:
+        loop.close()
+
+
 def test_what_the_route_declines_or_fails_the_asgi_app_answers_with_the_whole_body(
     server_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
