@@ -23,7 +23,7 @@ import math
 import os
 import sqlite3
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from pathlib import Path
@@ -101,6 +101,10 @@ def warn_unavailable(logger: logging.Logger, where: str, exc: BaseException) -> 
 #: A ContextVar, so ``asyncio.to_thread`` (which copies the context) carries it to the worker.
 _deadline: ContextVar[float | None] = ContextVar("registry_db_deadline", default=None)
 
+#: Seconds one connect attempt may wait on the server (``BoundedConnection._connect_gen``: connect
+#: is a classmethod, so it cannot read the bound off a connection); None: psycopg's own timeout.
+_connect_bound: ContextVar[float | None] = ContextVar("registry_db_connect_bound", default=None)
+
 
 @contextmanager
 def deadline(seconds: float | None) -> Iterator[None]:
@@ -139,8 +143,14 @@ _UNWATCHED_GAP_S = 0.5
 _UNWATCHED_MAX_S = 30.0
 
 
-def _bounded(gen: Generator[Any, Any, Any], limit: float, seconds: float) -> Generator[Any, Any, Any]:
-    """Pass psycopg's wait protocol through, giving up once ``limit`` (monotonic) has passed.
+def _bounded(
+    gen: Generator[Any, Any, Any],
+    limit: float,
+    seconds: float,
+    timeout: Callable[[str], Exception] = DatabaseTimeout,
+) -> Generator[Any, Any, Any]:
+    """Pass psycopg's wait protocol through, giving up once ``limit`` (monotonic) has passed
+    (raising ``timeout``: ``DatabaseTimeout`` for a round trip, ``ConnectionTimeout`` for a connect).
 
     psycopg's wait functions wake up every interval even when nothing arrives and then send the
     generator a "nothing ready" value: that is where a silent server is noticed. The bound is on
@@ -178,7 +188,7 @@ def _bounded(gen: Generator[Any, Any, Any], limit: float, seconds: float) -> Gen
             ready = yield state
             previous = look()
             if looked >= limit and not (ready and previous < limit):
-                raise DatabaseTimeout(f"the database did not answer within {seconds:.1f}s")
+                raise timeout(f"the database did not answer within {seconds:.1f}s")
             state = gen.send(ready)
     except StopIteration as done:
         return done.value
@@ -195,6 +205,19 @@ class BoundedConnection(psycopg.Connection[Any]):
 
     #: Longest a round trip may take when no ``deadline`` applies (None: unbounded).
     round_trip_timeout_s: float | None = None
+
+    @classmethod
+    def _connect_gen(cls, conninfo: str = "", *args: Any, **kwargs: Any) -> Any:
+        """One connect attempt, bounded the way a round trip is: on the server's silence, not on
+        this process's scheduling. psycopg's own connect timeout is wall time, so a process
+        stopped or starved while a healthy server answered its connect took the database for
+        dead (and answered 503 for ``AVAILABILITY_HOLD_S``). ``Database`` sets the bound and
+        leaves psycopg's timeout as the outer limit, past every move ``_bounded`` allows."""
+        gen = super()._connect_gen(conninfo, *args, **kwargs)
+        seconds = _connect_bound.get()
+        if seconds is None:
+            return gen
+        return _bounded(gen, time.monotonic() + seconds, seconds, psycopg.errors.ConnectionTimeout)
 
     def wait(self, gen: Any, *args: Any, **kwargs: Any) -> Any:
         seconds = _round_trip_timeout(self.round_trip_timeout_s)
@@ -367,11 +390,18 @@ class Database:
                 params["options"] = f"{cparams.get('options', '')} -c statement_timeout={statement_ms}".strip()
             if read_only:
                 params["options"] = f"{params.get('options', '')} -c default_transaction_read_only=on".strip()
+            # libpq's rule: whole seconds, at least 2; 0 or less means psycopg's default (left as is).
+            connect_s = math.ceil(float(params.get("connect_timeout") or 0))
+            bound = _connect_bound.set(max(2, connect_s) if connect_s > 0 else None)
+            if connect_s > 0:
+                params["connect_timeout"] = max(2, connect_s) + math.ceil(_UNWATCHED_MAX_S) + 1
             try:
                 conn = BoundedConnection.connect(*cargs, **params)
             except psycopg.errors.ConnectionTimeout as exc:
                 availability.failed(describe(exc))
                 raise
+            finally:
+                _connect_bound.reset(bound)
             conn.round_trip_timeout_s = round_trip_s
             record.info["fresh"] = True
             return conn
