@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import os
 import secrets
-import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -26,8 +25,8 @@ from registry.config import Settings
 from registry.db.engine import normalize_database_url
 from registry.runtime import Registry
 from registry.serving import HttpProtocol
-from tests.serve_process import ServerProcess, free_port
-from tests.waiting import wait_until
+from tests.serve_process import ServerProcess
+from tests.thread_server import port_of, serving_in_thread
 
 ADMIN_TOKEN = "test-admin-token-" + secrets.token_hex(8)
 
@@ -146,34 +145,29 @@ def registry(settings: Settings) -> Iterator[Registry]:
 
 
 class LiveServer:
-    """The real ASGI app under uvicorn on a loopback port, in a background thread."""
+    """The real ASGI app under uvicorn on a loopback port, on a thread of the test runner
+    (``serving_in_thread``, with the app's lifespan and the server's own HTTP protocol).
+    ``port`` and ``url`` are known once ``start`` returns."""
 
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.app = create_app(registry)
-        # As `mcp-registry serve` without REGISTRY_FORWARDED_ALLOW_IPS: no proxy headers believed.
-        config = uvicorn.Config(
-            self.app, host="127.0.0.1", port=self.port, log_level="warning", http=HttpProtocol, proxy_headers=False
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.server: uvicorn.Server | None = None
+        self.port = 0
+        self.url = ""
+        self._serving = ExitStack()
 
     def start(self) -> None:
-        self.thread.start()
-        wait_until(
-            lambda: self.server.started,
-            "the test server to start",
-            timeout=15,
-            interval=0.02,
-            unless=lambda: not self.thread.is_alive(),
+        # As `mcp-registry serve` without REGISTRY_FORWARDED_ALLOW_IPS: no proxy headers believed.
+        self.server = self._serving.enter_context(
+            serving_in_thread(self.app, name="live-server", lifespan="auto", http=HttpProtocol, proxy_headers=False)
         )
+        self.port = port_of(self.server)
+        self.url = f"http://127.0.0.1:{self.port}"
 
     def stop(self) -> None:
         self.app.mcp.drain()  # as on SIGTERM: open streams would hold uvicorn's graceful shutdown
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
+        self._serving.close()
 
     def client(self, token: str | None = ADMIN_TOKEN) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
