@@ -109,6 +109,23 @@ def replica_pair(
         _drop_postgres_schema(server_url, schema)
 
 
+@contextmanager
+def fresh_postgres_schema(server_url: str) -> Iterator[str]:
+    """The URL of a new, empty schema on the PostgreSQL server, dropped when the block ends."""
+    url, schema = _fresh_postgres_schema(server_url)
+    try:
+        yield url
+    finally:
+        _drop_postgres_schema(server_url, schema)
+
+
+@pytest.fixture
+def postgres_url(postgres_server_url: str | None) -> Iterator[str]:
+    """A fresh schema on PostgreSQL (skipped without one, failed under CI=true)."""
+    with fresh_postgres_schema(require_postgres(postgres_server_url)) as url:
+        yield url
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path, postgres_server_url: str | None) -> Iterator[str]:
     """An empty database: SQLite in a temp folder, then a fresh schema on PostgreSQL."""
@@ -119,11 +136,8 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path, postgres_server
         pytest.skip(
             "PostgreSQL not available: set REGISTRY_TEST_DATABASE_URL or run a Docker engine for testcontainers"
         )
-    url, schema = _fresh_postgres_schema(postgres_server_url)
-    try:
+    with fresh_postgres_schema(postgres_server_url) as url:
         yield url
-    finally:
-        _drop_postgres_schema(postgres_server_url, schema)
 
 
 @pytest.fixture

@@ -28,7 +28,6 @@ from registry.config import Settings
 from registry.db.engine import normalize_database_url
 from registry.runtime import Registry
 from registry.webhooks import verify
-from tests.conftest import _drop_postgres_schema, _fresh_postgres_schema, require_postgres
 from tests.interop.mcp_wire import StreamableHttpClient
 from tests.serve_process import ServerProcess
 from tests.webhooks.conftest import WebhookServer, webhook_server
@@ -161,13 +160,9 @@ def stored_blob(url: str) -> str:
 
 
 @pytest.fixture
-def target_postgres(postgres_server_url: str | None) -> Iterator[str]:
-    server = require_postgres(postgres_server_url)
-    url, schema = _fresh_postgres_schema(server)
-    try:
-        yield url
-    finally:
-        _drop_postgres_schema(server, schema)
+def target_postgres(postgres_url: str) -> str:
+    """The import's target: a fresh schema on PostgreSQL."""
+    return postgres_url
 
 
 def _call(server: ServerProcess, label: str | None, name: str, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -20,19 +20,15 @@ from sqlalchemy import text
 
 from registry.db import engine
 from registry.db.engine import Database, DatabaseUnavailable, deadline, is_unavailable
-from tests.conftest import _drop_postgres_schema, _fresh_postgres_schema, require_postgres
 
 
 @pytest.fixture
-def postgres(postgres_server_url: str | None) -> Iterator[Database]:
-    server_url = require_postgres(postgres_server_url)
-    url, schema = _fresh_postgres_schema(server_url)
-    db = Database(url, ping_timeout_s=2.0)
+def postgres(postgres_url: str) -> Iterator[Database]:
+    db = Database(postgres_url, ping_timeout_s=2.0)
     try:
         yield db
     finally:
         db.dispose()
-        _drop_postgres_schema(server_url, schema)
 
 
 def select_one(db: Database) -> int:

@@ -22,17 +22,6 @@ from sqlalchemy import text
 
 from registry.db import engine
 from registry.db.engine import Database, is_unavailable
-from tests.conftest import _drop_postgres_schema, _fresh_postgres_schema, require_postgres
-
-
-@pytest.fixture
-def postgres_url(postgres_server_url: str | None) -> Iterator[str]:
-    server_url = require_postgres(postgres_server_url)
-    url, schema = _fresh_postgres_schema(server_url)
-    try:
-        yield url
-    finally:
-        _drop_postgres_schema(server_url, schema)
 
 
 def select_one(db: Database) -> int:
