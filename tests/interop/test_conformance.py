@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from registry.db.engine import normalize_database_url
-from tests.conftest import _drop_postgres_schema, _fresh_postgres_schema
+from tests.conftest import fresh_postgres_schema
 from tests.serve_process import ServerProcess, mcp_registry_command
 
 pytestmark = pytest.mark.interop
@@ -138,11 +138,8 @@ def server_database(request: pytest.FixtureRequest) -> Iterator[str | None]:
     if not server_url:
         pytest.skip("PostgreSQL run needs REGISTRY_TEST_DATABASE_URL")
     server_url = normalize_database_url(server_url)
-    url, schema = _fresh_postgres_schema(server_url)
-    try:
+    with fresh_postgres_schema(server_url) as url:
         yield url
-    finally:
-        _drop_postgres_schema(server_url, schema)
 
 
 @pytest.fixture
