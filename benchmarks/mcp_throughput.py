@@ -695,7 +695,7 @@ def report_ceiling(summary: dict[str, Any], registries: list[str], points: list[
                     f"{method:15} {point.label:>6} | {fmt(a['rps']):>8} {fmt(b['rps']):>8} {fmt(rx, '.2f'):>6} | "
                     f"{fmt(a['p99_ms'], '.2f'):>8} {fmt(b['p99_ms'], '.2f'):>8}"
                 )
-                if (method, point.label) == (CEILING_METHOD, str(CEILING_CONCURRENCY)):
+                if method == CEILING_METHOD and point == LoadPoint(CEILING_CONCURRENCY):
                     verdicts.append(
                         {
                             "database": reg,

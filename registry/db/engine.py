@@ -391,10 +391,11 @@ class Database:
             if read_only:
                 params["options"] = f"{params.get('options', '')} -c default_transaction_read_only=on".strip()
             # libpq's rule: whole seconds, at least 2; 0 or less means psycopg's default (left as is).
-            connect_s = math.ceil(float(params.get("connect_timeout") or 0))
-            bound = _connect_bound.set(max(2, connect_s) if connect_s > 0 else None)
-            if connect_s > 0:
-                params["connect_timeout"] = max(2, connect_s) + math.ceil(_UNWATCHED_MAX_S) + 1
+            given_s = math.ceil(float(params.get("connect_timeout") or 0))
+            connect_s = max(2, given_s) if given_s > 0 else None
+            if connect_s is not None:  # psycopg's own wall-clock limit: past every move of the bound
+                params["connect_timeout"] = connect_s + math.ceil(_UNWATCHED_MAX_S) + 1
+            bound = _connect_bound.set(connect_s)
             try:
                 conn = BoundedConnection.connect(*cargs, **params)
             except psycopg.errors.ConnectionTimeout as exc:
