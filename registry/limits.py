@@ -29,6 +29,10 @@ class Limits:
     batch_messages: int = 32
     #: Longest JSON-RPC method name (longer ones are refused without being echoed).
     method_chars: int = 128
+    #: Largest HTTP request head (request line plus headers) on any HTTP surface, counted as it
+    #: arrives, before anything is parsed or authenticated; past it the answer is 431 and the
+    #: connection is closed (``registry.serving.HeadBoundProtocol``).
+    request_head_bytes: int = 64 * 1024
 
     # -- catalog entries -----------------------------------------------------------------
     #: Longest entry or argument title.
@@ -92,6 +96,12 @@ class Limits:
     #: ``http`` resources: most fetched contents kept for their TTL, and their total size.
     http_resource_cache_entries: int = 256
     http_resource_cache_bytes: int = 32 * MiB
+    #: Outbound calls (webhook calls and ``http`` resource fetches) one process has in flight: in
+    #: all, to one origin (scheme, host, port), and for one caller (token, SSO user, or anonymous
+    #: session). A call past one of them is refused at once, naming the limit.
+    outbound_calls: int = 1_000
+    outbound_calls_per_origin: int = 100
+    outbound_calls_per_caller: int = 16
     #: Largest uploaded bundle (zip) and most files in it.
     bundle_bytes: int = 32 * MiB
     bundle_files: int = 10_000
