@@ -27,7 +27,7 @@ from registry.api.reviews import router as reviews_router
 from registry.api.teams import router as teams_router
 from registry.api.usage import router as usage_router
 from registry.catalog.specs import KIND_BY_COLLECTION
-from registry.mcp.http_common import AnswerNow, Receive, Scope, SendFn
+from registry.mcp.http_common import Receive, Scope, SendFn
 from registry.mcp.runtime import McpRuntime
 from registry.runtime import Registry
 from registry.ui import mount_admin_ui
@@ -49,13 +49,6 @@ class RegistryApp:
             "/messages": mcp.legacy_sse.messages,
             "/messages/": mcp.legacy_sse.messages,
         }
-
-    def immediate_route(self, raw_path: bytes) -> AnswerNow | None:
-        """Where ``registry.serving.HttpProtocol`` may have a POST to ``raw_path`` (the request
-        target as sent) answered in its parser callback: ``/mcp`` only, without a query string."""
-        if raw_path == b"/mcp" or raw_path == b"/mcp/":
-            return self.mcp.streamable_http.answer_now
-        return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: SendFn) -> None:
         if scope["type"] == "http":

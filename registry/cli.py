@@ -114,11 +114,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def _uvicorn_config(app: Any, settings: Settings, args: argparse.Namespace) -> uvicorn.Config:
     import uvicorn
 
-    from registry.serving import HttpProtocol
+    from registry.serving import bounded_heads
 
     return uvicorn.Config(
         app,
-        http=HttpProtocol,
+        # uvicorn's httptools protocol, with each request's head bounded (REGISTRY_LIMIT_REQUEST_HEAD_BYTES).
+        http=bounded_heads(settings.limits.request_head_bytes),
         host=settings.host,
         port=settings.port,
         log_level=args.log_level,

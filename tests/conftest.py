@@ -24,7 +24,7 @@ from registry.app import create_app
 from registry.config import Settings
 from registry.db.engine import normalize_database_url
 from registry.runtime import Registry
-from registry.serving import HttpProtocol
+from registry.serving import bounded_heads
 from tests.serve_process import ServerProcess
 from tests.thread_server import port_of, serving_in_thread
 
@@ -174,7 +174,13 @@ class LiveServer:
     def start(self) -> None:
         # As `mcp-registry serve` without REGISTRY_FORWARDED_ALLOW_IPS: no proxy headers believed.
         self.server = self._serving.enter_context(
-            serving_in_thread(self.app, name="live-server", lifespan="auto", http=HttpProtocol, proxy_headers=False)
+            serving_in_thread(
+                self.app,
+                name="live-server",
+                lifespan="auto",
+                http=bounded_heads(self.registry.settings.limits.request_head_bytes),
+                proxy_headers=False,
+            )
         )
         self.port = port_of(self.server)
         self.url = f"http://127.0.0.1:{self.port}"

@@ -31,6 +31,7 @@ import yaml
 from registry.config import Settings
 from registry.limits import Limits, env_name
 from tests.certs import write_self_signed
+from tests.security.conftest import MiB, PeakRss, ResponsivenessProbe, ask_healthz, flood_head
 from tests.serve_process import ServerProcess, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -331,6 +332,13 @@ class Nginx:
                 raise RuntimeError(f"nginx did not start: {self.proc.stderr.read() if self.proc.stderr else ''}")
             time.sleep(0.05)
 
+    def pids(self) -> list[int]:
+        """The master's pid and its workers' (they read the requests)."""
+        if self.proc is None:
+            return []
+        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
+        return [self.proc.pid, *map(int, children)]
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGQUIT)
@@ -414,6 +422,42 @@ def test_through_nginx_over_https(tmp_path: Path, replica: ServerProcess) -> Non
         plain = httpx.post(f"http://localhost:{nginx.http_port}/mcp", json={}, timeout=10)
         assert plain.status_code == 308
         assert plain.headers["location"] == f"https://localhost:{nginx.https_port}/mcp"
+    finally:
+        nginx.stop()
+
+
+def test_the_proxy_bounds_request_heads_as_the_replicas_do() -> None:
+    """nginx refuses a head past 4 buffers of 16 KiB, the replicas' own default bound (64 KiB)."""
+    proxy = (NGINX / "proxy.conf").read_text()
+    assert re.search(r"^large_client_header_buffers 4 16k;$", proxy, re.M), proxy
+    assert Limits().request_head_bytes == 4 * 16 * 1024
+
+
+@pytest.mark.parametrize(
+    "start, piece, total",
+    [
+        (b"X-Huge: ", b"a" * 65536, 64 * MiB),  # one 64 MB header value
+        (b"", b"X-Small: 1\r\n" * 5000, 200 * MiB),  # 200 MB of small headers
+    ],
+    ids=["64-mb-header", "200-mb-of-small-headers"],
+)
+def test_through_nginx_oversized_heads_are_refused_while_others_are_served(
+    tmp_path: Path, replica: ServerProcess, start: bytes, piece: bytes, total: int
+) -> None:
+    _require_nginx()
+    nginx = Nginx(tmp_path / "nginx", f"127.0.0.1:{replica.port}", tls=False)
+    nginx.start()
+    try:
+        base = f"http://127.0.0.1:{nginx.http_port}"
+        head = b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" + start
+        with PeakRss(replica, nginx.pids) as rss, ResponsivenessProbe(ask_healthz, base) as probe:
+            flood = flood_head("127.0.0.1", nginx.http_port, start=head, piece=piece, total=total)
+        # nginx answers at once, then reads and drops what still comes for a while (its lingering
+        # close, so that the client reads the answer before the connection is reset).
+        assert flood.status == 400 and b"Request Header Or Cookie Too Large" in flood.answer, flood.answer[:200]
+        probe.assert_responsive(median_s=0.1)
+        rss.assert_within(50 * MiB)
+        assert "POST /mcp" not in replica.log_tail(20_000), "the oversized request reached the replica"
     finally:
         nginx.stop()
 

@@ -40,16 +40,6 @@ log = logging.getLogger("registry.mcp")
 StreamT = TypeVar("StreamT", bound="PassWritable")
 
 RawHeaders = list[tuple[bytes, bytes]]
-#: An answer written straight back by the HTTP protocol: (status, headers, body, then); the protocol
-#: adds its default headers (date, server) and the content-length, writes it (or holds it, to be
-#: written with the other answers of its event-loop turn), and then calls ``then`` (if not None):
-#: work that does not change the answer, left out of the answer's way, done before the
-#: connection's next request is read.
-ImmediateAnswer = tuple[int, RawHeaders, bytes, Callable[[], None] | None]
-#: ``answer_now(raw request headers, complete body)``: the answer, or None to let the ASGI app
-#: answer the request instead (see ``registry.serving.HttpProtocol``).
-AnswerNow = Callable[[RawHeaders, bytes], ImmediateAnswer | None]
-JSON_CONTENT: RawHeaders = [(b"content-type", b"application/json")]
 
 
 class HttpError(Exception):

@@ -83,20 +83,6 @@ MODERN_SERVER_INFO = {**SERVER_INFO, "title": "MCP Registry"}
 CACHEABLE = frozenset(
     {"server/discover", "tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read"}
 )
-#: Reads ``answers_at_once`` may accept: answered from the snapshot, with no await, no stream and
-#: no write (``logging/setLevel`` and the subscriptions write the session; ``tools/call`` waits).
-ANSWERED_AT_ONCE = frozenset(
-    {
-        "ping",
-        "prompts/list",
-        "prompts/get",
-        "resources/list",
-        "resources/templates/list",
-        "resources/read",
-        "tools/list",
-        "completion/complete",
-    }
-)
 #: Session-era methods the stateless revisions removed (-32601 there).
 SESSION_ONLY = frozenset({"initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"})
 #: Default ``ttlMs`` (setting ``REGISTRY_CACHE_TTL_MS``): short, since catalogs change under agents.
@@ -105,29 +91,6 @@ DEFAULT_CACHE_TTL_MS = 5000
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 #: ``await ask(method, params)`` -> the client's result (raises JsonRpcError for its error answer).
 Ask = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
-
-
-def _run_after_answer(work: Callable[..., None], args: tuple[Any, ...]) -> None:
-    """One piece of work after an answer: it cannot change the answer, so a failure is logged."""
-    try:
-        work(*args)
-    except Exception:
-        log.exception("work after an answer failed (%s)", getattr(work, "__qualname__", work))
-
-
-class AfterAnswer(list[tuple[Callable[..., None], tuple[Any, ...]]]):
-    """Work a request leaves for after its answer is written (or held to be written with the other
-    answers of its event-loop turn): the completion history of the values it was given (a few
-    microseconds; nothing in the answer depends on it). At one agent every microsecond spent
-    before the write is latency. Calling it runs the work, in order; a failure
-    is logged and does not stop the rest. (A list: one is made per immediate answer.)"""
-
-    __slots__ = ()
-
-    def __call__(self) -> None:
-        for work, args in self:
-            _run_after_answer(work, args)
-        self.clear()
 
 
 @dataclass(slots=True)
@@ -144,19 +107,6 @@ class RequestContext:
     #: ``sampling/createMessage``, ``roots/list``) and wait for the client's result. None where the
     #: transport cannot (and always in the stateless era, which uses input-required results instead).
     ask: Ask | None = None
-    #: Where a transport that writes the answer itself collects work to run once it is written
-    #: (``McpServer.answer_now``); None: such work runs at once, as part of answering.
-    after_answer: AfterAnswer | None = None
-
-    def after(self, work: Callable[..., None], *args: Any) -> None:
-        """``work(*args)``, now or, where the transport allows, once the answer is written. Either
-        way it cannot change the answer: a failure is logged."""
-        later = self.after_answer
-        if later is None:
-            _run_after_answer(work, args)
-        else:
-            later.append((work, args))
-
     async def notify(self, message: dict[str, Any]) -> None:
         if self.send is not None:
             await self.send(message)
@@ -417,39 +367,6 @@ class McpServer:
             return False
         return entry.resource_kind == "http" or not entry.renderer.renders_inline
 
-    def answers_at_once(self, message: Message, client: ClientState) -> bool:
-        """Whether ``handle_request`` answers this session-era request without awaiting anything:
-        a read answered from the client's snapshot (already built) and, for ``prompts/get`` and
-        ``resources/read``, an entry that renders inline. Such a request may be answered in the
-        HTTP parser's callback (``answer_now``). Nothing it reads is changed."""
-        method = message.method
-        if method not in ANSWERED_AT_ONCE:
-            return False
-        snapshot = self.snapshots.peek(client.label)
-        if snapshot is None:
-            return False
-        if method == "prompts/get":
-            name = message.params.get("name")
-            entry = snapshot.prompt(name, client.visible_teams) if isinstance(name, str) else None
-            return entry is None or entry.renderer.renders_inline
-        if method == "resources/read":
-            return not self.may_wait(method, message.params, client)
-        return True
-
-    def answer_now(self, message: Message, ctx: RequestContext) -> dict[str, Any] | None:
-        """``handle_request`` run to its end now, for a request ``answers_at_once`` accepted (no
-        task, no loop turn). Should it wait after all, it is abandoned before it has done anything
-        (its only awaits come before any effect) and None says to answer it the usual way."""
-        running = self.handle_request(message, ctx)
-        try:
-            running.send(None)
-        except StopIteration as done:
-            answer: dict[str, Any] = done.value
-            return answer
-        running.close()
-        log.error("%s waited although answers_at_once said it would not; answered as a task instead", message.method)
-        return None
-
     async def snapshot(self, ctx: RequestContext) -> CatalogSnapshot:
         return self.snapshots.peek(ctx.client.label) or await self.snapshots.get(ctx.client.label)
 
@@ -683,9 +600,13 @@ class McpServer:
         self, ctx: RequestContext, ref: tuple[str, str], values: dict[str, Any], declared: Container[str]
     ) -> None:
         """Completion history is per token, user or session: an anonymous stateless caller has none
-        of them (each of its requests is a stranger), so it keeps none."""
+        of them (each of its requests is a stranger), so it keeps none. Nothing in the answer
+        depends on it, so a failure to keep it is logged, not answered."""
         if values and (not ctx.modern or ctx.client.token_id is not None or ctx.client.user is not None):
-            ctx.after(self.completions.remember_all, ctx.client, ref, values, declared)
+            try:
+                self.completions.remember_all(ctx.client, ref, values, declared)
+            except Exception:
+                log.exception("keeping the completion history failed")
 
     def _recall(self, ctx: RequestContext, ref: tuple[str, str], argument: str) -> list[str]:
         if ctx.modern and ctx.client.token_id is None and ctx.client.user is None:

@@ -9,12 +9,14 @@ What the shortcuts could get wrong, and is checked here:
 - repeated completion history updates are skipped only when they change nothing;
 - quick requests answer without a task of their own, but a read that waits on the network can
   still be cancelled;
+- keeping a request's completion history cannot change its answer;
 - the request-duration histogram (no longer prometheus_client's) counts as a histogram must.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from typing import Any
@@ -68,6 +70,23 @@ def test_each_edit_and_rollback_is_served_through_repeated_identical_requests(
     assert _text(client, "brief", {"tone": "dry", "topic": "caching"}) == _text(
         client, "brief", {"topic": "caching", "tone": "dry"}
     )
+
+
+def test_a_failure_keeping_completion_history_changes_no_answer(
+    live_server: LiveServer, api: httpx.Client, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Remembering a prompts/get's values for completion cannot change its answer: when it fails,
+    the prompt is served all the same and the failure is logged."""
+
+    def broken(*args: Any) -> None:
+        raise RuntimeError("history broken")
+
+    assert api.post("/api/v1/prompts", json=_prompt("brief", "About {{ topic }}")).status_code == 201
+    monkeypatch.setattr(live_server.app.mcp.server.completions, "remember_all", broken)
+    client = open_session(live_server.url)
+    with caplog.at_level(logging.ERROR, logger="registry"):
+        assert _text(client, "brief", {"topic": "x"}) == "About x"
+    assert "keeping the completion history failed" in caplog.text and "history broken" in caplog.text, caplog.text
 
 
 def test_a_prompt_embedding_a_resource_serves_the_resource_edit(live_server: LiveServer, api: httpx.Client) -> None:

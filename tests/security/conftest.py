@@ -7,19 +7,25 @@ while it ran (``ResponsivenessProbe``), and the server's RSS stayed within a sta
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.interop.mcp_wire import StreamableHttpClient
-from tests.serve_process import ServerProcess
+from tests.serve_process import ServerProcess, rss_bytes
 
 MiB = 1024 * 1024
+#: The attack tests' memory bar: an attack may cost a server less than this much RSS (the template
+#: attacks built 50 MB to 300 MB values before they were bounded).
+PEAK_BOUND = 48 * MiB
 
 
 class ResponsivenessProbe:
@@ -79,6 +85,81 @@ class ResponsivenessProbe:
         worst = max(self.latencies)
         assert median <= median_s, f"median probe latency {median * 1000:.0f} ms during the attack"
         assert worst <= worst_s, f"slowest probe took {worst * 1000:.0f} ms during the attack (event loop blocked?)"
+
+
+class PeakRss:
+    """Samples the RSS of one or more processes (their sum) every few milliseconds: a value built
+    and dropped within one request never shows in a before/after comparison. ``processes``: a
+    ``ServerProcess`` or anything with ``pid``, or a callable giving the pids to sum (nginx's
+    workers, say)."""
+
+    def __init__(self, *processes: ServerProcess | Callable[[], Iterable[int]]) -> None:
+        self._pids = [p if callable(p) else (lambda p=p: [p.pid]) for p in processes]
+        self.baseline = self._rss()
+        self.peak = self.baseline
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _rss(self) -> int:
+        total = 0
+        for pids in self._pids:
+            for pid in pids():
+                with contextlib.suppress(OSError, RuntimeError):  # a worker that just exited
+                    total += rss_bytes(pid)
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self._rss())
+            self._stop.wait(0.002)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self.peak = max(self.peak, self._rss())
+
+    def assert_within(self, bound: int = PEAK_BOUND) -> None:
+        grown = self.peak - self.baseline
+        assert grown < bound, f"RSS peaked {grown / MiB:.0f} MiB above where it started, bound {bound / MiB:.0f} MiB"
+
+
+@dataclass
+class Flood:
+    """What one connection managed to send of an oversized request head, and what came back."""
+
+    sent: int
+    answer: bytes
+
+    @property
+    def status(self) -> int | None:
+        return int(self.answer.split(b" ", 2)[1]) if self.answer.startswith(b"HTTP/1.") else None
+
+
+def flood_head(host: str, port: int, *, start: bytes, piece: bytes, total: int, timeout: float = 30.0) -> Flood:
+    """Send ``start`` (a request line and first headers) and then ``piece`` over and over, up to
+    ``total`` bytes, on one connection, as fast as the server takes them; then read whatever the
+    server answered until it closes. A server that stops reading without closing makes this fail
+    with a timeout (``timeout``), so a test using it cannot pass by hanging."""
+    sent = 0
+    answer = b""
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        try:
+            sock.sendall(start)
+            while sent < total:
+                sock.sendall(piece)
+                sent += len(piece)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused and closed: what follows is whether an answer arrived first
+        try:
+            while chunk := sock.recv(65536):
+                answer += chunk
+        except ConnectionResetError:
+            pass
+    return Flood(sent, answer)
 
 
 def ask_healthz(http: httpx.Client) -> None:

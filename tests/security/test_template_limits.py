@@ -27,14 +27,11 @@ import pytest
 
 from registry.limits import DEFAULT_LIMITS
 from tests.interop.mcp_wire import StreamableHttpClient, response_messages
-from tests.security.conftest import MiB, ResponsivenessProbe, ask_healthz, prompts_get_asker
+from tests.security.conftest import MiB, PeakRss, ResponsivenessProbe, ask_healthz, prompts_get_asker
 from tests.serve_process import ServerProcess
 
 #: A short deadline keeps the slow-prompt tests quick; every other limit is the default.
 RENDER_SECONDS = 0.5
-#: Peak RSS growth allowed while an attack runs (the attacks built 50 MB to 300 MB values before).
-PEAK_BOUND = 48 * MiB
-
 ATTACK_PROMPTS: dict[str, dict[str, Any]] = {
     "nested-loops": {
         "template": "{% for i in range(500) %}{% for j in range(500) %}{% for k in range(500) %}"
@@ -95,36 +92,6 @@ def mcp(server: ServerProcess) -> Iterator[StreamableHttpClient]:
         client = StreamableHttpClient(http)
         client.initialize("2025-11-25")
         yield client
-
-
-class PeakRss:
-    """Samples the server's RSS every few milliseconds: a value built and dropped within one
-    render never shows in a before/after comparison."""
-
-    def __init__(self, server: ServerProcess) -> None:
-        self.server = server
-        self.baseline = server.rss()
-        self.peak = self.baseline
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self.server.rss())
-            self._stop.wait(0.002)
-
-    def __enter__(self) -> PeakRss:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-        self.peak = max(self.peak, self.server.rss())
-
-    def assert_within(self, bound: int = PEAK_BOUND) -> None:
-        grown = self.peak - self.baseline
-        assert grown < bound, f"RSS peaked {grown / MiB:.0f} MiB above where it started, bound {bound / MiB:.0f} MiB"
 
 
 def get_prompt(client: StreamableHttpClient, name: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -25,10 +25,7 @@ from registry.config import Settings
 from registry.mcp import modern
 from registry.mcp.client_requests import ClientRequests, ForwardTooLarge
 from registry.mcp.http_common import (
-    JSON_CONTENT,
     HttpError,
-    ImmediateAnswer,
-    RawHeaders,
     Receive,
     Scope,
     SendFn,
@@ -37,9 +34,6 @@ from registry.mcp.http_common import (
     check_origin_and_host,
     database_errors_as_503,
     header_map,
-    headers_of,
-    known_principal,
-    parse_messages,
     read_messages,
     send_bytes,
     send_http_error,
@@ -55,12 +49,11 @@ from registry.mcp.protocol import (
     SUPPORTED_VERSIONS,
     JsonRpcError,
     Message,
-    dumps,
     error_message,
     invalid_message_answer,
     parse_message,
 )
-from registry.mcp.server import AfterAnswer, Ask, McpServer, RequestContext
+from registry.mcp.server import Ask, McpServer, RequestContext
 from registry.mcp.sessions import STREAMABLE_HTTP, ClientState, Session, SessionBacklogFull, SessionStore
 from registry.mcp.streams import StreamHub
 from registry.tokens import Principal, TokenService
@@ -72,11 +65,6 @@ log = logging.getLogger("registry.mcp")
 
 SESSION_HEADER = "mcp-session-id"
 VERSION_HEADER = "mcp-protocol-version"
-#: The headers ``answer_now`` reads (those of ``__call__`` and ``_post`` on the same path).
-_ANSWER_NOW_HEADERS = {
-    name.encode(): name
-    for name in (SESSION_HEADER, VERSION_HEADER, "host", "origin", "authorization", "accept", "content-type")
-}
 
 
 def _accepts(headers: dict[str, str]) -> tuple[bool, bool]:
@@ -158,58 +146,6 @@ class StreamableHttpTransport:
         _as_seen_by(session, principal)
         self.sessions.touch(session)
         return session
-
-    # ---------------------------------------------------------------- POST, answered at once
-    def answer_now(self, raw_headers: RawHeaders, body: bytes) -> ImmediateAnswer | None:
-        """A POST answered in the HTTP parser's callback (``registry.serving.HttpProtocol``), with no
-        ASGI task: the common request of a session-era agent, one JSON-RPC request that the
-        dispatcher answers from memory (``McpServer.answers_at_once``).
-
-        Every check ``__call__`` and ``_post`` make is made here, from the same helpers; anything
-        they would refuse, and anything that would wait (a token or session not in memory, the
-        stateless era, a batch, a notification, a stream), returns None before any effect, and the
-        ASGI path then answers the request in full, its refusals included.
-        """
-        headers = headers_of(raw_headers, _ANSWER_NOW_HEADERS)
-        session_id = headers.get(SESSION_HEADER)
-        version = headers.get(VERSION_HEADER)
-        if not session_id or (version is not None and version not in SUPPORTED_VERSIONS):
-            return None
-        limits = self.settings.limits
-        try:
-            check_origin_and_host(headers, self.settings)
-            principal = known_principal(headers, self.tokens, self.settings)
-            if principal is None or not _accepts(headers)[0] or _content_type(headers) != "application/json":
-                return None
-            if len(body) > limits.body_bytes:
-                return None
-            batch, items = parse_messages(body, limits)
-        except HttpError:
-            return None
-        if batch or len(items) != 1:
-            return None
-        try:
-            message = parse_message(items[0], limits)
-        except JsonRpcError:
-            return None
-        session = self.sessions.peek(session_id)
-        if not message.is_request or session is None or not _opened_by(session, principal):
-            return None
-        _as_seen_by(session, principal)  # before the dispatcher looks: it judges by this request's teams
-        try:
-            at_once = self.server.answers_at_once(message, session)
-        except JsonRpcError:  # e.g. a stored definition that no longer compiles: answered the usual way
-            return None
-        if not at_once:
-            return None
-        self.sessions.touch(session)
-        after = AfterAnswer()  # work that can wait until the answer is written (completion history)
-        answer = self.server.answer_now(
-            message, RequestContext(client=session, session_id=session.id, after_answer=after)
-        )
-        if answer is None:
-            return None
-        return 200, JSON_CONTENT, dumps(answer), after if after else None
 
     # ---------------------------------------------------------------- POST
     async def _post(
