@@ -658,8 +658,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Logs go to stderr: with `stdio`, stdout carries the protocol.
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    # httpx logs every request at INFO with its full URL: one line per webhook call (4 % of a
-    # tools/call's CPU), and webhook URLs may carry credentials that do not belong in a log.
+    # httpx (the single sign-on client's fetches of the issuer's metadata and keys) logs every
+    # request at INFO with its full URL: not worth a line each.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     args = build_parser().parse_args(argv)
     try:

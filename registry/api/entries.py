@@ -26,7 +26,7 @@ from registry.catalog.tool_calls import resolve_tool_test
 from registry.catalog.tool_calls import run_tool_test as run_tool_test_call
 from registry.limits import LimitExceeded, env_name
 from registry.tokens import Principal
-from registry.webhooks import parse_networks
+from registry.webhooks import caller_key, parse_networks
 
 _META_KEYS = ("change_note", "labels", "request_review", "change_request")
 #: Longest ``If-Match`` accepted: a list of some 80 version tags.
@@ -564,7 +564,9 @@ async def run_tool_test(
         notifications.append(notification)
 
     allowed = parse_networks(request.app.state.registry.settings.webhook_allowed_networks)
+    # The outbound caps count a test call as its token's (or single-sign-on user's), as its MCP calls.
+    caller = caller_key(access.token_id, access.user) if access is not None else None
     result = await run_tool_test_call(
-        test, body.arguments, allowed_networks=allowed, limits=catalog.limits, on_notification=collect
+        test, body.arguments, allowed_networks=allowed, limits=catalog.limits, on_notification=collect, caller=caller
     )
     return {"result": result, "notifications": notifications, "version": test.version, "label": test.label}

@@ -27,7 +27,14 @@ from registry.catalog.service import CatalogService, validation_errors
 from registry.catalog.specs import ARGUMENT_PATTERN, SPEC_MODELS, PromptSpec, ResourceSpec, dump_spec
 from registry.catalog.templates import TemplateError, check_template
 from registry.limits import LimitExceeded, Limits
-from registry.webhooks import HttpResourceCache, IPNetwork, PooledResponse, ResourceFetchError, make_guarded_client
+from registry.webhooks import (
+    HttpResourceCache,
+    IPNetwork,
+    OutboundResponse,
+    ResourceFetchError,
+    caller_key,
+    make_guarded_client,
+)
 
 _LINE = re.compile(r"line (\d+): (.*)", re.DOTALL)
 _ARGUMENT_NAME = re.compile(ARGUMENT_PATTERN)
@@ -265,10 +272,11 @@ def fetch_resource_draft(
     editing: str | None,
     allowed_networks: Iterable[IPNetwork],
     access: Access | None = None,
+    caller: str | None = None,
 ) -> FetchedResource:
     """Fetch this ``http`` draft once, as ``resources/read`` would: the same fetcher
     (``HttpResourceCache``: SSRF-guarded client, no redirects, ``http_resource_bytes`` and
-    ``http_resource_seconds``), with the headers a save would store. A masked header
+    ``http_resource_seconds``, the outbound caps), with the headers a save would store. A masked header
     (``********``) is the stored value of ``editing``'s newest version, kept under the rule a save
     applies (``CatalogService.seal``: only while the URL keeps its origin), so a preview cannot
     send stored credentials anywhere a save could not. Never cached: a preview always fetches.
@@ -279,6 +287,9 @@ def fetch_resource_draft(
     fetch happens only when someone presses "Fetch now", and it is over within
     ``http_resource_seconds``; a private loop keeps that thread's work in one place and the
     fetcher exactly the one agents are served by.
+
+    ``caller`` (``registry.webhooks.caller_key``) is whose fetch it is, for the per-caller outbound
+    cap; by default the token or single-sign-on user of ``access`` (a ``Principal``).
     """
     spec = _resource_draft(catalog, raw)
     if spec.kind != "http":
@@ -286,21 +297,25 @@ def fetch_resource_draft(
     previous = catalog.latest_stored("resource", editing, access=access) if editing else None
     sealed = catalog.seal("resource", dump_spec(spec), previous[1] if previous is not None else None)
     revealed = ResourceSpec.model_validate(catalog.reveal("resource", sealed))
-    return asyncio.run(_fetch_now(revealed, catalog.limits, tuple(allowed_networks)))
+    if caller is None and access is not None:
+        caller = caller_key(getattr(access, "token_id", None), getattr(access, "user", None))
+    return asyncio.run(_fetch_now(revealed, catalog.limits, tuple(allowed_networks), caller))
 
 
-async def _fetch_now(spec: ResourceSpec, limits: Limits, allowed: tuple[IPNetwork, ...]) -> FetchedResource:
+async def _fetch_now(
+    spec: ResourceSpec, limits: Limits, allowed: tuple[IPNetwork, ...], caller: str | None
+) -> FetchedResource:
     answers: list[str] = []
 
-    def heard(response: PooledResponse) -> None:
+    def heard(response: OutboundResponse) -> None:
         answers.append(f"{response.status_code} {response.reason_phrase}".strip())
 
     started = time.perf_counter()
-    async with make_guarded_client(allowed, timeout=limits.http_resource_seconds) as client:
+    async with make_guarded_client(allowed, timeout=limits.http_resource_seconds, limits=limits) as client:
         client.on_response = heard
         fetcher = HttpResourceCache(lambda: client, limits)  # headers are already revealed
         try:
-            contents = await fetcher.read(spec.uri or "", spec)
+            contents = await fetcher.read(spec.uri or "", spec, caller=caller)
         except ResourceFetchError as exc:
             return FetchedResource(None, answers[-1] if answers else None, str(exc), time.perf_counter() - started)
     return FetchedResource(contents, answers[-1] if answers else None, None, time.perf_counter() - started)

@@ -33,7 +33,7 @@ from registry.webhooks import (
     InputRequired,
     IPNetwork,
     LogCallback,
-    PooledClient,
+    OutboundClient,
     ProgressCallback,
     WebhookAnswer,
     WebhookTarget,
@@ -91,7 +91,8 @@ async def call_tool(
     tool: CallableTool,
     arguments: Mapping[str, Any],
     *,
-    client: PooledClient,
+    client: OutboundClient,
+    caller: str | None = None,
     limits: Limits = DEFAULT_LIMITS,
     request_id: str | int | None = None,
     session_id: str | None = None,
@@ -100,7 +101,8 @@ async def call_tool(
 ) -> dict[str, Any]:
     """Validate ``arguments``, call the tool's webhook and check its answer: a ``CallToolResult``.
 
-    ``client`` carries the SSRF guard (``registry.webhooks.make_guarded_client``). Tool failures
+    ``client`` carries the SSRF guard and the outbound caps (``registry.webhooks.make_guarded_client``);
+    ``caller`` (``registry.webhooks.caller_key``) is whose call it is, for the per-caller cap. Tool failures
     of every kind are ``isError`` results; only cancellation and the callbacks' own exceptions
     propagate. A webhook asking for input gets an ``isError`` result here (there is nobody to
     ask): MCP calls use :func:`call_tool_step`.
@@ -110,6 +112,7 @@ async def call_tool(
         tool,
         arguments,
         client=client,
+        caller=caller,
         limits=limits,
         request_id=request_id,
         session_id=session_id,
@@ -133,7 +136,8 @@ async def call_tool_step(
     tool: CallableTool,
     arguments: Mapping[str, Any],
     *,
-    client: PooledClient,
+    client: OutboundClient,
+    caller: str | None = None,
     limits: Limits = DEFAULT_LIMITS,
     request_id: str | int | None = None,
     session_id: str | None = None,
@@ -173,6 +177,7 @@ async def call_tool_step(
         tool.target,
         payload,
         client=client,
+        caller=caller,
         on_progress=on_progress,
         on_log=on_log,
         notifications_per_second=limits.progress_per_second,
@@ -242,12 +247,15 @@ async def run_tool_test(
     allowed_networks: Iterable[IPNetwork],
     limits: Limits = DEFAULT_LIMITS,
     on_notification: NotificationCallback | None = None,
+    caller: str | None = None,
 ) -> dict[str, Any]:
     """Run ``test`` with ``arguments`` as ``tools/call`` would: its ``CallToolResult``.
 
     The webhook gets a ``test-...`` request id and no session. ``on_notification`` receives the
     call's progress and log notifications in the shape MCP sends them (at the relay's bounded
-    rate), while the call runs; cancelling the caller cancels the webhook call.
+    rate), while the call runs; cancelling the caller cancels the webhook call. ``caller``
+    (``registry.webhooks.caller_key``: the token or signed-in user running the test) counts the
+    call against the same per-process outbound caps as agents' calls.
     """
     name = test.name
 
@@ -266,12 +274,13 @@ async def run_tool_test(
                 {"method": "notifications/message", "params": {"level": level, "logger": name, "data": data}}
             )
 
-    async with make_guarded_client(allowed_networks, timeout=TEST_CLIENT_TIMEOUT_S) as client:
+    async with make_guarded_client(allowed_networks, timeout=TEST_CLIENT_TIMEOUT_S, limits=limits) as client:
         return await call_tool(
             name,
             test.tool,
             arguments,
             client=client,
+            caller=caller,
             limits=limits,
             request_id=f"test-{secrets.token_hex(8)}",
             on_progress=on_progress,

@@ -60,7 +60,14 @@ from registry.mcp.protocol import (
 from registry.mcp.render_cache import RenderCache
 from registry.mcp.sessions import ClientState
 from registry.mcp.snapshot import CatalogSnapshot, SnapshotCache, sees
-from registry.webhooks import HttpResourceCache, PooledClient, WebhookAnswer, make_guarded_client, parse_networks
+from registry.webhooks import (
+    HttpResourceCache,
+    OutboundClient,
+    WebhookAnswer,
+    caller_key,
+    make_guarded_client,
+    parse_networks,
+)
 
 log = logging.getLogger("registry.mcp")
 
@@ -107,6 +114,7 @@ class RequestContext:
     #: ``sampling/createMessage``, ``roots/list``) and wait for the client's result. None where the
     #: transport cannot (and always in the stateless era, which uses input-required results instead).
     ask: Ask | None = None
+
     async def notify(self, message: dict[str, Any]) -> None:
         if self.send is not None:
             await self.send(message)
@@ -198,7 +206,7 @@ class McpServer:
         self.renders = RenderRunner(self.limits)
         self.render_cache = RenderCache()
         self._allowed = parse_networks(webhook_allowed_networks)
-        self._client: PooledClient | None = None
+        self._client: OutboundClient | None = None
         self.http_resources = HttpResourceCache(
             self.http_client, self.limits, decrypt=catalog.secrets.decrypt, error=_resource_fetch_error
         )
@@ -241,9 +249,9 @@ class McpServer:
         """Signs and checks the stateless era's ``requestState`` (a key derived from the secret key)."""
         return RequestStateSigner(self.catalog.secrets.derive_key(KEY_PURPOSE))
 
-    def http_client(self) -> PooledClient:
+    def http_client(self) -> OutboundClient:
         if self._client is None:
-            self._client = make_guarded_client(self._allowed, timeout=30.0)
+            self._client = make_guarded_client(self._allowed, timeout=30.0, limits=self.limits)
         return self._client
 
     async def aclose(self) -> None:
@@ -475,7 +483,8 @@ class McpServer:
         if entry is None:
             raise JsonRpcError(RESOURCE_NOT_FOUND, f"resource not found: {uri}", {"uri": uri})
         if entry.spec.kind == "http":
-            fetched = await self.http_resources.read(uri, entry.spec)
+            caller = caller_key(ctx.client.token_id, ctx.client.user, ctx.session_id)  # outbound caps
+            fetched = await self.http_resources.read(uri, entry.spec, caller=caller)
             if self.usage is not None:
                 self.usage.count("resource", entry.name, entry.version, ctx.client.token_id, ctx.client.user, "read")
             return {"contents": fetched}
@@ -555,6 +564,7 @@ class McpServer:
                 tool,
                 arguments,
                 client=self.http_client(),
+                caller=caller_key(ctx.client.token_id, ctx.client.user, ctx.session_id),  # outbound caps
                 limits=self.limits,
                 request_id=ctx.request_id,
                 session_id=ctx.session_id,

@@ -66,7 +66,7 @@ from registry.ui.schema_form import (
 )
 from registry.ui.sessions import SignedIn
 from registry.ui.templating import Pages
-from registry.webhooks import IPNetwork, parse_networks
+from registry.webhooks import IPNetwork, caller_key, parse_networks
 
 log = logging.getLogger("registry.ui")
 
@@ -422,10 +422,12 @@ def router(pages: Pages) -> APIRouter:
             return again(error=error, status=400)
         key = session_key(ui)
         allowed = parse_networks(request.app.state.registry.settings.webhook_allowed_networks)
+        # The outbound caps count a test call as the signed-in token's or user's, as its MCP calls.
+        caller = caller_key(ui.principal.token_id, ui.principal.user, key)
         if STREAM_MEDIA_TYPE in request.headers.get("accept", ""):
             slots.check(key)  # a refusal now is a page; one lost to a race is a "failed" event
             return EventSourceResponse(
-                _stream(test, arguments, allowed, limits, slots, key),
+                _stream(test, arguments, allowed, limits, slots, key, caller),
                 ping=10,
                 sep="\n",
             )
@@ -440,7 +442,9 @@ def router(pages: Pages) -> APIRouter:
 
             finished, result = await _until_disconnected(
                 request,
-                run_tool_test(test, arguments, allowed_networks=allowed, limits=limits, on_notification=collect),
+                run_tool_test(
+                    test, arguments, allowed_networks=allowed, limits=limits, on_notification=collect, caller=caller
+                ),
             )
         finally:
             slots.release(key)
@@ -462,6 +466,7 @@ async def _stream(
     limits: Limits,
     slots: RunSlots,
     key: str,
+    caller: str,
 ) -> AsyncIterator[ServerSentEvent]:
     """The events of one test call; closing the stream (the client went away) cancels the call."""
     try:
@@ -480,7 +485,7 @@ async def _stream(
         async def run() -> None:
             try:
                 result = await run_tool_test(
-                    test, arguments, allowed_networks=allowed, limits=limits, on_notification=forward
+                    test, arguments, allowed_networks=allowed, limits=limits, on_notification=forward, caller=caller
                 )
             except Exception:  # a bug, not a tool failure (those are isError results)
                 log.exception("test call of tool %s failed", test.name)

@@ -4,10 +4,11 @@ Typical use::
 
     allowed = parse_networks(settings.webhook_allowed_networks)
     await validate_webhook_url(url, allowed)            # when a tool is saved
-    client = make_guarded_client(allowed)               # once, at startup
-    result = await call_webhook(target, arguments, client=client, on_progress=..., on_log=...)
+    client = make_guarded_client(allowed, limits=limits)  # once, at startup
+    caller = caller_key(token_id, user, session_id)     # whose call it is (the per-caller cap)
+    result = await call_webhook(target, arguments, client=client, caller=caller, on_progress=..., on_log=...)
     resources = HttpResourceCache(lambda: client, limits)  # http resources, bounded and cached
-    contents = await resources.read(uri, resource_spec)
+    contents = await resources.read(uri, resource_spec, caller=caller)
 """
 
 from __future__ import annotations
@@ -17,9 +18,20 @@ from . import conformance as _conformance  # noqa: F401
 from ._types import LOG_LEVELS, JSONObject, LogCallback, ProgressCallback
 from .bodies import ACCEPT_ENCODING, BodyError, BodyTooLarge, iter_body, read_body
 from .builtin import BUILTINS, BuiltinRegistry, Hook, HookContext, HookError, builtin, builtin_name
+from .caps import OUTBOUND_CALLS, CapReached, OutboundCalls, caller_key
 from .client import DEFAULT_MAX_RESPONSE_BYTES, WebhookAnswer, WebhookTarget, call_webhook, call_webhook_step
 from .input_required import INPUT_METHODS, InputRequest, InputRequired, parse_input_required
-from .pool import ConnectionPool, PooledClient, PooledResponse
+from .outbound import (
+    ConnectFailed,
+    ConnectionLost,
+    InvalidRequest,
+    OutboundClient,
+    OutboundError,
+    OutboundResponse,
+    OutboundTimeout,
+    ProtocolViolation,
+    make_guarded_client,
+)
 from .relay import NotificationRelay
 from .resources import HttpResourceCache, HttpResourceSpec, ResourceFetchError
 from .results import InvalidResult, error_result, text_result, to_call_tool_result
@@ -28,7 +40,6 @@ from .ssrf import (
     ALLOWED_NETWORKS_ENV,
     ConnectedPeerGuard,
     ForbiddenDestination,
-    GuardedPool,
     InvalidWebhookURL,
     IPAddress,
     IPNetwork,
@@ -37,7 +48,6 @@ from .ssrf import (
     check_url_sync,
     forbidden_reason,
     is_forbidden_address,
-    make_guarded_client,
     parse_networks,
 )
 from .validation import validate_webhook_url, validate_webhook_url_sync
@@ -49,14 +59,16 @@ __all__ = [
     "DEFAULT_MAX_RESPONSE_BYTES",
     "INPUT_METHODS",
     "LOG_LEVELS",
+    "OUTBOUND_CALLS",
     "SIGNATURE_HEADER",
     "BodyError",
     "BodyTooLarge",
     "BuiltinRegistry",
+    "CapReached",
+    "ConnectFailed",
     "ConnectedPeerGuard",
-    "ConnectionPool",
+    "ConnectionLost",
     "ForbiddenDestination",
-    "GuardedPool",
     "Hook",
     "HookContext",
     "HookError",
@@ -66,14 +78,19 @@ __all__ = [
     "IPNetwork",
     "InputRequest",
     "InputRequired",
+    "InvalidRequest",
     "InvalidResult",
     "InvalidWebhookURL",
     "JSONObject",
     "LogCallback",
     "NotificationRelay",
-    "PooledClient",
-    "PooledResponse",
+    "OutboundCalls",
+    "OutboundClient",
+    "OutboundError",
+    "OutboundResponse",
+    "OutboundTimeout",
     "ProgressCallback",
+    "ProtocolViolation",
     "ResourceFetchError",
     "WebhookAnswer",
     "WebhookTarget",
@@ -82,6 +99,7 @@ __all__ = [
     "builtin_name",
     "call_webhook",
     "call_webhook_step",
+    "caller_key",
     "check_url",
     "check_url_sync",
     "error_result",

@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import AsyncIterator, Iterator
-from typing import Final
-
-from .pool import PooledResponse
+from typing import Final, Protocol
 
 __all__ = [
     "ACCEPT_ENCODING",
     "BodyError",
     "BodyTooLarge",
     "CorruptEncoding",
+    "RawBody",
     "UnsupportedEncoding",
     "iter_body",
     "read_body",
@@ -36,6 +35,20 @@ ACCEPT_ENCODING: Final = "gzip, deflate"
 _STEP: Final = 64 * 1024
 _GZIP: Final = frozenset({"gzip", "x-gzip"})
 _DEFLATE: Final = "deflate"
+
+
+class _Headers(Protocol):
+    def get(self, name: str, default: str, /) -> str | None: ...
+
+
+class RawBody(Protocol):
+    """What a body is read from: :class:`~.outbound.OutboundResponse` (or anything with its
+    headers and its still-encoded body as it arrives)."""
+
+    @property
+    def headers(self) -> _Headers: ...
+
+    def aiter_raw(self) -> AsyncIterator[bytes]: ...
 
 
 class BodyError(Exception):
@@ -125,12 +138,12 @@ def _decoder(content_encoding: str) -> _Identity | _Inflater:
     raise UnsupportedEncoding(content_encoding)
 
 
-async def iter_body(response: PooledResponse, max_bytes: int) -> AsyncIterator[bytes]:
+async def iter_body(response: RawBody, max_bytes: int) -> AsyncIterator[bytes]:
     """The decoded body of a streamed ``response`` in pieces of at most 64 KiB, raising
     :class:`BodyTooLarge` as soon as more than ``max_bytes`` bytes (decoded, or on the wire)
     have arrived, :class:`UnsupportedEncoding` or :class:`CorruptEncoding` for bodies that cannot
     be inflated with a bound."""
-    decoder = _decoder(response.headers.get("content-encoding", ""))
+    decoder = _decoder(response.headers.get("content-encoding", "") or "")
     wire = 0
     decoded = 0
     async for raw in response.aiter_raw():
@@ -149,7 +162,7 @@ async def iter_body(response: PooledResponse, max_bytes: int) -> AsyncIterator[b
         yield piece
 
 
-async def read_body(response: PooledResponse, max_bytes: int) -> bytes:
+async def read_body(response: RawBody, max_bytes: int) -> bytes:
     """All of :func:`iter_body`, as one ``bytes``."""
     data = bytearray()
     async for piece in iter_body(response, max_bytes):

@@ -32,10 +32,19 @@ from registry.limits import DEFAULT_LIMITS
 from ._types import LOG_LEVELS, JSONObject, LogCallback, ProgressCallback
 from .bodies import ACCEPT_ENCODING, BodyError, BodyTooLarge, iter_body, read_body
 from .builtin import BUILTINS, HookContext, HookError, builtin_name
+from .caps import CapReached
 from .headers import InvalidHeader, configured_headers
 from .input_required import InputRequired, is_input_required, parse_input_required
 from .messages import host_for_messages, transport_failure
-from .pool import PooledClient, PooledResponse
+from .outbound import (
+    ConnectFailed,
+    InvalidRequest,
+    InvalidURL,
+    OutboundClient,
+    OutboundError,
+    OutboundResponse,
+    OutboundTimeout,
+)
 from .relay import NotificationRelay
 from .results import InvalidResult, error_result, to_call_tool_result
 from .signing import SIGNATURE_HEADER, sign
@@ -104,7 +113,8 @@ async def call_webhook(
     target: WebhookTarget,
     payload: Mapping[str, Any],
     *,
-    client: PooledClient,
+    client: OutboundClient,
+    caller: str | None = None,
     on_progress: ProgressCallback | None = None,
     on_log: LogCallback | None = None,
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
@@ -112,8 +122,11 @@ async def call_webhook(
 ) -> JSONObject:
     """Call ``target`` with ``payload`` as its JSON body and return a ``CallToolResult`` dict.
 
-    ``client`` should come from :func:`~registry.webhooks.ssrf.make_guarded_client`: the SSRF guard
-    lives in its transport, not here. It is not used for ``builtin://`` targets.
+    ``client`` should come from :func:`~registry.webhooks.outbound.make_guarded_client`: the SSRF
+    guard and the outbound caps live there, not here; ``caller``
+    (:func:`~registry.webhooks.caps.caller_key`) is whose call it is, for the per-caller cap. A
+    call past a cap is an ``isError`` result naming the limit. Neither is used for ``builtin://``
+    targets.
 
     The whole call, streaming included, is bounded by ``target.timeout_s``. Responses:
 
@@ -137,6 +150,7 @@ async def call_webhook(
         target,
         payload,
         client=client,
+        caller=caller,
         on_progress=on_progress,
         on_log=on_log,
         max_response_bytes=max_response_bytes,
@@ -152,7 +166,8 @@ async def call_webhook_step(
     target: WebhookTarget,
     payload: Mapping[str, Any],
     *,
-    client: PooledClient,
+    client: OutboundClient,
+    caller: str | None = None,
     on_progress: ProgressCallback | None = None,
     on_log: LogCallback | None = None,
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
@@ -166,7 +181,7 @@ async def call_webhook_step(
     hooks (``HookContext.services``)."""
     relay = NotificationRelay(on_progress, on_log, notifications_per_second)
     try:
-        result = await _call(target, payload, client, relay, max_response_bytes, hook_services)
+        result = await _call(target, payload, client, caller, relay, max_response_bytes, hook_services)
     finally:
         await relay.aclose()
     await relay.finish()
@@ -176,7 +191,8 @@ async def call_webhook_step(
 async def _call(
     target: WebhookTarget,
     payload: Mapping[str, Any],
-    client: PooledClient,
+    client: OutboundClient,
+    caller: str | None,
     relay: NotificationRelay,
     max_response_bytes: int,
     hook_services: Any = None,
@@ -194,26 +210,26 @@ async def _call(
         async with asyncio.timeout(target.timeout_s):
             if name is not None:
                 return await _call_builtin(name, body, relay, hook_services)
-            return await _call_http(target, body, client, relay, max_response_bytes)
+            return await _call_http(target, body, client, caller, relay, max_response_bytes)
     except _Failure as exc:
         return error_result(str(exc))
-    except (TimeoutError, httpx.TimeoutException):
+    except (TimeoutError, OutboundTimeout):
         return error_result(f"{what()} timed out after {target.timeout_s:g} s")
+    except CapReached as exc:  # nothing was sent
+        return error_result(f"webhook call to {host()} was not made: {exc}")
     except ForbiddenDestination as exc:
         log.warning("webhook call refused: %s", exc)  # the operator's view, with the address
         return error_result(f"webhook call refused: {exc.public_message}")
-    except httpx.ConnectError as exc:
+    except ConnectFailed as exc:
         return error_result(f"could not connect to webhook host {host()}: {transport_failure(exc)}")
-    except httpx.LocalProtocolError:
-        # Its message may quote the offending header value.
+    except InvalidRequest:
         return error_result(f"webhook request to {host()} could not be sent: invalid request")
-    except (httpx.DecodingError, BodyError) as exc:
-        reason = str(exc) if isinstance(exc, BodyError) else "bad Content-Encoding"
-        return error_result(f"webhook response from {host()} could not be read: {reason}")
-    except httpx.HTTPError as exc:
-        return error_result(f"webhook call to {host()} failed: {transport_failure(exc)}")
-    except httpx.InvalidURL:
+    except InvalidURL:
         return error_result("webhook URL is not a valid URL")
+    except BodyError as exc:
+        return error_result(f"webhook response from {host()} could not be read: {exc}")
+    except OutboundError as exc:
+        return error_result(f"webhook call to {host()} failed: {transport_failure(exc)}")
 
 
 # --------------------------------------------------------------------------- built-in hooks
@@ -298,7 +314,8 @@ def _checked_method(url: str, method: str) -> str:
 async def _call_http(
     target: WebhookTarget,
     body: bytes,
-    client: PooledClient,
+    client: OutboundClient,
+    caller: str | None,
     relay: NotificationRelay,
     max_bytes: int,
 ) -> WebhookAnswer:
@@ -312,6 +329,7 @@ async def _call_http(
         content=body,
         headers=headers,
         timeout=target.timeout_s,
+        caller=caller,
     ) as response:
         if not response.is_success:
             _fail(await _status_message(response))
@@ -329,7 +347,7 @@ def _too_large(max_bytes: int) -> str:
     return f"webhook response is larger than the {max_bytes}-byte limit"
 
 
-async def _status_message(response: PooledResponse) -> str:
+async def _status_message(response: OutboundResponse) -> str:
     message = f"webhook returned HTTP {response.status_code} {response.reason_phrase}".rstrip()
     if response.is_redirect:
         message += " (redirects are not followed)"
@@ -339,7 +357,7 @@ async def _status_message(response: PooledResponse) -> str:
             snippet += chunk
             if len(snippet) >= _SNIPPET_CHARS * 4:
                 break
-    except (httpx.HTTPError, BodyError):
+    except (OutboundError, BodyError):
         pass  # The status is the news; a body that cannot be read just goes unquoted.
     text = " ".join(snippet.decode("utf-8", "replace").split())
     if len(text) > _SNIPPET_CHARS:
@@ -347,7 +365,7 @@ async def _status_message(response: PooledResponse) -> str:
     return f"{message}: {text}" if text else message
 
 
-async def _read_capped(response: PooledResponse, max_bytes: int) -> bytes:
+async def _read_capped(response: OutboundResponse, max_bytes: int) -> bytes:
     try:
         return await read_body(response, max_bytes)
     except BodyTooLarge:
@@ -378,7 +396,7 @@ def _json_body_result(raw: bytes, media_type: str) -> WebhookAnswer:
 # --------------------------------------------------------------------------- NDJSON streaming
 
 
-async def _read_ndjson(response: PooledResponse, max_bytes: int, relay: NotificationRelay) -> WebhookAnswer:
+async def _read_ndjson(response: OutboundResponse, max_bytes: int, relay: NotificationRelay) -> WebhookAnswer:
     buffer = bytearray()
     line_number = 0
     try:

@@ -1,7 +1,7 @@
 """The headers an outbound request may carry from a catalog entry (a tool's webhook, an http resource).
 
 Editors configure them; the registry still decides the ones that frame the message or pick the
-connection, and checks the rest itself so that httpx never gets to quote a bad value (often a
+connection, and checks the rest itself so that the HTTP client never gets to quote a bad value (often a
 credential) in an exception message.
 """
 
@@ -17,7 +17,7 @@ __all__ = ["RESERVED_HEADERS", "InvalidHeader", "configured_headers"]
 
 _TOKEN_RE: Final = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 
-#: Set by httpx or by the registry itself; letting an entry's configuration override them would
+#: Set by the HTTP client or by the registry itself; letting an entry's configuration override them would
 #: let it break message framing (request smuggling), route around the connection the SSRF guard
 #: checked, ask for an encoding the bounded reader cannot inflate, or forge the signature.
 RESERVED_HEADERS: Final = frozenset(

@@ -18,6 +18,8 @@ import ssl
 
 import httpx
 
+from .outbound import ConnectFailed, ConnectionLost, OutboundError, OutboundTimeout, ProtocolViolation
+
 __all__ = ["host_for_messages", "transport_failure"]
 
 #: errno values whose ``strerror`` text names no address and is worth passing on.
@@ -71,14 +73,13 @@ _CAUSES: tuple[tuple[type[BaseException], str], ...] = (
     (ssl.SSLCertVerificationError, "its TLS certificate could not be verified"),
     (ssl.SSLError, "the TLS handshake failed"),
 )
-#: httpx's own exception classes, most specific first.
-_HTTPX_ERRORS: tuple[tuple[type[BaseException], str], ...] = (
-    (httpx.ConnectTimeout, "connecting timed out"),
-    (httpx.TimeoutException, "it timed out"),
-    (httpx.ConnectError, "the connection failed"),
-    (httpx.RemoteProtocolError, "the server broke the HTTP protocol"),
-    (httpx.ReadError, "the connection was lost"),
-    (httpx.WriteError, "the connection was lost"),
+#: The client's own exception classes (registry/webhooks/outbound.py), most specific first.
+_OUTBOUND_ERRORS: tuple[tuple[type[BaseException], str], ...] = (
+    (OutboundTimeout, "it timed out"),
+    (ConnectFailed, "the connection failed"),
+    (ProtocolViolation, "the server broke the HTTP protocol"),
+    (ConnectionLost, "the connection was lost"),
+    (OutboundError, "the exchange failed"),
 )
 
 
@@ -90,4 +91,4 @@ def transport_failure(exc: BaseException) -> str:
                 return text
         if isinstance(cause, OSError) and cause.errno in _SAFE_ERRNOS:
             return os.strerror(cause.errno).lower()
-    return next((text for kind, text in _HTTPX_ERRORS if isinstance(exc, kind)), type(exc).__name__)
+    return next((text for kind, text in _OUTBOUND_ERRORS if isinstance(exc, kind)), type(exc).__name__)

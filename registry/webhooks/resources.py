@@ -23,14 +23,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-import httpx
-
 from registry.limits import DEFAULT_LIMITS, LimitExceeded, Limits
 
 from .bodies import ACCEPT_ENCODING, BodyError, BodyTooLarge, read_body
+from .caps import CapReached
 from .headers import InvalidHeader, configured_headers
 from .messages import host_for_messages, transport_failure
-from .pool import PooledClient
+from .outbound import (
+    ConnectFailed,
+    InvalidRequest,
+    InvalidURL,
+    OutboundClient,
+    OutboundError,
+    OutboundTimeout,
+)
 from .ssrf import ForbiddenDestination
 
 __all__ = ["HttpResourceCache", "HttpResourceSpec", "ResourceFetchError"]
@@ -105,7 +111,7 @@ class HttpResourceCache:
 
     def __init__(
         self,
-        client_factory: Callable[[], PooledClient],
+        client_factory: Callable[[], OutboundClient],
         limits: Limits = DEFAULT_LIMITS,
         *,
         decrypt: Callable[[str], str] | None = None,
@@ -122,9 +128,11 @@ class HttpResourceCache:
 
     # ------------------------------------------------------------------ reading
 
-    async def read(self, uri: str, spec: HttpResourceSpec) -> Contents:
+    async def read(self, uri: str, spec: HttpResourceSpec, *, caller: str | None = None) -> Contents:
         """The contents of ``uri``, served by the ``http`` resource ``spec``: from the cache while
-        fresh, else fetched. Raises what ``error`` builds when the fetch fails."""
+        fresh, else fetched (``caller``, :func:`~.outbound.caller_key`, is whose fetch it is, for
+        the per-caller outbound cap). Raises what ``error`` builds when the fetch fails, a fetch
+        past an outbound cap included (its message names the limit)."""
         if not spec.url:
             raise self._error(f"resource {uri} has no URL to fetch")
         stored_headers = dict(spec.headers or {})
@@ -133,7 +141,7 @@ class HttpResourceCache:
         if cached is not None:
             return cached
         try:
-            contents = await self._fetch(uri, spec, stored_headers)
+            contents = await self._fetch(uri, spec, stored_headers, caller)
         except _Failed as exc:
             raise self._error(str(exc)) from None
         ttl = spec.cache_ttl_s if spec.cache_ttl_s is not None else DEFAULT_TTL_S
@@ -141,7 +149,9 @@ class HttpResourceCache:
             self._store(key, contents, ttl)
         return contents
 
-    async def _fetch(self, uri: str, spec: HttpResourceSpec, stored_headers: dict[str, str]) -> Contents:
+    async def _fetch(
+        self, uri: str, spec: HttpResourceSpec, stored_headers: dict[str, str], caller: str | None
+    ) -> Contents:
         assert spec.url is not None
         url = spec.url
         host = host_for_messages(url, hide_addresses=True)
@@ -151,8 +161,8 @@ class HttpResourceCache:
         try:
             headers = self._request_headers(stored_headers, failed)
             async with asyncio.timeout(seconds):
-                media_type, charset, body = await self._get(url, headers, max_bytes, f"{failed}: {host}")
-        except (TimeoutError, httpx.TimeoutException):
+                media_type, charset, body = await self._get(url, headers, max_bytes, f"{failed}: {host}", caller)
+        except (TimeoutError, OutboundTimeout):
             limit = LimitExceeded("http_resource_seconds", f"fetching resource {uri} took longer than {seconds:g} s")
             raise _Failed(str(limit)) from None
         except BodyTooLarge:
@@ -160,16 +170,18 @@ class HttpResourceCache:
             raise _Failed(str(limit)) from None
         except BodyError as exc:
             raise _Failed(f"{failed}: the answer from {host} could not be read: {exc}") from None
+        except CapReached as exc:  # an outbound cap: nothing was sent
+            raise _Failed(f"{failed}: {exc}") from None
         except ForbiddenDestination as exc:
             log.warning("http resource fetch refused: %s", exc)  # the operator's view, with the address
             raise _Failed(f"{failed}: refusing to connect to {host} ({exc.reason} destination)") from None
-        except httpx.InvalidURL:
+        except InvalidURL:
             raise _Failed(f"{failed}: its URL is not valid") from None
-        except httpx.ConnectError as exc:
+        except ConnectFailed as exc:
             raise _Failed(f"{failed}: could not connect to {host}: {transport_failure(exc)}") from None
-        except httpx.LocalProtocolError:
+        except InvalidRequest:
             raise _Failed(f"{failed}: the request to {host} could not be sent") from None
-        except httpx.HTTPError as exc:
+        except OutboundError as exc:
             raise _Failed(f"{failed}: the exchange with {host} failed: {transport_failure(exc)}") from None
         mime = spec.mimeType or media_type or "text/plain"
         item: dict[str, Any] = {"uri": uri, "mimeType": mime}
@@ -191,13 +203,13 @@ class HttpResourceCache:
         return [*headers, ("Accept", "*/*"), ("Accept-Encoding", ACCEPT_ENCODING), ("User-Agent", USER_AGENT)]
 
     async def _get(
-        self, url: str, headers: list[tuple[str, str]], max_bytes: int, failed: str
+        self, url: str, headers: list[tuple[str, str]], max_bytes: int, failed: str, caller: str | None
     ) -> tuple[str, str, bytes]:
         """(media type, charset, decoded body) of a 2xx answer; anything else raises. ``failed``
         starts the message of a non-2xx answer ("could not fetch resource X: 'host'")."""
         seconds = self._limits.http_resource_seconds
         client = self._client_factory()
-        async with client.stream("GET", url, headers=headers, timeout=seconds) as response:
+        async with client.stream("GET", url, headers=headers, timeout=seconds, caller=caller) as response:
             if not response.is_success:
                 status = f"{response.status_code} {response.reason_phrase}".strip()
                 note = " (redirects are not followed)" if response.is_redirect else ""

@@ -7,10 +7,10 @@ result. So two checks exist:
 
 * :func:`check_url` / :func:`check_url_sync` at save time: a clear, early error for an obviously
   bad URL. It is advisory only, since DNS can answer differently later (DNS rebinding).
-* :class:`ConnectedPeerGuard` at call time: checks the address the socket is *actually*
-  connected to, after connect and before a single byte is sent, whatever resolver was used. This
-  is the check that matters; :func:`make_guarded_client` builds the client whose connection pool
-  (:mod:`.pool`) runs it on every new connection.
+* at call time, in the client (:mod:`.outbound`): the resolver refuses a host when any of its
+  addresses is forbidden, every socket's address is checked before it connects (IP-literal hosts
+  are not resolved), and :class:`ConnectedPeerGuard` checks a new connection's peer before a
+  request byte is sent. This is the check that matters: it sees what DNS answers at that moment.
 
 Operators who do want to reach an internal network (or loopback, in tests) list it in
 ``REGISTRY_WEBHOOK_ALLOWED_NETWORKS`` (see :func:`parse_networks`).
@@ -20,21 +20,16 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import math
 import socket
-import ssl
 from collections.abc import Iterable
 from typing import Any, Final, TypeAlias
 
 import httpx
 
-from .pool import ConnectionPool, PooledClient, Timeouts
-
 __all__ = [
     "ALLOWED_NETWORKS_ENV",
     "ConnectedPeerGuard",
     "ForbiddenDestination",
-    "GuardedPool",
     "IPAddress",
     "IPNetwork",
     "InvalidWebhookURL",
@@ -43,7 +38,6 @@ __all__ = [
     "check_url_sync",
     "forbidden_reason",
     "is_forbidden_address",
-    "make_guarded_client",
     "parse_networks",
 ]
 
@@ -71,9 +65,6 @@ _NAT64: Final = ipaddress.IPv6Network("64:ff9b::/96")
 # RFC 3879 deprecated IPv6 site-local addresses: ``ipaddress`` calls them neither private nor
 # non-global, yet networks that still route them are internal ones.
 _SITE_LOCAL: Final = ipaddress.IPv6Network("fec0::/10")
-
-_NO_LIMIT: Final = 1_000_000
-_DEFAULT_LIMITS: Final = httpx.Limits(max_connections=100, max_keepalive_connections=100, keepalive_expiry=5.0)
 
 
 class WebhookURLError(Exception):
@@ -221,7 +212,8 @@ def is_forbidden_address(ip: IPAddress | str, allowed: Iterable[IPNetwork] = ())
 def _destination(url: str) -> tuple[str, int]:
     """The host (IDNA-encoded, as it will be resolved) and port of an http(s) URL.
 
-    Parsed with httpx so the check sees the URL exactly the way the client that calls it will.
+    Parsed with httpx, as the outbound client parses the URLs it calls (:mod:`.outbound`), so the
+    check sees the URL exactly the way the call will.
     """
     try:
         parsed = httpx.URL(url)
@@ -306,13 +298,13 @@ def _peer_address(peer: Any) -> IPAddress | None:
 
 
 class ConnectedPeerGuard:
-    """The call-time check, run by the transport on every new connection.
+    """The call-time check of a new connection's peer, run by the client's connector.
 
     It is given the peer address of the connected socket, so the check covers whatever the
     resolver answered at that moment: a DNS rebinding trick that passed the save-time check cannot
-    get past it. The TCP handshake with a forbidden address may complete, but the connection is
-    closed before any request byte (or TLS hello) is written. Fails closed when the peer address
-    cannot be determined.
+    get past it. (The client checks each socket's address before it connects, too: this is the
+    second look, before any request byte is written.) Fails closed when the peer address cannot be
+    determined.
     """
 
     def __init__(self, allowed: Iterable[IPNetwork] = ()) -> None:
@@ -326,39 +318,3 @@ class ConnectedPeerGuard:
             reason = forbidden_reason(address, self._allowed)
         if reason is not None:
             raise ForbiddenDestination(host, address, reason)
-
-
-class GuardedPool(ConnectionPool):
-    """The webhook connection pool: :class:`~.pool.ConnectionPool` (HTTP/1.1, keep-alive per
-    origin) with :class:`ConnectedPeerGuard` on every new connection. Proxies are never used: a
-    proxy would make the peer address the proxy's, defeating the check."""
-
-    def __init__(
-        self,
-        allowed: Iterable[IPNetwork] = (),
-        *,
-        verify: ssl.SSLContext | str | bool = True,
-        limits: httpx.Limits = _DEFAULT_LIMITS,
-    ) -> None:
-        # httpx spells "no limit" None; the pool wants numbers.
-        idle, expiry = limits.max_keepalive_connections, limits.keepalive_expiry
-        super().__init__(
-            ConnectedPeerGuard(allowed),
-            ssl_context=httpx.create_ssl_context(verify=verify, trust_env=False),
-            max_connections=limits.max_connections or _NO_LIMIT,
-            max_keepalive_connections=_NO_LIMIT if idle is None else idle,
-            keepalive_expiry=math.inf if expiry is None else expiry,
-        )
-
-
-def make_guarded_client(
-    allowed: Iterable[IPNetwork] = (),
-    *,
-    timeout: Timeouts = 30.0,
-    verify: ssl.SSLContext | str | bool = True,
-    limits: httpx.Limits = _DEFAULT_LIMITS,
-) -> PooledClient:
-    """The client for webhook calls and ``http`` resources: SSRF-guarded at connect time, no
-    redirects followed, no cookies kept between calls, and no proxies, ``.netrc`` or other settings
-    taken from the environment (see :mod:`.pool`)."""
-    return PooledClient(GuardedPool(allowed, verify=verify, limits=limits), timeout=timeout)

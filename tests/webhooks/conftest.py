@@ -1,7 +1,9 @@
-"""A real loopback HTTP server playing the webhook, shared by the webhook tests.
+"""Real loopback servers playing the webhook, shared by the webhook tests.
 
-Uvicorn runs a small Starlette app in a background thread on 127.0.0.1 with an OS-chosen port, so
-the client under test goes through real sockets, httpcore and the SSRF guard, with nothing mocked.
+``webhook_server``: uvicorn runs a small Starlette app in a background thread on 127.0.0.1 with an
+OS-chosen port, so the client under test goes through real sockets, aiohttp and the SSRF guard,
+with nothing mocked. ``RawServer``: a TCP server on an event loop of its own thread that answers
+byte for byte what a test needs, which is how hostile or broken upstreams are played.
 """
 
 from __future__ import annotations
@@ -10,14 +12,15 @@ import asyncio
 import collections
 import json
 import socket
+import ssl
 import threading
 import time
 import zlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
 
-import httpx
 import pytest
 import pytest_asyncio
 from starlette.applications import Starlette
@@ -26,10 +29,12 @@ from starlette.responses import JSONResponse, RedirectResponse, Response, Stream
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from registry.webhooks import make_guarded_client, parse_networks
+from registry.webhooks import OutboundClient, make_guarded_client, parse_networks
 from tests.thread_server import port_of, serving_in_thread
 
 NDJSON = "application/x-ndjson"
+#: What the test clients may reach: loopback, where every test server lives.
+LOOPBACK = parse_networks("127.0.0.0/8,::1/128")
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
 
@@ -217,7 +222,7 @@ def webhook_server() -> Iterator[WebhookServer]:
 
 
 @pytest_asyncio.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
+async def client() -> AsyncIterator[OutboundClient]:
     """A guarded client that may reach loopback (where the test server lives) and nothing else."""
     async with make_guarded_client(parse_networks("127.0.0.0/8"), timeout=5.0) as guarded:
         yield guarded
@@ -230,3 +235,129 @@ def free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
     return port
+
+
+# --------------------------------------------------------------------------- raw servers
+
+
+RawHandler = Callable[["RawServer", asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
+
+
+def http_answer(
+    body: bytes, *, status: bytes = b"200 OK", headers: bytes = b"Content-Type: application/json\r\n"
+) -> bytes:
+    """A complete HTTP/1.1 answer with a Content-Length."""
+    return b"HTTP/1.1 " + status + b"\r\n" + headers + b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+class RawServer:
+    """A loopback TCP server (TLS with ``tls``) on an event loop of its own thread: every
+    connection runs ``handler(server, reader, writer, index)``. It counts connections, keeps each
+    request head (``heads``) and the paths asked for on each connection (``paths[index]``), so a
+    test sees which connection carried which request. Usable from sync and async tests alike::
+
+        with RawServer(handler) as server:
+            ... server.url("/hook") ...
+
+    ``gate`` is an asyncio.Event of the server's loop that handlers may wait on and the test opens
+    with :meth:`open_gate` (a webhook that holds its answers until released).
+    """
+
+    def __init__(self, handler: RawHandler, *, tls: ssl.SSLContext | None = None) -> None:
+        self.handler = handler
+        self.tls = tls
+        self.port = 0
+        self.connections = 0
+        self.heads: list[bytes] = []
+        self.paths: list[list[str]] = []
+        #: Requests a handler is holding at the gate.
+        self.held = 0
+        self.loop = asyncio.new_event_loop()
+        self.gate: asyncio.Event | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._server: asyncio.Server | None = None
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="raw server")
+
+    @classmethod
+    def answering(cls, answer: bytes, *, hold: bool = True) -> RawServer:
+        """A server that answers each connection's first request with ``answer``, byte for byte,
+        then holds the connection until the client closes it (``hold=False``: closes it at once)."""
+
+        async def handler(
+            server: RawServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, index: int
+        ) -> None:
+            await server.read_request(reader, index)
+            writer.write(answer)
+            await writer.drain()
+            if hold:
+                await reader.read()
+
+        return cls(handler)
+
+    def url(self, path: str = "/", host: str = "127.0.0.1") -> str:
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}{path}"
+
+    def __enter__(self) -> RawServer:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(timeout=10)
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        asyncio.run_coroutine_threadsafe(self._stop(), self.loop).result(timeout=10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        self.loop.close()
+
+    async def _start(self) -> None:
+        self.gate = asyncio.Event()
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.tls)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def _stop(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def open_gate(self) -> None:
+        """Let every request held at the gate (and every later one) through."""
+        assert self.gate is not None
+        self.loop.call_soon_threadsafe(self.gate.set)
+
+    async def hold(self) -> None:
+        """In a handler: wait at the gate, counted in ``held`` while waiting."""
+        assert self.gate is not None
+        self.held += 1
+        try:
+            await self.gate.wait()
+        finally:
+            self.held -= 1
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        index = self.connections
+        self.connections += 1
+        self.paths.append([])
+        try:
+            await self.handler(self, reader, writer, index)
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+            self._tasks.discard(task)
+
+    async def read_request(self, reader: asyncio.StreamReader, index: int) -> bytes:
+        """One request: its head (kept, its path noted for connection ``index``) and its body (read and dropped)."""
+        head = await reader.readuntil(b"\r\n\r\n")
+        self.heads.append(head)
+        self.paths[index].append(head.split(b" ", 2)[1].decode("latin-1"))
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                await reader.readexactly(int(value))
+        return head

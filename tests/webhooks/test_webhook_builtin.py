@@ -6,7 +6,6 @@ import asyncio
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import httpx
 import pytest
 import pytest_asyncio
 
@@ -14,6 +13,7 @@ from registry.webhooks import (
     BUILTINS,
     HookContext,
     HookError,
+    OutboundClient,
     WebhookTarget,
     builtin,
     builtin_name,
@@ -24,7 +24,7 @@ from registry.webhooks import (
 
 
 @pytest_asyncio.fixture
-async def no_network_client() -> AsyncIterator[httpx.AsyncClient]:
+async def no_network_client() -> AsyncIterator[OutboundClient]:
     """Built-ins must not touch the client; this one could not reach anything local anyway."""
     async with make_guarded_client((), timeout=1.0) as client:
         yield client
@@ -39,11 +39,11 @@ def temporary_hooks() -> Iterator[list[str]]:
         BUILTINS.unregister(name)
 
 
-async def _call(url: str, payload: dict[str, Any], client: httpx.AsyncClient, **kwargs: Any) -> dict[str, Any]:
+async def _call(url: str, payload: dict[str, Any], client: OutboundClient, **kwargs: Any) -> dict[str, Any]:
     return await call_webhook(WebhookTarget(url=url), payload, client=client, **kwargs)
 
 
-async def test_echo(no_network_client: httpx.AsyncClient) -> None:
+async def test_echo(no_network_client: OutboundClient) -> None:
     result = await _call("builtin://echo", {"message": "hello"}, no_network_client)
     assert result == {"content": [{"type": "text", "text": "Echo: hello"}], "isError": False}
 
@@ -59,12 +59,12 @@ async def test_echo(no_network_client: httpx.AsyncClient) -> None:
         (0.1, 0.2, "0.1 + 0.2 = 0.30000000000000004"),
     ],
 )
-async def test_add(no_network_client: httpx.AsyncClient, a: float, b: float, text: str) -> None:
+async def test_add(no_network_client: OutboundClient, a: float, b: float, text: str) -> None:
     result = await _call("builtin://add", {"a": a, "b": b}, no_network_client)
     assert result == {"content": [{"type": "text", "text": text}], "isError": False}
 
 
-async def test_echo_text_returns_the_input_verbatim(no_network_client: httpx.AsyncClient) -> None:
+async def test_echo_text_returns_the_input_verbatim(no_network_client: OutboundClient) -> None:
     text = "  multi\nline ✓ text  "
     result = await _call("builtin://echo_text", {"text": text}, no_network_client)
     assert result == {"content": [{"type": "text", "text": text}], "isError": False}
@@ -81,7 +81,7 @@ async def test_echo_text_returns_the_input_verbatim(no_network_client: httpx.Asy
     ],
 )
 async def test_bad_calls_are_errors(
-    no_network_client: httpx.AsyncClient, url: str, payload: dict[str, Any], fragment: str
+    no_network_client: OutboundClient, url: str, payload: dict[str, Any], fragment: str
 ) -> None:
     result = await _call(url, payload, no_network_client)
     assert result["isError"] is True
@@ -106,7 +106,7 @@ def test_registry_rejects_duplicates_and_bad_names() -> None:
 
 
 async def test_new_hooks_get_payload_callbacks_and_result_mapping(
-    no_network_client: httpx.AsyncClient, temporary_hooks: list[str]
+    no_network_client: OutboundClient, temporary_hooks: list[str]
 ) -> None:
     seen: list[Any] = []
 
@@ -137,7 +137,7 @@ async def test_new_hooks_get_payload_callbacks_and_result_mapping(
     assert payload == {"n": 7}
 
 
-async def test_hook_failures_are_errors(no_network_client: httpx.AsyncClient, temporary_hooks: list[str]) -> None:
+async def test_hook_failures_are_errors(no_network_client: OutboundClient, temporary_hooks: list[str]) -> None:
     @builtin("test-hook-error")
     async def hook_error(arguments: dict[str, Any], ctx: HookContext) -> dict[str, Any]:
         raise HookError("the fixture failed on purpose")
@@ -170,7 +170,7 @@ async def test_hook_failures_are_errors(no_network_client: httpx.AsyncClient, te
 
 
 async def test_hooks_are_bounded_by_the_timeout_and_cancellable(
-    no_network_client: httpx.AsyncClient, temporary_hooks: list[str]
+    no_network_client: OutboundClient, temporary_hooks: list[str]
 ) -> None:
     started = asyncio.Event()
 

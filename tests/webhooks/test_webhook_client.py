@@ -8,10 +8,9 @@ import time
 import uuid
 from typing import Any
 
-import httpx
 import pytest
 
-from registry.webhooks import DEFAULT_MAX_RESPONSE_BYTES, WebhookTarget, call_webhook, sign, verify
+from registry.webhooks import DEFAULT_MAX_RESPONSE_BYTES, OutboundClient, WebhookTarget, call_webhook, sign, verify
 
 from .conftest import WebhookServer
 
@@ -49,7 +48,7 @@ class Recorder:
 
 
 async def test_request_is_signed_json_with_registry_headers(
-    webhook_server: WebhookServer, client: httpx.AsyncClient
+    webhook_server: WebhookServer, client: OutboundClient
 ) -> None:
     target = WebhookTarget(
         url=webhook_server.url("/inspect"),
@@ -79,7 +78,7 @@ async def test_request_is_signed_json_with_registry_headers(
 
 
 async def test_no_signature_without_secret_and_method_is_honoured(
-    webhook_server: WebhookServer, client: httpx.AsyncClient
+    webhook_server: WebhookServer, client: OutboundClient
 ) -> None:
     target = WebhookTarget(url=webhook_server.url("/inspect"), method="put")
     result = await call_webhook(target, {}, client=client)
@@ -96,7 +95,7 @@ def test_target_repr_hides_credentials() -> None:
 # --------------------------------------------------------------------------- response mapping
 
 
-async def test_call_tool_result_is_passed_through(webhook_server: WebhookServer, client: httpx.AsyncClient) -> None:
+async def test_call_tool_result_is_passed_through(webhook_server: WebhookServer, client: OutboundClient) -> None:
     result = await call_webhook(WebhookTarget(url=webhook_server.url("/call-tool-result")), {}, client=client)
     assert result == {
         "content": [{"type": "text", "text": "hi"}, {"type": "image", "data": "AAAA", "mimeType": "image/png"}],
@@ -107,7 +106,7 @@ async def test_call_tool_result_is_passed_through(webhook_server: WebhookServer,
     assert result == {"content": [{"type": "text", "text": "nope"}], "isError": True}
 
 
-async def test_plain_json_is_wrapped(webhook_server: WebhookServer, client: httpx.AsyncClient) -> None:
+async def test_plain_json_is_wrapped(webhook_server: WebhookServer, client: OutboundClient) -> None:
     result = await call_webhook(WebhookTarget(url=webhook_server.url("/plain-object")), {}, client=client)
     assert result == {
         "content": [{"type": "text", "text": json.dumps({"temperature": 21.5, "unit": "C"})}],
@@ -118,14 +117,12 @@ async def test_plain_json_is_wrapped(webhook_server: WebhookServer, client: http
     assert result == {"content": [{"type": "text", "text": '[1, "two", {"three": 3}]'}], "isError": False}
 
 
-async def test_empty_body_is_success_without_content(webhook_server: WebhookServer, client: httpx.AsyncClient) -> None:
+async def test_empty_body_is_success_without_content(webhook_server: WebhookServer, client: OutboundClient) -> None:
     result = await call_webhook(WebhookTarget(url=webhook_server.url("/empty")), {}, client=client)
     assert result == {"content": [], "isError": False}
 
 
-async def test_ndjson_progress_log_and_result_in_order(
-    webhook_server: WebhookServer, client: httpx.AsyncClient
-) -> None:
+async def test_ndjson_progress_log_and_result_in_order(webhook_server: WebhookServer, client: OutboundClient) -> None:
     recorder = Recorder()
     result = await call_webhook(
         WebhookTarget(url=webhook_server.url("/ndjson")),
@@ -143,9 +140,7 @@ async def test_ndjson_progress_log_and_result_in_order(
     assert result == {"content": [{"type": "text", "text": "done"}], "structuredContent": {"n": 3}, "isError": False}
 
 
-async def test_ndjson_without_callbacks_and_plain_result(
-    webhook_server: WebhookServer, client: httpx.AsyncClient
-) -> None:
+async def test_ndjson_without_callbacks_and_plain_result(webhook_server: WebhookServer, client: OutboundClient) -> None:
     result = await call_webhook(WebhookTarget(url=webhook_server.url("/ndjson")), {}, client=client)
     assert _text(result) == "done"
     result = await call_webhook(WebhookTarget(url=webhook_server.url("/ndjson-plain-result")), {}, client=client)
@@ -156,9 +151,7 @@ async def test_ndjson_without_callbacks_and_plain_result(
     }
 
 
-async def test_ndjson_stream_without_result_is_an_error(
-    webhook_server: WebhookServer, client: httpx.AsyncClient
-) -> None:
+async def test_ndjson_stream_without_result_is_an_error(webhook_server: WebhookServer, client: OutboundClient) -> None:
     recorder = Recorder()
     result = await call_webhook(
         WebhookTarget(url=webhook_server.url("/ndjson-no-result")), {}, client=client, on_progress=recorder.progress
@@ -167,7 +160,7 @@ async def test_ndjson_stream_without_result_is_an_error(
     assert recorder.events == [("progress", 1, None, None)]
 
 
-async def test_ndjson_invalid_line_is_an_error(webhook_server: WebhookServer, client: httpx.AsyncClient) -> None:
+async def test_ndjson_invalid_line_is_an_error(webhook_server: WebhookServer, client: OutboundClient) -> None:
     result = await call_webhook(WebhookTarget(url=webhook_server.url("/ndjson-bad-line")), {}, client=client)
     _assert_error(result, "line 2", "not valid JSON")
 
@@ -187,7 +180,7 @@ async def test_ndjson_invalid_line_is_an_error(webhook_server: WebhookServer, cl
     ],
 )
 async def test_ndjson_event_validation(
-    webhook_server: WebhookServer, client: httpx.AsyncClient, event: dict[str, Any], fragment: str | None
+    webhook_server: WebhookServer, client: OutboundClient, event: dict[str, Any], fragment: str | None
 ) -> None:
     recorder = Recorder()
     result = await call_webhook(
@@ -210,30 +203,28 @@ async def test_ndjson_event_validation(
 
 @pytest.mark.parametrize("code", [400, 404, 500, 503])
 async def test_non_2xx_is_an_error_with_status_and_snippet(
-    webhook_server: WebhookServer, client: httpx.AsyncClient, code: int
+    webhook_server: WebhookServer, client: OutboundClient, code: int
 ) -> None:
     result = await call_webhook(WebhookTarget(url=webhook_server.url(f"/status/{code}")), {}, client=client)
     text = _assert_error(result, f"HTTP {code}", "upstream exploded")
     assert len(text) < 700  # the 5 KB body is cut to a snippet
 
 
-async def test_redirects_are_not_followed(webhook_server: WebhookServer, client: httpx.AsyncClient) -> None:
+async def test_redirects_are_not_followed(webhook_server: WebhookServer, client: OutboundClient) -> None:
     before = webhook_server.state.hits["/plain-object"]
     result = await call_webhook(WebhookTarget(url=webhook_server.url("/redirect")), {}, client=client)
     _assert_error(result, "HTTP 302", "redirects are not followed")
     assert webhook_server.state.hits["/plain-object"] == before
 
 
-async def test_timeout_is_an_error(webhook_server: WebhookServer, client: httpx.AsyncClient) -> None:
+async def test_timeout_is_an_error(webhook_server: WebhookServer, client: OutboundClient) -> None:
     started = time.monotonic()
     result = await call_webhook(WebhookTarget(url=webhook_server.url("/slow?s=3"), timeout_s=0.3), {}, client=client)
     _assert_error(result, "timed out after 0.3 s")
     assert time.monotonic() - started < 2
 
 
-async def test_timeout_bounds_the_whole_streaming_call(
-    webhook_server: WebhookServer, client: httpx.AsyncClient
-) -> None:
+async def test_timeout_bounds_the_whole_streaming_call(webhook_server: WebhookServer, client: OutboundClient) -> None:
     # Progress keeps arriving, so no single read times out: only the overall deadline can stop it.
     recorder = Recorder()
     started = time.monotonic()
@@ -248,27 +239,25 @@ async def test_timeout_bounds_the_whole_streaming_call(
     assert len(recorder.events) >= 2
 
 
-async def test_connection_refused_is_an_error(client: httpx.AsyncClient, free_port: int) -> None:
+async def test_connection_refused_is_an_error(client: OutboundClient, free_port: int) -> None:
     result = await call_webhook(WebhookTarget(url=f"http://127.0.0.1:{free_port}/hook"), {}, client=client)
     _assert_error(result, "could not connect to webhook host '127.0.0.1'")
 
 
-async def test_invalid_json_is_an_error(webhook_server: WebhookServer, client: httpx.AsyncClient) -> None:
+async def test_invalid_json_is_an_error(webhook_server: WebhookServer, client: OutboundClient) -> None:
     result = await call_webhook(WebhookTarget(url=webhook_server.url("/invalid-json")), {}, client=client)
     _assert_error(result, "invalid JSON", "application/json")
     result = await call_webhook(WebhookTarget(url=webhook_server.url("/nan-json")), {}, client=client)
     _assert_error(result, "invalid JSON", "NaN")
 
 
-async def test_invalid_call_tool_result_is_an_error(webhook_server: WebhookServer, client: httpx.AsyncClient) -> None:
+async def test_invalid_call_tool_result_is_an_error(webhook_server: WebhookServer, client: OutboundClient) -> None:
     result = await call_webhook(WebhookTarget(url=webhook_server.url("/bad-call-tool-result")), {}, client=client)
     _assert_error(result, "invalid CallToolResult", "content[0]")
 
 
 @pytest.mark.parametrize("path", ["/big", "/big-chunked"])
-async def test_oversized_response_is_an_error(
-    webhook_server: WebhookServer, client: httpx.AsyncClient, path: str
-) -> None:
+async def test_oversized_response_is_an_error(webhook_server: WebhookServer, client: OutboundClient, path: str) -> None:
     target = WebhookTarget(url=webhook_server.url(f"{path}?n=20000"))
     result = await call_webhook(target, {}, client=client, max_response_bytes=10_000)
     _assert_error(result, "larger than the 10000-byte limit")
@@ -278,18 +267,18 @@ async def test_oversized_response_is_an_error(
     assert len(_text(result)) == 20_002
 
 
-async def test_gzip_bomb_answer_is_cut_off_at_the_cap(webhook_server: WebhookServer, client: httpx.AsyncClient) -> None:
+async def test_gzip_bomb_answer_is_cut_off_at_the_cap(webhook_server: WebhookServer, client: OutboundClient) -> None:
     result = await call_webhook(WebhookTarget(url=webhook_server.url("/gzip-bomb")), {}, client=client)
     _assert_error(result, f"larger than the {DEFAULT_MAX_RESPONSE_BYTES}-byte limit")
 
 
-async def test_oversized_ndjson_stream_is_an_error(webhook_server: WebhookServer, client: httpx.AsyncClient) -> None:
+async def test_oversized_ndjson_stream_is_an_error(webhook_server: WebhookServer, client: OutboundClient) -> None:
     target = WebhookTarget(url=webhook_server.url(f"/ndjson-forever?key={uuid.uuid4()}"), timeout_s=10)
     result = await call_webhook(target, {}, client=client, max_response_bytes=2_000)
     _assert_error(result, "larger than the 2000-byte limit")
 
 
-async def test_bad_requests_are_errors_not_exceptions(client: httpx.AsyncClient) -> None:
+async def test_bad_requests_are_errors_not_exceptions(client: OutboundClient) -> None:
     result = await call_webhook(WebhookTarget(url="ftp://example.com/x"), {}, client=client)
     _assert_error(result, "scheme must be http, https or builtin")
     result = await call_webhook(WebhookTarget(url="http://127.0.0.1:1/", method="GE T"), {}, client=client)
@@ -299,7 +288,7 @@ async def test_bad_requests_are_errors_not_exceptions(client: httpx.AsyncClient)
 
 
 async def test_errors_never_reveal_secrets_or_header_values(
-    webhook_server: WebhookServer, client: httpx.AsyncClient, free_port: int
+    webhook_server: WebhookServer, client: OutboundClient, free_port: int
 ) -> None:
     secrets = {"Authorization": "Bearer hunter2-token"}
     urls = [
@@ -321,7 +310,7 @@ async def test_errors_never_reveal_secrets_or_header_values(
 
 
 async def test_cancellation_propagates_and_closes_the_response(
-    webhook_server: WebhookServer, client: httpx.AsyncClient
+    webhook_server: WebhookServer, client: OutboundClient
 ) -> None:
     key = str(uuid.uuid4())
     first_progress = asyncio.Event()
@@ -346,9 +335,7 @@ async def test_cancellation_propagates_and_closes_the_response(
     assert closed
 
 
-async def test_cancellation_before_response_propagates(
-    webhook_server: WebhookServer, client: httpx.AsyncClient
-) -> None:
+async def test_cancellation_before_response_propagates(webhook_server: WebhookServer, client: OutboundClient) -> None:
     task = asyncio.create_task(
         call_webhook(WebhookTarget(url=webhook_server.url("/slow?s=3"), timeout_s=30), {}, client=client)
     )

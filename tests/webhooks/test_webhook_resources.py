@@ -8,11 +8,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import httpx
 import pytest
 
 from registry.limits import Limits
-from registry.webhooks import HttpResourceCache, ResourceFetchError, make_guarded_client
+from registry.webhooks import HttpResourceCache, OutboundClient, ResourceFetchError, make_guarded_client
 
 from .conftest import WebhookServer
 
@@ -29,11 +28,11 @@ class Refused(Exception):
     """What the MCP layer would make a JSON-RPC error of."""
 
 
-def _cache(client: httpx.AsyncClient, **limits: float) -> HttpResourceCache:
+def _cache(client: OutboundClient, **limits: float) -> HttpResourceCache:
     return HttpResourceCache(lambda: client, Limits(**limits), error=Refused)
 
 
-async def test_content_is_fetched_typed_and_cached(webhook_server: WebhookServer, client: httpx.AsyncClient) -> None:
+async def test_content_is_fetched_typed_and_cached(webhook_server: WebhookServer, client: OutboundClient) -> None:
     cache = _cache(client)
     spec = Spec(webhook_server.url("/plain-object"), mimeType="application/json")
     before = webhook_server.state.hits["/plain-object"]
@@ -45,7 +44,7 @@ async def test_content_is_fetched_typed_and_cached(webhook_server: WebhookServer
 
 
 async def test_headers_are_decrypted_and_sent_but_reserved_ones_are_not(
-    webhook_server: WebhookServer, client: httpx.AsyncClient
+    webhook_server: WebhookServer, client: OutboundClient
 ) -> None:
     cache = HttpResourceCache(lambda: client, decrypt=lambda stored: stored.removeprefix("sealed:"))
     spec = Spec(
@@ -60,7 +59,7 @@ async def test_headers_are_decrypted_and_sent_but_reserved_ones_are_not(
     assert seen["headers"]["accept-encoding"] == "gzip, deflate"
 
 
-async def test_cache_keys_include_the_headers(webhook_server: WebhookServer, client: httpx.AsyncClient) -> None:
+async def test_cache_keys_include_the_headers(webhook_server: WebhookServer, client: OutboundClient) -> None:
     cache = _cache(client)
     url = webhook_server.url("/inspect")
     first = await cache.read("inspect://shared", Spec(url, headers={"X-Team": "a"}))
@@ -69,7 +68,7 @@ async def test_cache_keys_include_the_headers(webhook_server: WebhookServer, cli
     assert json.loads(second[0]["text"])["headers"]["x-team"] == "b"
 
 
-async def test_the_body_cap_names_its_limit(webhook_server: WebhookServer, client: httpx.AsyncClient) -> None:
+async def test_the_body_cap_names_its_limit(webhook_server: WebhookServer, client: OutboundClient) -> None:
     cache = _cache(client, http_resource_bytes=1000)
     refusal = re.escape("larger than 1000 bytes (limit REGISTRY_LIMIT_HTTP_RESOURCE_BYTES)")
     for path in ("/big?n=5000", "/big-chunked?n=5000"):
@@ -77,7 +76,7 @@ async def test_the_body_cap_names_its_limit(webhook_server: WebhookServer, clien
             await cache.read("big://one", Spec(webhook_server.url(path), cache_ttl_s=0))
 
 
-async def test_the_deadline_covers_the_whole_fetch(webhook_server: WebhookServer, client: httpx.AsyncClient) -> None:
+async def test_the_deadline_covers_the_whole_fetch(webhook_server: WebhookServer, client: OutboundClient) -> None:
     cache = _cache(client, http_resource_seconds=0.3)
     started = time.monotonic()
     with pytest.raises(Refused, match=re.escape("longer than 0.3 s (limit REGISTRY_LIMIT_HTTP_RESOURCE_SECONDS)")):
@@ -87,7 +86,7 @@ async def test_the_deadline_covers_the_whole_fetch(webhook_server: WebhookServer
 
 @pytest.mark.parametrize(("path", "fragment"), [("/redirect", "HTTP 302"), ("/status/404", "HTTP 404")])
 async def test_redirects_and_errors_are_errors_not_content(
-    webhook_server: WebhookServer, client: httpx.AsyncClient, path: str, fragment: str
+    webhook_server: WebhookServer, client: OutboundClient, path: str, fragment: str
 ) -> None:
     before = webhook_server.state.hits["/plain-object"]
     with pytest.raises(Refused, match=fragment) as info:
@@ -98,7 +97,7 @@ async def test_redirects_and_errors_are_errors_not_content(
     assert webhook_server.state.hits["/plain-object"] == before, "redirects are not followed"
 
 
-async def test_connection_failures_name_no_address(client: httpx.AsyncClient, free_port: int) -> None:
+async def test_connection_failures_name_no_address(client: OutboundClient, free_port: int) -> None:
     with pytest.raises(Refused, match="could not connect") as info:
         await _cache(client).read("gone://one", Spec(f"http://127.0.0.1:{free_port}/x"))
     assert "127.0.0.1" not in str(info.value) and str(free_port) not in str(info.value)
@@ -112,9 +111,7 @@ async def test_ssrf_refusals_name_no_address(webhook_server: WebhookServer) -> N
     assert "127.0.0.1" not in str(info.value)
 
 
-async def test_the_cache_is_bounded_in_entries_and_bytes(
-    webhook_server: WebhookServer, client: httpx.AsyncClient
-) -> None:
+async def test_the_cache_is_bounded_in_entries_and_bytes(webhook_server: WebhookServer, client: OutboundClient) -> None:
     cache = _cache(client, http_resource_cache_entries=2, http_resource_cache_bytes=3000)
     for n in range(4):
         await cache.read(f"big://{n}", Spec(webhook_server.url("/big?n=100")))
@@ -126,7 +123,7 @@ async def test_the_cache_is_bounded_in_entries_and_bytes(
     assert cache.cached_bytes <= 3000
 
 
-async def test_expired_entries_are_fetched_again(webhook_server: WebhookServer, client: httpx.AsyncClient) -> None:
+async def test_expired_entries_are_fetched_again(webhook_server: WebhookServer, client: OutboundClient) -> None:
     now = [0.0]
     cache = HttpResourceCache(lambda: client, clock=lambda: now[0])
     spec = Spec(webhook_server.url("/plain-list"), cache_ttl_s=10)
