@@ -56,7 +56,7 @@ def check_structure(data: bytes | bytearray | str, limits: Limits = DEFAULT_LIMI
     ``ValueError`` for input that cannot be JSON and would be costly to measure (not UTF-8,
     unbalanced brackets). Anything else, valid or not, is left to the parser.
     """
-    raw = data.encode() if isinstance(data, str) else bytes(data)
+    raw = data if type(data) is bytes else data.encode() if isinstance(data, str) else bytes(data)
     if b"\x00" in raw:
         # Never in JSON text (control characters in strings must be escaped), and the mark by which
         # Python's json.loads(bytes) would decode UTF-16/32, which the byte scan below cannot read.
@@ -68,8 +68,9 @@ def check_structure(data: bytes | bytearray | str, limits: Limits = DEFAULT_LIMI
     depth_limit, element_limit = limits.json_depth, limits.json_elements
     opens = raw.count(b"[") + raw.count(b"{")
     # Fast path (nearly every request): even counting brackets and commas inside strings, which
-    # can only over-count, the document is within both limits.
-    if opens <= depth_limit and opens + raw.count(b",") <= element_limit:
+    # can only over-count, the document is within both limits (a document of at most
+    # json_elements bytes cannot hold more brackets and commas than that).
+    if opens <= depth_limit and (len(raw) <= element_limit or opens + raw.count(b",") <= element_limit):
         return
 
     # Strings become a placeholder value (their brackets and commas are text, not structure).

@@ -62,6 +62,11 @@ def _name_cost(argument: str) -> int:
     return sys.getsizeof(argument)
 
 
+#: Distinct uses whose kept values and cost are remembered, and the most characters of values one
+#: may hold (the values are the agents': the memo is bounded to about 1 MiB of them).
+_USES_MEMO = 1024
+_MEMO_VALUE_CHARS = 1024
+
 #: One remembered use: the entry, and the values it was given (declared text arguments, in order).
 _Use = tuple[Ref, tuple[tuple[str, str], ...]]
 
@@ -117,6 +122,8 @@ class CompletionHistory:
         #: kept), so a single request never wipes a caller's history.
         self.max_use_bytes = self.max_bytes // 2
         self._callers: OrderedDict[tuple[str, object, str], _CallerHistory] = OrderedDict()
+        #: What recent uses keep and cost (see ``remember_all``), at most ``_USES_MEMO`` of them.
+        self._uses: dict[tuple[Ref, tuple[tuple[str, Any], ...], Container[str] | None], tuple[Any, int]] = {}
 
     def remember(self, client: ClientState, ref: Ref, argument: str, value: str) -> None:
         """Note a value the caller used. The caller must have checked that ``argument`` is declared."""
@@ -127,6 +134,38 @@ class CompletionHistory:
     ) -> None:
         """Note the values of one request: the text ones of arguments in ``declared`` (None: the
         caller checked that every one is declared), as one use of ``ref``."""
+        # Agents repeat the same uses: what a use keeps, and what it costs, is worked out once.
+        key = (ref, tuple(values.items()), declared)
+        try:
+            use = self._uses.get(key)
+            memo = True
+        except TypeError:  # something unhashable (a list value, a list of declared names): no memo
+            use, memo = None, False
+        if use is None:
+            use = self._use(ref, values, declared)
+            # Only short values are remembered this way: the memo must stay small whatever agents send.
+            if memo and sum(len(v) for v in values.values() if type(v) is str) <= _MEMO_VALUE_CHARS:
+                if len(self._uses) >= _USES_MEMO:
+                    del self._uses[next(iter(self._uses))]  # the oldest
+                self._uses[key] = use
+        kept, cost = use
+        if not kept:
+            return
+        caller = caller_of(client)
+        history = self._callers.get(caller)
+        if history is None:
+            history = self._callers[caller] = _CallerHistory()
+            while len(self._callers) > self.max_callers:
+                self._callers.popitem(last=False)
+        else:
+            self._callers.move_to_end(caller)
+        history.add((ref, kept), cost, self.max_bytes)
+
+    def _use(
+        self, ref: Ref, values: dict[str, Any], declared: Container[str] | None
+    ) -> tuple[tuple[tuple[str, str], ...], int]:
+        """What one use of ``ref`` with ``values`` keeps (the declared, non-empty text values, within
+        the byte bounds), and what it counts against ``completion_bytes``."""
         cost = _use_cost(ref)
         kept = []
         max_value, max_use = self.max_value_bytes, self.max_use_bytes
@@ -140,17 +179,7 @@ class CompletionHistory:
             if cost + added <= max_use:
                 kept.append((argument, value))
                 cost += added
-        if not kept:
-            return
-        caller = caller_of(client)
-        history = self._callers.get(caller)
-        if history is None:
-            history = self._callers[caller] = _CallerHistory()
-            while len(self._callers) > self.max_callers:
-                self._callers.popitem(last=False)
-        else:
-            self._callers.move_to_end(caller)
-        history.add((ref, tuple(kept)), cost, self.max_bytes)
+        return tuple(kept), cost
 
     def recall(self, client: ClientState, ref: Ref, argument: str) -> list[str]:
         """This caller's earlier values for the argument, most recent first."""

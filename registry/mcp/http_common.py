@@ -40,6 +40,7 @@ log = logging.getLogger("registry.mcp")
 StreamT = TypeVar("StreamT", bound="PassWritable")
 
 RawHeaders = list[tuple[bytes, bytes]]
+_JSON_CONTENT = (b"content-type", b"application/json")
 
 
 class HttpError(Exception):
@@ -82,22 +83,24 @@ class database_errors_as_503:
         raise catalog_unavailable() from exc
 
 
+#: Header names as text, each decoded once: requests carry the same few names over and over. Bounded,
+#: since clients choose the names (past it, a name is decoded each time).
+_HEADER_NAMES: dict[bytes, str] = {}
+_HEADER_NAMES_MAX = 512
+
+
 def header_map(scope: Scope) -> dict[str, str]:
-    return headers_of(scope["headers"])
-
-
-def headers_of(raw: RawHeaders, names: dict[bytes, str] | None = None) -> dict[str, str]:
-    """ASGI's header pairs (names already lower-case) as a dict: the last of a repeated name wins.
-    With ``names`` (raw name -> name), only those headers, which decodes less on a hot path."""
-    if names is None:
-        return {k.decode("latin-1"): v.decode("latin-1") for k, v in raw}
-    picked: dict[str, str] = {}
-    wanted = names.get
-    for key, value in raw:  # one pass, no dict of every header (half the time of building one)
-        name = wanted(key)
-        if name is not None:
-            picked[name] = value.decode("latin-1")
-    return picked
+    """ASGI's header pairs (names already lower-case) as a dict: the last of a repeated name wins."""
+    names = _HEADER_NAMES
+    headers: dict[str, str] = {}
+    for key, value in scope["headers"]:
+        name = names.get(key)
+        if name is None:
+            name = key.decode("latin-1")
+            if len(names) < _HEADER_NAMES_MAX:
+                names[key] = name
+        headers[name] = value.decode("latin-1")
+    return headers
 
 
 def query_param(scope: Scope, name: str) -> str | None:
@@ -229,16 +232,18 @@ def _raw_headers(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
 async def send_bytes(
     send: SendFn, status: int, body: bytes, content_type: str | None, headers: dict[str, str] | None = None
 ) -> None:
-    raw = _raw_headers(headers or {})
+    raw = _raw_headers(headers) if headers else []
     if content_type:
-        raw.append((b"content-type", content_type.encode()))
+        raw.append(_JSON_CONTENT if content_type == "application/json" else (b"content-type", content_type.encode()))
     raw.append((b"content-length", str(len(body)).encode()))
     await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": body})
 
 
-async def send_json(send: SendFn, status: int, message: Any, headers: dict[str, str] | None = None) -> None:
-    await send_bytes(send, status, dumps(message), "application/json", headers)
+def send_json(send: SendFn, status: int, message: Any, headers: dict[str, str] | None = None) -> Awaitable[None]:
+    """``await send_json(...)``: the message as a JSON answer (``send_bytes``'s coroutine itself,
+    not one more around it: every request answers through here)."""
+    return send_bytes(send, status, dumps(message), "application/json", headers)
 
 
 async def send_http_error(send: SendFn, error: HttpError) -> None:
@@ -249,39 +254,45 @@ def _body_too_large(limit: int) -> HttpError:
     return HttpError(413, INVALID_REQUEST, str(LimitExceeded("body_bytes", f"Request body larger than {limit} bytes")))
 
 
-async def read_body(receive: Receive, headers: dict[str, str], limit: int) -> bytes:
-    """The request body, refused (413 naming REGISTRY_LIMIT_BODY_BYTES) as soon as it is known to
-    exceed ``limit`` (``settings.limits.body_bytes``): by its Content-Length before anything is
-    read, else by the bytes counted so far; never more than ``limit`` bytes are held."""
-    declared = headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _body_too_large(limit)
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise HttpError(400, INVALID_REQUEST, "client disconnected")
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise _body_too_large(limit)
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
 async def read_messages(receive: Receive, headers: dict[str, str], limits: Limits) -> tuple[bool, list[Any]]:
     """Read and parse a POSTed JSON-RPC body under ``limits``: (was it a batch, its messages).
 
-    Every bound is checked before the next step costs anything: the body size while reading, the
-    JSON structure before parsing, the batch length before any message is looked at. A refusal is
-    an ``HttpError`` (413 for the size, 400 otherwise) whose message names the limit.
+    Every bound is checked before the next step costs anything: the body size while reading (by
+    its Content-Length before anything is read, else by the bytes counted so far; never more than
+    ``limits.body_bytes`` are held), the JSON structure before parsing, the batch length before any
+    message is looked at. A refusal is an ``HttpError`` (413 for the size, 400 otherwise) whose
+    message names the limit. Large bodies are parsed on a worker thread.
     """
-    body = await read_body(receive, headers, limits.body_bytes)
+    limit = limits.body_bytes
+    declared = headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _body_too_large(limit)
+    message = await receive()
+    body: bytes = message.get("body", b"")
+    if message.get("more_body", False) or message["type"] == "http.disconnect":
+        body = await _rest_of_body(receive, message, body, limit)
+    elif len(body) > limit:
+        raise _body_too_large(limit)
     if len(body) > _SCAN_IN_THREAD_BYTES:
         return await asyncio.to_thread(parse_messages, body, limits)
     return parse_messages(body, limits)
+
+
+async def _rest_of_body(receive: Receive, message: MutableMapping[str, Any], first: bytes, limit: int) -> bytes:
+    """A body that comes in several ASGI messages (``first`` is the first one's), bounded by ``limit``."""
+    chunks = [first]
+    size = len(first)
+    while True:
+        if message["type"] == "http.disconnect":
+            raise HttpError(400, INVALID_REQUEST, "client disconnected")
+        if size > limit:
+            raise _body_too_large(limit)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+        message = await receive()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        chunks.append(chunk)
 
 
 def parse_messages(body: bytes, limits: Limits) -> tuple[bool, list[Any]]:

@@ -68,9 +68,11 @@ class JsonRpcError(Exception):
         return error
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Message:
-    """One incoming JSON-RPC message: a request (has id and method), notification (method only) or response."""
+    """One incoming JSON-RPC message: a request (has id and method), notification (method only) or
+    response. (Not frozen: one is made per message, and a frozen dataclass's ``__init__`` costs
+    three times as much; nothing changes one after parsing.)"""
 
     raw: dict[str, Any]
     method: str | None

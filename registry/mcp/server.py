@@ -262,22 +262,14 @@ class McpServer:
 
     # ------------------------------------------------------------------ dispatch
     async def handle_request(self, message: Message, ctx: RequestContext) -> dict[str, Any]:
-        """Answer one request with a JSON-RPC response message (never raises)."""
+        """Answer one request with a JSON-RPC response message (never raises); its duration is
+        observed (``observe``) however it ends."""
         assert message.method is not None and message.id is not None
         started = time.perf_counter()
-        try:
-            return await self._handle_request(message, ctx)
-        finally:
-            if self.observe is not None:
-                method = message.method if message.method in self.methods else "(unknown)"
-                self.observe(method, time.perf_counter() - started)
-
-    async def _handle_request(self, message: Message, ctx: RequestContext) -> dict[str, Any]:
-        assert message.method is not None and message.id is not None
-        if ctx.modern:
-            return await self._handle_modern(message, ctx)
         handler = self.methods.get(message.method)
         try:
+            if ctx.modern:
+                return await self._handle_modern(message, ctx)
             if handler is None:
                 raise JsonRpcError(METHOD_NOT_FOUND, f"method not found: {message.method[:128]}")  # never echo more
             if message.method not in ("initialize", "ping") and ctx.client.protocol_version is None:
@@ -299,6 +291,9 @@ class McpServer:
                 return error_message(message.id, JsonRpcError(CATALOG_UNAVAILABLE, CATALOG_UNAVAILABLE_MESSAGE))
             log.exception("internal error handling %s", message.method)
             return error_message(message.id, JsonRpcError(INTERNAL_ERROR, "internal error"))
+        finally:
+            if self.observe is not None:
+                self.observe(message.method if handler is not None else "(unknown)", time.perf_counter() - started)
 
     async def _handle_modern(self, message: Message, ctx: RequestContext) -> dict[str, Any]:
         """A stateless-era request (the transport checked its ``_meta`` and headers): the same

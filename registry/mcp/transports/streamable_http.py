@@ -34,6 +34,7 @@ from registry.mcp.http_common import (
     check_origin_and_host,
     database_errors_as_503,
     header_map,
+    known_principal,
     read_messages,
     send_bytes,
     send_http_error,
@@ -53,7 +54,7 @@ from registry.mcp.protocol import (
     invalid_message_answer,
     parse_message,
 )
-from registry.mcp.server import Ask, McpServer, RequestContext
+from registry.mcp.server import McpServer, RequestContext
 from registry.mcp.sessions import STREAMABLE_HTTP, ClientState, Session, SessionBacklogFull, SessionStore
 from registry.mcp.streams import StreamHub
 from registry.tokens import Principal, TokenService
@@ -113,8 +114,10 @@ class StreamableHttpTransport:
         headers = header_map(scope)
         try:
             check_origin_and_host(headers, self.settings)
-            with database_errors_as_503(log, "MCP token lookup answers 503"):
-                principal = await authenticate(headers, self.tokens, self.settings, scope)
+            principal = known_principal(headers, self.tokens, self.settings)  # nearly always: no await
+            if principal is None:
+                with database_errors_as_503(log, "MCP token lookup answers 503"):
+                    principal = await authenticate(headers, self.tokens, self.settings, scope)
             # Absent, the version is taken to be 2025-03-26 (spec); a session-era value keeps the
             # session path; anything else is a stateless request (an unknown version is told so there).
             version = headers.get(VERSION_HEADER)
@@ -133,15 +136,27 @@ class StreamableHttpTransport:
         except HttpError as exc:
             await send_http_error(send, exc)
 
-    async def _session(self, headers: dict[str, str], principal: Principal) -> Session:
+    def _known_session(self, headers: dict[str, str], principal: Principal) -> Session | None:
+        """The request's session when this process has it (nearly every request: no await); None:
+        ask ``_session``. Refuses a request without a session id, or with another caller's."""
         session_id = headers.get(SESSION_HEADER)
         if not session_id:
             raise HttpError(400, INVALID_REQUEST, "Bad Request: Mcp-Session-Id header is required")
         session = self.sessions.peek(session_id)
+        return None if session is None else self._checked(session, principal)
+
+    async def _session(self, headers: dict[str, str], principal: Principal) -> Session:
+        session = self._known_session(headers, principal)
+        if session is not None:
+            return session
+        with database_errors_as_503(log, "MCP session lookup answers 503"):
+            session = await self.sessions.get(headers[SESSION_HEADER])
         if session is None:
-            with database_errors_as_503(log, "MCP session lookup answers 503"):
-                session = await self.sessions.get(session_id)
-        if session is None or not _opened_by(session, principal):
+            raise HttpError(404, -32001, "Session not found: initialize a new session")
+        return self._checked(session, principal)
+
+    def _checked(self, session: Session, principal: Principal) -> Session:
+        if not _opened_by(session, principal):
             raise HttpError(404, -32001, "Session not found: initialize a new session")
         _as_seen_by(session, principal)
         self.sessions.touch(session)
@@ -159,21 +174,26 @@ class StreamableHttpTransport:
         if _content_type(headers) != "application/json":
             raise HttpError(415, INVALID_REQUEST, "Unsupported Media Type: send application/json")
         # Size, JSON structure and batch length are bounded here, each before the next step runs.
-        batch, items = await read_messages(receive, headers, self.settings.limits)
+        limits = self.settings.limits
+        batch, items = await read_messages(receive, headers, limits)
 
         messages: list[Message] = []
         answers: list[dict[str, Any]] = []
+        requests: list[Message] = []
         for item in items:
             try:
-                messages.append(parse_message(item, self.settings.limits))
+                message = parse_message(item, limits)
             except JsonRpcError as exc:
                 answers.append(invalid_message_answer(exc))
-
-        if any(m.method == "initialize" for m in messages):
-            if batch:
-                raise HttpError(400, INVALID_REQUEST, "Bad Request: initialize must not be part of a batch")
-            await self._initialize(scope, send, messages[0], principal)
-            return
+                continue
+            if message.method == "initialize":
+                if batch:
+                    raise HttpError(400, INVALID_REQUEST, "Bad Request: initialize must not be part of a batch")
+                await self._initialize(scope, send, message, principal)
+                return
+            messages.append(message)
+            if message.is_request:
+                requests.append(message)
 
         if not messages:
             await send_json(send, 400, answers if batch else answers[0])
@@ -186,7 +206,7 @@ class StreamableHttpTransport:
                 error = JsonRpcError(HEADER_MISMATCH, "Header mismatch: missing MCP-Protocol-Version header")
                 await send_json(send, 400, error_message(request.id, error))
                 return
-        session = await self._session(headers, principal)
+        session = self._known_session(headers, principal) or await self._session(headers, principal)
         if batch and session.protocol_version not in BATCH_VERSIONS:
             raise HttpError(
                 400,
@@ -194,23 +214,23 @@ class StreamableHttpTransport:
                 f"Bad Request: JSON-RPC batches are not part of protocol {session.protocol_version}",
             )
 
-        requests = [m for m in messages if m.is_request]
-        for message in messages:
-            if message.is_notification:
-                await self.server.handle_notification(message, session)
-            elif message.is_response:
-                # The client's answer to a request a tool call sent it (registry/mcp/client_requests.py);
-                # one for a call running on another replica is forwarded there.
-                try:
-                    await self.client_requests.deliver(session.id, message)
-                except ForwardTooLarge as exc:
-                    raise HttpError(413, INVALID_REQUEST, f"Payload Too Large: {exc}") from None
-        if not requests:
-            if answers:
-                await send_json(send, 400, answers if batch else answers[0])
-            else:
-                await send_bytes(send, 202, b"", None)
-            return
+        if len(requests) != len(messages):  # notifications, or the client's answers to our requests
+            for message in messages:
+                if message.is_notification:
+                    await self.server.handle_notification(message, session)
+                elif message.is_response:
+                    # The client's answer to a request a tool call sent it (registry/mcp/client_requests.py);
+                    # one for a call running on another replica is forwarded there.
+                    try:
+                        await self.client_requests.deliver(session.id, message)
+                    except ForwardTooLarge as exc:
+                        raise HttpError(413, INVALID_REQUEST, f"Payload Too Large: {exc}") from None
+            if not requests:
+                if answers:
+                    await send_json(send, 400, answers if batch else answers[0])
+                else:
+                    await send_bytes(send, 202, b"", None)
+                return
 
         stream: SseStream | None = None
 
@@ -228,7 +248,11 @@ class StreamableHttpTransport:
         # Server-to-client requests go on this POST's SSE stream: none without one.
         ask = self.client_requests.asker(session.id, related) if accepts_sse else None
         for request in requests:
-            answers.append(await self._run(request, session, related, ask))
+            ctx = RequestContext(client=session, send=related, session_id=session.id, ask=ask)
+            if self.server.may_wait(request.method, request.params, session):
+                answers.append(await self._run_as_task(request, session, ctx))
+            else:  # answered from memory: a task of its own would cost more than the answer
+                answers.append(await self.server.handle_request(request, ctx))
 
         result: Any = answers if batch else answers[0]
         if stream is not None:
@@ -244,10 +268,9 @@ class StreamableHttpTransport:
                 await sse.message(answer)
             await sse.close()
 
-    async def _run(self, request: Message, session: Session, related: Any, ask: Ask | None = None) -> dict[str, Any]:
-        ctx = RequestContext(client=session, send=related, session_id=session.id, ask=ask)
-        if not self.server.may_wait(request.method, request.params, session):
-            return await self.server.handle_request(request, ctx)
+    async def _run_as_task(self, request: Message, session: Session, ctx: RequestContext) -> dict[str, Any]:
+        """A request that may wait (``McpServer.may_wait``) runs as a task of its own, so that
+        ``notifications/cancelled`` can stop it."""
         task = asyncio.create_task(self.server.handle_request(request, ctx))
         assert request.id is not None
         session.in_flight[request.id] = task
