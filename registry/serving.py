@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import resource
+import time
 from collections.abc import Callable
 from types import FrameType
 
@@ -53,39 +54,53 @@ class DrainingServer(uvicorn.Server):
 
 
 class HeadBoundProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with a bound on each request's head (request line plus headers).
+    """uvicorn's httptools protocol with a bound on what a request sends besides its body.
 
     uvicorn's httptools path has none (its h11 path has ``h11_max_incomplete_event_size``): a
     64 MB header value was gathered whole, in pieces joined over and over, before the app saw
-    the request, and held ``/healthz`` for 10 s. Here the bytes of a head are counted as they
-    arrive, before the parser sees them; a head past ``head_limit`` is answered 431 (or, while
+    the request, and held ``/healthz`` for 10 s; a chunked body's trailers are gathered the same
+    way. Here every byte of a request that is not its body (the request line and headers, and a
+    chunked body's sizes, extensions and trailers) is counted as it arrives, against
+    ``head_limit``. A head past it is refused before the parser sees it: answered 431 (or, while
     an earlier answer on the connection is still being written, the connection is closed), so
-    nothing past the bound is parsed or authenticated. ``bounded_heads`` makes the class for a
-    limit (uvicorn takes a class as ``Config(http=...)``, its documented way to pick one).
+    nothing past the bound is parsed or authenticated; framing past it closes the connection.
+    ``bounded_heads`` makes the class for a limit (uvicorn takes a class as ``Config(http=...)``,
+    its documented way to pick one).
 
-    Counting starts when the connection opens and again when a request's body ends; a read that
-    ends one request and begins the next is not counted for the new head, so a pipelined head
-    may pass the bound by at most one read (256 KiB on uvloop). Only uvicorn's parser callbacks and
-    its public ``cycle``, ``client`` and ``transport`` are used; ``tests/test_head_limit.py`` pins
-    the behaviour against the uvicorn version installed.
+    Counting starts again when a request ends; the rest of the read in which it ended is not
+    counted for the next request, so a pipelined one may pass the bound by at most one read (256
+    KiB on uvloop). Only the parser callbacks and the ``cycle``, ``client`` and ``transport``
+    attributes of uvicorn's implementation are used; ``tests/security/test_head_limit.py`` pins
+    the behaviour, and ``pyproject.toml`` pins uvicorn and httptools to the versions it passed on.
     """
 
     head_limit = 64 * 1024
-    _in_head = True
-    _head_bytes = 0
-    _head_tail = b""  # the last 3 bytes counted: a head's end may straddle two reads
+    _in_head = True  # no request yet, or one whose head is not complete: every byte is head
+    _overhead = 0  # bytes of the current request that are not its body
+    _body = 0  # body bytes of the current request the parser handed on
+    _tail = b""  # the last 3 head bytes: a head's end may straddle reads
+    _ended = False  # a request ended in the read being parsed
+    _warned_at = -60.0  # refusals are logged once a minute at most, however many there are
 
     def data_received(self, data: bytes) -> None:
         if self.transport.is_closing():
             return  # refused: what still arrives before the close is not looked at
         if self._in_head:
-            room = self.head_limit - self._head_bytes
-            if len(data) > room and b"\r\n\r\n" not in self._head_tail + data[: max(room, 0)]:
-                self._refuse()
+            room = self.head_limit - self._overhead
+            if len(data) > room and b"\r\n\r\n" not in self._tail + data[: max(room, 0)]:
+                self._refuse(answer=True)
                 return
-            self._head_bytes += len(data)
-            self._head_tail = data[-3:]
+            self._tail = (self._tail + data)[-3:]
+        body, self._ended = self._body, False
         super().data_received(data)
+        if not self._ended:
+            self._overhead += len(data) - (self._body - body)
+            if self._overhead > self.head_limit:
+                self._refuse(answer=False)
+
+    def on_body(self, body: bytes) -> None:
+        self._body += len(body)
+        super().on_body(body)
 
     def on_headers_complete(self) -> None:
         self._in_head = False
@@ -93,11 +108,14 @@ class HeadBoundProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
-        self._in_head, self._head_bytes, self._head_tail = True, 0, b""
+        self._in_head, self._overhead, self._body, self._tail, self._ended = True, 0, 0, b"", True
 
-    def _refuse(self) -> None:
-        log.warning("request head from %s larger than %d bytes: refused", self.client, self.head_limit)
-        if self.cycle is None or self.cycle.response_complete:
+    def _refuse(self, *, answer: bool) -> None:
+        now = time.monotonic()
+        if now - HeadBoundProtocol._warned_at >= 60:
+            HeadBoundProtocol._warned_at = now
+            log.warning("refused %s: more than %d bytes besides a request's body", self.client, self.head_limit)
+        if answer and (self.cycle is None or self.cycle.response_complete):
             text = str(LimitExceeded("request_head_bytes", f"Request head larger than {self.head_limit} bytes"))
             body = text.encode()
             self.transport.write(

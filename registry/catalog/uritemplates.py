@@ -52,6 +52,11 @@ class UriTemplate:
                     names.append(name)
         return names
 
+    @cached_property
+    def variable_names(self) -> frozenset[str]:
+        """``variables`` as a set: what a read may remember for completion (hashable, made once)."""
+        return frozenset(self.variables)
+
     @staticmethod
     def _translate(template: str) -> tuple[str, list[str]]:
         """The RE2 pattern (matched against the whole URI) and the variable behind each group.

@@ -62,10 +62,10 @@ def _name_cost(argument: str) -> int:
     return sys.getsizeof(argument)
 
 
-#: Distinct uses whose kept values and cost are remembered, and the most characters of values one
-#: may hold (the values are the agents': the memo is bounded to about 1 MiB of them).
+#: Distinct uses whose kept values and cost are remembered, and the most characters of argument
+#: names and text values one may hold (they are the agents': the memo holds about 1 MiB of them).
 _USES_MEMO = 1024
-_MEMO_VALUE_CHARS = 1024
+_MEMO_CHARS = 1024
 
 #: One remembered use: the entry, and the values it was given (declared text arguments, in order).
 _Use = tuple[Ref, tuple[tuple[str, str], ...]]
@@ -134,17 +134,19 @@ class CompletionHistory:
     ) -> None:
         """Note the values of one request: the text ones of arguments in ``declared`` (None: the
         caller checked that every one is declared), as one use of ``ref``."""
-        # Agents repeat the same uses: what a use keeps, and what it costs, is worked out once.
-        key = (ref, tuple(values.items()), declared)
+        # Agents repeat the same uses: what a use keeps, and what it costs, is worked out once per
+        # distinct one (only text values are kept, so only they are part of the key).
+        texts = tuple((name, value) for name, value in values.items() if type(value) is str)
+        key = (ref, texts, declared)
         try:
             use = self._uses.get(key)
             memo = True
-        except TypeError:  # something unhashable (a list value, a list of declared names): no memo
+        except TypeError:  # a ``declared`` that cannot be hashed: no memo
             use, memo = None, False
         if use is None:
             use = self._use(ref, values, declared)
-            # Only short values are remembered this way: the memo must stay small whatever agents send.
-            if memo and sum(len(v) for v in values.values() if type(v) is str) <= _MEMO_VALUE_CHARS:
+            # Only short uses are remembered this way: the memo stays small whatever agents send.
+            if memo and sum(len(name) + len(value) for name, value in texts) <= _MEMO_CHARS:
                 if len(self._uses) >= _USES_MEMO:
                     del self._uses[next(iter(self._uses))]  # the oldest
                 self._uses[key] = use

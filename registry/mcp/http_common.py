@@ -83,10 +83,11 @@ class database_errors_as_503:
         raise catalog_unavailable() from exc
 
 
-#: Header names as text, each decoded once: requests carry the same few names over and over. Bounded,
-#: since clients choose the names (past it, a name is decoded each time).
+#: Header names as text, each decoded once: requests carry the same few names over and over. Bounded
+#: in count and in length, since clients choose the names (others are decoded each time).
 _HEADER_NAMES: dict[bytes, str] = {}
-_HEADER_NAMES_MAX = 512
+_HEADER_NAMES_MAX = 256
+_HEADER_NAME_MAX_BYTES = 64
 
 
 def header_map(scope: Scope) -> dict[str, str]:
@@ -97,7 +98,7 @@ def header_map(scope: Scope) -> dict[str, str]:
         name = names.get(key)
         if name is None:
             name = key.decode("latin-1")
-            if len(names) < _HEADER_NAMES_MAX:
+            if len(key) <= _HEADER_NAME_MAX_BYTES and len(names) < _HEADER_NAMES_MAX:
                 names[key] = name
         headers[name] = value.decode("latin-1")
     return headers

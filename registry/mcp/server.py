@@ -110,10 +110,18 @@ class RequestContext:
     session_id: str | None = None
     #: A 2026-07-28 (stateless) request: ``client`` was built from this request's ``_meta`` alone.
     modern: bool = False
+    #: The client's address (after trusted proxy headers), where nothing else says who calls: an
+    #: anonymous stateless request's outbound calls are capped per address.
+    peer: str | None = None
     #: Session era only: send a server-to-client request related to this one (``elicitation/create``,
     #: ``sampling/createMessage``, ``roots/list``) and wait for the client's result. None where the
     #: transport cannot (and always in the stateless era, which uses input-required results instead).
     ask: Ask | None = None
+
+    @property
+    def outbound_caller(self) -> str:
+        """Whose webhook calls and fetches these are, for the per-caller outbound cap."""
+        return caller_key(self.client.token_id, self.client.user, self.session_id, self.peer)
 
     async def notify(self, message: dict[str, Any]) -> None:
         if self.send is not None:
@@ -266,10 +274,10 @@ class McpServer:
         observed (``observe``) however it ends."""
         assert message.method is not None and message.id is not None
         started = time.perf_counter()
-        handler = self.methods.get(message.method)
+        handler = (self.modern_methods if ctx.modern else self.methods).get(message.method)
         try:
             if ctx.modern:
-                return await self._handle_modern(message, ctx)
+                return await self._handle_modern(message, ctx, handler)
             if handler is None:
                 raise JsonRpcError(METHOD_NOT_FOUND, f"method not found: {message.method[:128]}")  # never echo more
             if message.method not in ("initialize", "ping") and ctx.client.protocol_version is None:
@@ -295,11 +303,11 @@ class McpServer:
             if self.observe is not None:
                 self.observe(message.method if handler is not None else "(unknown)", time.perf_counter() - started)
 
-    async def _handle_modern(self, message: Message, ctx: RequestContext) -> dict[str, Any]:
+    async def _handle_modern(self, message: Message, ctx: RequestContext, handler: Handler | None) -> dict[str, Any]:
         """A stateless-era request (the transport checked its ``_meta`` and headers): the same
-        handlers, its own method table, and every result stamped as that revision requires."""
+        handlers (``handler``: from its own method table), and every result stamped as that
+        revision requires."""
         assert message.method is not None and message.id is not None
-        handler = self.modern_methods.get(message.method)
         try:
             if handler is None:
                 raise JsonRpcError(METHOD_NOT_FOUND, f"Method not found: {message.method[:128]}")
@@ -478,8 +486,7 @@ class McpServer:
         if entry is None:
             raise JsonRpcError(RESOURCE_NOT_FOUND, f"resource not found: {uri}", {"uri": uri})
         if entry.spec.kind == "http":
-            caller = caller_key(ctx.client.token_id, ctx.client.user, ctx.session_id)  # outbound caps
-            fetched = await self.http_resources.read(uri, entry.spec, caller=caller)
+            fetched = await self.http_resources.read(uri, entry.spec, caller=ctx.outbound_caller)
             if self.usage is not None:
                 self.usage.count("resource", entry.name, entry.version, ctx.client.token_id, ctx.client.user, "read")
             return {"contents": fetched}
@@ -494,7 +501,7 @@ class McpServer:
             raise JsonRpcError(RESOURCE_NOT_FOUND, f"resource not found: {uri}", {"uri": uri})
         if entry.renderer.uri_template is not None:
             ref = ("ref/resource", entry.renderer.uri_template.template)
-            variables = entry.renderer.uri_template.variables
+            variables = entry.renderer.uri_template.variable_names
             self._remember_all(ctx, ref, entry.renderer.match(uri) or {}, variables)
         if self.usage is not None:  # a use: read (not missing, not failed)
             self.usage.count("resource", entry.name, entry.version, ctx.client.token_id, ctx.client.user, "read")
@@ -559,7 +566,7 @@ class McpServer:
                 tool,
                 arguments,
                 client=self.http_client(),
-                caller=caller_key(ctx.client.token_id, ctx.client.user, ctx.session_id),  # outbound caps
+                caller=ctx.outbound_caller,
                 limits=self.limits,
                 request_id=ctx.request_id,
                 session_id=ctx.session_id,

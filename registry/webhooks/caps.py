@@ -22,16 +22,18 @@ class CapReached(LimitExceeded):
     limit (``... (limit REGISTRY_LIMIT_OUTBOUND_CALLS_PER_CALLER)``) and is safe to show."""
 
 
-def caller_key(token_id: int | None, user: str | None, session: str | None = None) -> str:
+def caller_key(token_id: int | None, user: str | None, session: str | None = None, peer: str | None = None) -> str:
     """Whose calls count against ``outbound_calls_per_caller``: an agent token, else a
-    single-sign-on user, else a session; callers with none of them (anonymous stateless
-    requests, stdio) count as one caller."""
+    single-sign-on user, else a session, else (an anonymous stateless request) the client's
+    address; callers with none of them (stdio: its one host) count as one caller."""
     if token_id is not None:
         return f"token:{token_id}"
     if user is not None:
         return f"user:{user}"
     if session:
         return f"session:{session}"
+    if peer:
+        return f"address:{peer}"
     return "anonymous"
 
 

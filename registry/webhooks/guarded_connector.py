@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from aiohttp.connector import Connection
     from aiohttp.tracing import Trace
 
-__all__ = ["KEEPALIVE_S", "Bodies", "GuardedConnector", "Refused", "find_refusal"]
+__all__ = ["KEEPALIVE_S", "Bodies", "GuardedConnector", "Refused", "fail_unfinished", "find_refusal"]
 
 #: Seconds an idle connection is kept for its origin's next call.
 KEEPALIVE_S: Final = 5.0
@@ -104,10 +104,18 @@ def _connection_ended(bodies: Bodies, protocol: weakref.ref[ResponseHandler], cl
     if not closed.cancelled():
         closed.exception()  # retrieved, so that an unclean close is not logged as never retrieved
     handler = protocol()
-    body = bodies.pop(handler, None) if handler is not None else None
-    if body is not None and not body.is_eof() and body.exception() is None:
-        error = handler.exception() if handler is not None else None
-        body.set_exception(aiohttp.ClientPayloadError(f"the connection ended before the body did: {error!r}"))
+    if handler is not None:
+        fail_unfinished(handler, bodies.pop(handler, None))
+
+
+def fail_unfinished(protocol: ResponseHandler, body: aiohttp.StreamReader | None) -> None:
+    """Fail ``body`` (read on ``protocol``'s connection) if it has not ended and will not: the
+    connection is gone. Also called when a response's body is first registered, in case its
+    connection ended before (no await lies between the two today; a patch release might add one)."""
+    if body is not None and not body.is_eof() and body.exception() is None and not protocol.is_connected():
+        body.set_exception(
+            aiohttp.ClientPayloadError(f"the connection ended before the body did: {protocol.exception()!r}")
+        )
 
 
 class _GuardedResolver(AbstractResolver):

@@ -29,6 +29,7 @@ connection limits are off, so they never queue a call behind another origin's.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import functools
 import re
@@ -47,7 +48,7 @@ from yarl import URL
 from registry.limits import DEFAULT_LIMITS, Limits
 
 from .caps import OUTBOUND_CALLS, OutboundCalls
-from .guarded_connector import Bodies, GuardedConnector, find_refusal
+from .guarded_connector import Bodies, GuardedConnector, fail_unfinished, find_refusal
 from .ssrf import ForbiddenDestination, IPNetwork
 
 if TYPE_CHECKING:
@@ -293,6 +294,7 @@ class OutboundResponse:
         self._protocol = connection.protocol if connection is not None else None
         if self._protocol is not None and not response.content.is_eof():
             bodies[self._protocol] = response.content
+            fail_unfinished(self._protocol, response.content)
         self._done = False
         self._closed = False
         self.status_code = response.status
@@ -455,6 +457,7 @@ class OutboundClient:
         self.calls = calls
         self._ssl_context = ssl_context
         self._http: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._bodies: Bodies = weakref.WeakKeyDictionary()
         self._closed = False
         #: Told of every response as its head arrives (what a fetch heard, for the editor's view).
@@ -462,9 +465,12 @@ class OutboundClient:
 
     def _session(self) -> aiohttp.ClientSession:
         session = self._http
+        if session is not None and self._loop is not asyncio.get_running_loop():
+            raise RuntimeError("an outbound client serves the event loop it was first used on")
         if session is None:
             if self._closed:
                 raise RuntimeError("the HTTP client is closed")
+            self._loop = asyncio.get_running_loop()
             connector = GuardedConnector(self.allowed, self._ssl_context)
             self._bodies = connector.bodies
             session = self._http = aiohttp.ClientSession(

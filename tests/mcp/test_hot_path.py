@@ -210,12 +210,15 @@ def test_render_cache_is_bounded_by_bytes_and_keys_only_text_arguments() -> None
     assert other_key is not None and cache.get(other_key) is None
 
 
-def test_repeated_completion_values_keep_the_same_recall_order() -> None:
+@pytest.mark.parametrize("declared", [frozenset({"topic"}), {"topic"}], ids=["frozenset", "unhashable-set"])
+def test_repeated_completion_values_keep_the_same_recall_order(declared: frozenset[str] | set[str]) -> None:
+    """Repeated uses are worked out once (a prompt's declared names are a frozenset); declared
+    names that cannot be hashed take the long way, with the same result."""
     history = CompletionHistory(DEFAULT_LIMITS)
     client = Session(label="production", principal="anonymous", id="s1")
     ref = ("ref/prompt", "brief")
     for values in (["one"], ["two"], ["one"], ["one"], ["three"], ["two"], ["two"]):
-        history.remember_all(client, ref, {"topic": values[0], "undeclared": "x"}, {"topic"})
+        history.remember_all(client, ref, {"topic": values[0], "undeclared": "x"}, declared)
     assert history.recall(client, ref, "topic") == ["two", "three", "one"]
     assert history.recall(client, ref, "undeclared") == []  # only declared arguments are kept
     other = Session(label="production", principal="anonymous", id="s2")
@@ -226,7 +229,7 @@ def test_a_caller_cycling_through_many_prompts_keeps_its_most_recent_uses_whole(
     limits = Limits(completion_values=5, completion_bytes=24_000, completion_callers=4)
     history = CompletionHistory(limits)
     client = Session(label="production", principal="anonymous", id="s1")
-    declared = {"topic", "audience"}
+    declared = frozenset({"topic", "audience"})
     for i in range(300):  # ten prompts, each used thirty times with other values
         values = {"topic": f"topic-{i}", "audience": f"audience-{i % 7}", "undeclared": "x"}
         history.remember_all(client, ("ref/prompt", f"p{i % 10}"), values, declared)
@@ -256,6 +259,72 @@ def test_one_request_never_wipes_a_callers_history() -> None:
     assert history.recall(client, ("ref/prompt", "earlier"), "topic") == ["kept"]
     assert history.recall(client, ("ref/prompt", "greedy"), "a0") == [many["a0"]]  # the first values are kept
     assert history.recall(client, ("ref/prompt", "greedy"), "a18") == []  # past half the bytes: not kept
+
+
+def test_a_remembered_use_depends_on_what_is_declared_and_the_memo_stays_bounded() -> None:
+    """The same values under other declared names keep other values; values that are not text
+    are never kept and never part of what is remembered about a use; long uses are not remembered
+    at all, and the number remembered is bounded."""
+    from registry.mcp import completions
+
+    history = CompletionHistory(DEFAULT_LIMITS)
+    client = Session(label="production", principal="anonymous", id="s1")
+    ref = ("ref/prompt", "brief")
+    values = {"topic": "t", "tone": "dry"}
+    history.remember_all(client, ref, values, frozenset({"topic"}))
+    history.remember_all(client, ref, values, frozenset({"tone"}))
+    assert history.recall(client, ref, "topic") == ["t"] and history.recall(client, ref, "tone") == ["dry"]
+    big = 10**4000  # an argument value that is a number: never remembered, never kept in the memo's keys
+    history.remember_all(client, ("ref/prompt", "n"), {"topic": "t", "count": big}, frozenset({"topic", "count"}))
+    assert all(big not in (value for _, value in key[1]) for key in history._uses)
+    history.remember_all(client, ("ref/prompt", "long"), {"topic": "x" * 5000}, frozenset({"topic"}))
+    assert not any(key[0] == ("ref/prompt", "long") for key in history._uses)
+    for i in range(completions._USES_MEMO + 50):
+        history.remember_all(client, ("ref/prompt", f"p{i}"), {"topic": "t"}, frozenset({"topic"}))
+    assert len(history._uses) == completions._USES_MEMO
+
+
+def test_header_names_are_decoded_once_within_bounds() -> None:
+    """Header names are clients' text: the table of decoded ones keeps short names only, and only
+    so many; every name is read right either way."""
+    from registry.mcp import http_common
+
+    long_name = b"x-" + b"n" * 100
+    scope = {"headers": [(b"host", b"a"), (long_name, b"1"), (b"host", b"b")]}
+    assert http_common.header_map(scope) == {"host": "b", long_name.decode(): "1"}  # the last repeated wins
+    assert long_name not in http_common._HEADER_NAMES and b"host" in http_common._HEADER_NAMES
+    for i in range(http_common._HEADER_NAMES_MAX + 10):
+        assert http_common.header_map({"headers": [(b"x-h%d" % i, b"v")]}) == {f"x-h{i}": "v"}
+    assert len(http_common._HEADER_NAMES) <= http_common._HEADER_NAMES_MAX
+
+
+async def test_a_body_in_several_messages_is_bounded_and_a_disconnect_refused() -> None:
+    from registry.mcp.http_common import HttpError, read_messages
+
+    def receiving(*messages: dict[str, Any]) -> Any:
+        pending = list(messages)
+
+        async def receive() -> dict[str, Any]:
+            return pending.pop(0)
+
+        return receive
+
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}).encode()
+    parts = [
+        {"type": "http.request", "body": body[i : i + 7], "more_body": i + 7 < len(body)}
+        for i in range(0, len(body), 7)
+    ]
+    assert await read_messages(receiving(*parts), {}, DEFAULT_LIMITS) == (False, [json.loads(body)])
+    small = Limits(body_bytes=20)
+    with pytest.raises(HttpError) as too_large:
+        await read_messages(receiving(*parts), {}, small)
+    assert too_large.value.status == 413 and "REGISTRY_LIMIT_BODY_BYTES" in too_large.value.message
+    with pytest.raises(HttpError) as lied:  # a Content-Length over the bound: refused before reading
+        await read_messages(receiving(), {"content-length": "21"}, small)
+    assert lied.value.status == 413
+    with pytest.raises(HttpError) as gone:
+        await read_messages(receiving(parts[0], {"type": "http.disconnect"}), {}, DEFAULT_LIMITS)
+    assert gone.value.status == 400 and gone.value.message == "client disconnected"
 
 
 @pytest.mark.parametrize("seconds, bucket", [(0.0005, "0.0005"), (0.0006, "0.001"), (99.0, "+Inf")])

@@ -254,6 +254,25 @@ def test_stateless_era_input_required_results_and_retries(hooked: LiveServer, ho
     assert again["resultType"] == "input_required"
 
 
+def test_stateless_era_anonymous_calls_count_against_their_address(
+    hooked: LiveServer, hook: Hook, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An anonymous stateless request has no token, user or session: its webhook call is counted
+    against the per-caller outbound cap as its client address's, not as every anonymous agent's."""
+    client = hooked.app.mcp.server.http_client()
+    callers: list[str | None] = []
+    stream = client.stream
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        callers.append(kwargs.get("caller"))
+        return stream(*args, **kwargs)
+
+    monkeypatch.setattr(client, "stream", watched)
+    _tool(hooked, "deploy", hook.url + "/ask")
+    assert _result(_modern(hooked, "deploy", {"arguments": {"env": "prod"}}))["resultType"] == "input_required"
+    assert callers == ["address:127.0.0.1"]
+
+
 def test_stateless_era_refuses_tampered_expired_and_replayed_states(hooked: LiveServer, hook: Hook) -> None:
     _tool(hooked, "deploy", hook.url + "/ask")
     args = {"arguments": {"env": "prod"}}

@@ -113,17 +113,14 @@ async def endless_trailers(
     server: RawServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, index: int
 ) -> None:
     """A chunked ``{}`` whose trailer section never ends: ``/flood`` sends 1 kB trailer lines,
-    ``/endless`` one trailer whose value goes on; both until the client hangs up (or 2 GB). Under
-    ``/later/...`` the trailers start a moment after the body, so that they arrive in a later read
-    than the head, once the registry has handed the head on (aiohttp then has to fail the body)."""
+    ``/endless`` one trailer whose value goes on; both until the client hangs up (or 2 GB).
+    (Trailers that arrive in a later read than the head, once it has been handed on, are
+    tests/webhooks/test_webhook_framing.py's: there the test decides where reads end.)"""
     await server.read_request(reader, index)
     path = server.paths[index][-1]
     writer.write(
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\n2\r\n{}\r\n0\r\n"
     )
-    if path.startswith("/later/"):
-        await writer.drain()
-        await asyncio.sleep(0.01)  # the attacker's pacing
     if path.endswith("/flood"):
         block = (b"X-Trailer: " + b"t" * 1000 + b"\r\n") * 64
     else:
@@ -144,7 +141,7 @@ def test_a_trailer_flood_and_an_endless_trailer_end_the_call_with_a_clear_tool_e
         rss.append(registry.rss())
 
     with RawServer(endless_trailers) as hostile, session(registry) as client:
-        attacks = ["/flood", "/endless", "/later/flood", "/later/endless"]
+        attacks = ["/flood", "/endless"]
         for path in attacks:
             create_tool(registry, "trailers" + path.replace("/", "-"), hostile.url(path))
         before = registry.rss()
@@ -370,4 +367,16 @@ def test_whose_call_it_is() -> None:
     assert caller_key(7, "alice", "s1") == "token:7"
     assert caller_key(None, "alice", "s1") == "user:alice"
     assert caller_key(None, None, "s1") == "session:s1"
-    assert caller_key(None, None, None) == "anonymous"  # anonymous stateless requests, stdio: one caller
+    assert caller_key(None, None, None, "10.0.0.7") == "address:10.0.0.7"  # an anonymous stateless request
+    assert caller_key(None, None, None) == "anonymous"  # stdio: its one host
+
+
+def test_a_requests_outbound_caller_is_whoever_it_comes_from() -> None:
+    from registry.mcp.server import RequestContext
+    from registry.mcp.sessions import ClientState
+
+    anonymous = ClientState(label="production", principal="anonymous")
+    assert RequestContext(client=anonymous, modern=True, peer="10.0.0.7").outbound_caller == "address:10.0.0.7"
+    assert RequestContext(client=anonymous, session_id="s1", peer="10.0.0.7").outbound_caller == "session:s1"
+    agent = ClientState(label="production", principal="agent", token_id=3)
+    assert RequestContext(client=agent, modern=True, peer="10.0.0.7").outbound_caller == "token:3"

@@ -390,7 +390,8 @@ class StreamableHttpTransport:
                 await stream_out.start()
             await stream_out.message(notification)
 
-        ctx = RequestContext(client=client, send=related, modern=True)
+        peer = scope.get("client")
+        ctx = RequestContext(client=client, send=related, modern=True, peer=peer[0] if peer else None)
         if self.server.may_wait(message.method, message.params, client):
             answer = await _until_disconnect(self.server.handle_request(message, ctx), receive)
             if answer is None:
