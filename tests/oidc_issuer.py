@@ -145,7 +145,9 @@ class TestIssuer:
     # ------------------------------------------------------------------ tokens
     def claims(self, **overrides: Any) -> dict[str, Any]:
         """An access token's claims for the test user, valid for five minutes; ``overrides``
-        replace claims (a value of None removes one)."""
+        replace claims (a value of None removes one). Each carries its own ``jti``, as a real
+        issuer's do: two tokens minted within one second are never the same string, so the
+        server's cache of verified tokens cannot answer for a token a test meant to be new."""
         now = int(time.time())
         claims: dict[str, Any] = {
             **self.user,
@@ -154,6 +156,7 @@ class TestIssuer:
             "iat": now,
             "nbf": now,
             "exp": now + 300,
+            "jti": secrets.token_hex(8),
         }
         claims.update(overrides)
         return {k: v for k, v in claims.items() if v is not None}
