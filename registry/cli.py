@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
+import json
 import logging
 import os
 import signal
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.exc import OperationalError
 
 from registry import __version__
+from registry.catalog.audit_verify import AuditKeyMismatch
 from registry.catalog.errors import CatalogError, Invalid
 from registry.catalog.secrets import SecretKeyError
 from registry.config import Settings
@@ -473,14 +475,25 @@ def cmd_token_create(args: argparse.Namespace) -> int:
 
 
 def _audited_database(args: argparse.Namespace, command: str) -> Database:
-    """The existing database, opened read-only; refused unless at this version's migration (an
-    older one has no chain yet: ``db upgrade`` chains its history)."""
+    """The existing database, opened read-only with the audit key; refused unless at this
+    version's migration (an older one is chained differently: ``db upgrade`` brings it up)."""
+    from registry.catalog.secrets import SecretBox, audit_key
     from registry.db import migrate
     from registry.db.engine import Database
 
     settings = _settings(args)
     _require_database(settings, command)
+    secret = settings.secret_key
+    key_file = settings.data_dir / "secret.key"
+    if not settings.audit_key and not secret:
+        if not key_file.is_file():
+            raise CliError(
+                f"{command}: no audit key: set REGISTRY_AUDIT_KEY (or REGISTRY_SECRET_KEY) as the server has it, or "
+                f"run where the server's data folder is ({key_file} is missing)"
+            )
+        secret = key_file.read_text().strip()
     db = Database.from_settings(settings, read_only=True)
+    db.audit_key = audit_key(settings.audit_key, SecretBox(secret) if secret else None)
     if not migrate.is_current(db):
         where = db.engine.url.render_as_string(hide_password=True)
         db.dispose()
@@ -492,19 +505,47 @@ def _audited_database(args: argparse.Namespace, command: str) -> Database:
 
 
 def cmd_audit_verify(args: argparse.Namespace) -> int:
-    """Exit 0 when the change log's hash chain is intact, 1 naming the first broken row."""
-    from registry.catalog.audit_log import verify_chain
+    """Exit 0 when the chain is intact and the tables agree with it (and, with ``--anchor``, the
+    anchored row is still there), 1 naming every difference."""
+    from registry.catalog.audit_verify import Anchor, verify_audit
 
+    anchor = None
+    if args.anchor is not None:
+        try:
+            anchor = Anchor.parse(json.loads(Path(args.anchor).read_text()))
+        except (OSError, ValueError) as exc:
+            raise CliError(f"audit verify: cannot read the anchor {args.anchor}: {exc}") from None
     db = _audited_database(args, "audit verify")
     try:
-        checked, broken = verify_chain(db)
+        report = verify_audit(db, anchor=anchor)
     finally:
         db.dispose()
-    if broken is None:
-        print(f"audit chain intact: {checked} changes verified")
-        return 0
-    print(f"audit chain broken at change #{broken.id}: {broken.reason} ({checked} changes before it verified)")
-    return 1
+    print(report.summary())
+    for difference in report.differences:
+        print(f"  {difference.table}: {difference.message}")
+    if report.difference_count > len(report.differences):
+        print(f"  ... and {report.difference_count - len(report.differences)} more")
+    if report.keyed_from is not None and report.keyed_from > 1:
+        print(
+            f"(rows before #{report.keyed_from} were written before the chain was keyed; "
+            "the first keyed row covers them)"
+        )
+    return 0 if report.intact else 1
+
+
+def cmd_audit_head(args: argparse.Namespace) -> int:
+    """Print the chain's head as JSON: keep it elsewhere, and pass it to ``audit verify --anchor``."""
+    from registry.catalog.audit_verify import chain_head
+
+    db = _audited_database(args, "audit head")
+    try:
+        head = chain_head(db)
+    finally:
+        db.dispose()
+    if head is None:
+        raise CliError("audit head: the change log is empty")
+    print(json.dumps(head.as_dict()))
+    return 0
 
 
 def cmd_audit_list(args: argparse.Namespace) -> int:
@@ -640,10 +681,21 @@ def build_parser() -> argparse.ArgumentParser:
     audit = commands.add_parser("audit", help="the hash-chained audit trail (the change log)")
     audit_commands = audit.add_subparsers(dest="audit_command", required=True)
     verify = audit_commands.add_parser(
-        "verify", help="check the hash chain from the first change to the last (exit 1 naming the first broken row)"
+        "verify",
+        help="check the keyed chain and that the tables agree with it (exit 1 naming every difference)",
     )
     common(verify)
+    verify.add_argument(
+        "--anchor",
+        metavar="FILE",
+        help="a head kept earlier (`audit head`, GET /api/v1/audit/head): it must still be there",
+    )
     verify.set_defaults(func=cmd_audit_verify)
+    head = audit_commands.add_parser(
+        "head", help="print the chain's newest row id and MAC (an anchor to keep elsewhere)"
+    )
+    common(head)
+    head.set_defaults(func=cmd_audit_head)
     listing = audit_commands.add_parser("list", help="print the newest changes, one per line")
     common(listing)
     for option in ("actor", "team", "kind", "name", "action"):
@@ -664,7 +716,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (CatalogError, FileNotFoundError, CliError, SecretKeyError) as exc:
+    except (CatalogError, FileNotFoundError, CliError, SecretKeyError, AuditKeyMismatch) as exc:
         print(f"error: {getattr(exc, 'detail', exc)}", file=sys.stderr)
         return 2
     except OperationalError as exc:  # the database could not be opened or answered

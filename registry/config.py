@@ -32,6 +32,8 @@ class Settings:
     database_url: str | None = None
     admin_token: str | None = None
     secret_key: str | None = None
+    #: The audit chain's key (``REGISTRY_AUDIT_KEY``); None: derived from the secret key.
+    audit_key: str | None = None
     host: str = "127.0.0.1"
     port: int = 8080
     #: Extra Origins allowed on the MCP endpoint besides the server's own.
@@ -114,6 +116,7 @@ class Settings:
             database_url=os.environ.get("REGISTRY_DATABASE_URL") or None,
             admin_token=os.environ.get("REGISTRY_ADMIN_TOKEN") or None,
             secret_key=os.environ.get("REGISTRY_SECRET_KEY") or None,
+            audit_key=os.environ.get("REGISTRY_AUDIT_KEY") or None,
             host=os.environ.get("REGISTRY_HOST", "127.0.0.1"),
             port=int(os.environ.get("REGISTRY_PORT", "8080")),
             allowed_origins=_env_list("REGISTRY_ALLOWED_ORIGINS"),

@@ -8,11 +8,12 @@ from pathlib import Path
 
 from sqlalchemy import text
 
+from registry.catalog.audit_verify import key_the_chain
 from registry.catalog.bundles import apply_import
 from registry.catalog.errors import Conflict
 from registry.catalog.protection import ProtectionPolicy
 from registry.catalog.reviews import ChangeRequestService
-from registry.catalog.secrets import SecretBox, load_or_create_key
+from registry.catalog.secrets import SecretBox, audit_key, load_or_create_key
 from registry.catalog.service import CatalogService
 from registry.catalog.teams import TeamService
 from registry.catalog.watchers import EntryWatchers
@@ -46,6 +47,7 @@ class Registry:
         self.settings = settings
         self.db = Database.from_settings(settings)
         self.secrets = SecretBox(load_or_create_key(settings.secret_key, settings.data_dir))
+        self.db.audit_key = audit_key(settings.audit_key, self.secrets)
         #: Labels no save moves (REGISTRY_PROTECTED_LABELS plus those protected through the API).
         self.protection = ProtectionPolicy(self.db, settings.protected_labels, settings.required_approvals)
         self.catalog = CatalogService(
@@ -74,6 +76,7 @@ class Registry:
     def migrate(self) -> None:
         with migrate.exclusive(self.db):
             migrate.upgrade(self.db)
+            key_the_chain(self.db, only_check=True)
 
     def is_empty(self) -> bool:
         with self.db.session() as session:
@@ -99,6 +102,7 @@ class Registry:
         preparation lock, so processes starting together take turns (the later ones find it done)."""
         with migrate.exclusive(self.db):
             migrate.upgrade(self.db)
+            key_the_chain(self.db)
             if self.settings.admin_token:
                 self.tokens.ensure("admin (REGISTRY_ADMIN_TOKEN)", self.settings.admin_token, ["admin"])
             if demo_if_empty and self.is_empty():

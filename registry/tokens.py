@@ -32,9 +32,10 @@ from registry.catalog.errors import Invalid, NotFound
 from registry.catalog.specs import LABEL_PATTERN
 from registry.catalog.teams import TEAM_PATTERN as TEAM_PATTERN  # re-exported (registry.oidc)
 from registry.catalog.teams import missing_teams
-from registry.db.audit import Actor
+from registry.db.audit import Actor, digest
+from registry.db.changelog import append_event
 from registry.db.engine import Database
-from registry.db.models import ApiToken, utcnow
+from registry.db.models import ApiToken, Change, utcnow
 
 SCOPES = ("admin", "reviewer", "editor", "viewer", "agent")
 #: What each admin scope includes.
@@ -227,9 +228,11 @@ class TokenService:
         value: str | None = None,
         expires_at: datetime | None = None,
         teams: Mapping[str, str] | None = None,
+        actor: Actor | str | None = None,
     ) -> tuple[str, dict[str, Any]]:
         """A new token (its value is returned only here). ``expires_at``: when it stops working;
-        ``teams``: team -> role memberships."""
+        ``teams``: team -> role memberships. ``actor``: who creates it, for the audit trail's
+        ``token_created`` event (default: ``created_by``)."""
         scopes = sorted(set(scopes))
         memberships = check_teams(teams)
         if not name or len(name) > 128:
@@ -259,19 +262,76 @@ class TokenService:
             session.add(row)
             session.flush()
             info = token_as_dict(row)
+            append_event(
+                session,
+                kind="token",
+                name=name,
+                action="token_created",
+                actor=actor if actor is not None else (created_by or "system"),
+                ref=f"token:{row.id}",
+                note=_describe_token(info),
+                digest=digest(_audited_fields(info)),
+            )
         return token, info
 
     def ensure(self, name: str, value: str, scopes: Iterable[str]) -> None:
         """Make sure a token with this exact value exists and is active (``REGISTRY_ADMIN_TOKEN``)."""
-        digest = hash_token(value)
+        token_digest = hash_token(value)
         with self.db.session() as session:
-            row = session.scalar(select(ApiToken).where(ApiToken.token_hash == digest))
+            row = session.scalar(select(ApiToken).where(ApiToken.token_hash == token_digest))
             if row is not None:
-                row.revoked_at = None
-                row.expires_at = None
-                row.scopes = sorted(set(row.scopes) | set(scopes))
+                scopes = sorted(set(row.scopes) | set(scopes))
+                if row.revoked_at is not None or row.expires_at is not None or scopes != sorted(row.scopes):
+                    row.revoked_at = None
+                    row.expires_at = None
+                    row.scopes = scopes
+                    info = token_as_dict(row)
+                    append_event(
+                        session,
+                        kind="token",
+                        name=row.name,
+                        action="token_restored",
+                        actor="environment",
+                        ref=f"token:{row.id}",
+                        note=f"REGISTRY_ADMIN_TOKEN made it active again: {_describe_token(info)}",
+                        digest=digest(_audited_fields(info)),
+                    )
                 return
         self.create(name, scopes, value=value, created_by="environment")
+
+    def record_expired(self, now: datetime | None = None) -> int:
+        """Append a ``token_expired`` event for each token whose expiry has passed and has none
+        yet (the sweep calls this every minute or so); how many it appended."""
+        now = now or utcnow()
+        with self.db.session() as session:
+            expired = list(
+                session.scalars(
+                    select(ApiToken).where(
+                        ApiToken.expires_at.is_not(None), ApiToken.expires_at <= now, ApiToken.revoked_at.is_(None)
+                    )
+                )
+            )
+            if not expired:
+                return 0
+            refs = [f"token:{row.id}" for row in expired]
+            recorded = set(
+                session.scalars(select(Change.ref).where(Change.action == "token_expired", Change.ref.in_(refs)))
+            )
+            added = 0
+            for row in expired:
+                if f"token:{row.id}" in recorded:
+                    continue
+                append_event(
+                    session,
+                    kind="token",
+                    name=row.name,
+                    action="token_expired",
+                    actor="system",
+                    ref=f"token:{row.id}",
+                    note=f"token #{row.id} expired at {_aware(row.expires_at).isoformat() if row.expires_at else now}",
+                )
+                added += 1
+            return added
 
     def list_tokens(self) -> list[dict[str, Any]]:
         with self.db.session() as session:
@@ -281,14 +341,26 @@ class TokenService:
         """Call ``listener(token_id)`` after this process revokes a token (in the revoking thread)."""
         self._revoke_listeners.append(listener)
 
-    def revoke(self, token_id: int) -> dict[str, Any]:
+    def revoke(self, token_id: int, *, actor: Actor | str = "system") -> dict[str, Any]:
         with self.db.session() as session:
             row = session.get(ApiToken, token_id)
             if row is None:
                 raise NotFound(f"token {token_id} does not exist")
-            if row.revoked_at is None:
+            newly = row.revoked_at is None
+            if newly:
                 row.revoked_at = utcnow()
             info = token_as_dict(row)
+            if newly:
+                append_event(
+                    session,
+                    kind="token",
+                    name=row.name,
+                    action="token_revoked",
+                    actor=actor,
+                    ref=f"token:{token_id}",
+                    note=f"token #{token_id} revoked",
+                    digest=digest(_audited_fields(info)),
+                )
             if self.db.is_postgres:
                 # Delivered at commit, to every replica (this one included) listening on the channel.
                 session.execute(
@@ -367,3 +439,16 @@ class TokenService:
             if len(self._cache) > 10_000:
                 self._cache.clear()
             self._cache[digest] = (until, principal)
+
+
+def _audited_fields(info: Mapping[str, Any]) -> dict[str, Any]:
+    """What a token event's digest covers: what the token may do, never its value."""
+    return {key: info.get(key) for key in ("id", "name", "scopes", "label", "teams", "expires_at", "revoked_at")}
+
+
+def _describe_token(info: Mapping[str, Any]) -> str:
+    teams = ", ".join(f"{team}:{role}" for team, role in sorted((info.get("teams") or {}).items())) or "none"
+    return (
+        f"token #{info['id']}: scopes {', '.join(info.get('scopes') or [])}; teams {teams}; "
+        f"label {info.get('label') or '-'}; expires {info.get('expires_at') or 'never'}"
+    )

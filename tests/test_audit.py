@@ -17,7 +17,7 @@ import yaml
 from sqlalchemy import create_engine, text
 
 from registry.catalog.activity import recent_changes
-from registry.catalog.audit_log import verify_chain
+from registry.catalog.audit_verify import verify_audit
 from registry.catalog.bundles import apply_import
 from registry.cli import main
 from registry.db.audit import Actor
@@ -146,9 +146,15 @@ def _write_bundle(folder: Path) -> Path:
 
 
 def test_every_write_is_audited_and_tampering_is_reported(
-    live_server: LiveServer, database_url: str, raw: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    live_server: LiveServer,
+    database_url: str,
+    raw: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     registry = live_server.registry
+    monkeypatch.setenv("REGISTRY_SECRET_KEY", "test-secret-key")  # the CLI verifies with the server's key
     with live_server.client() as admin:
         made = admin.post("/api/v1/tokens", json={"name": "audit-editor", "scopes": ["editor"]})
         assert made.status_code == 201, made.text
@@ -208,8 +214,12 @@ def test_every_write_is_audited_and_tampering_is_reported(
         # Filters and pages.
         by_token = admin.get("/api/v1/audit", params={"token_id": editor_id}).json()["items"]
         assert [r["action"] for r in by_token] == ["archived", "label_moved", "updated", "created"]  # newest first
+        bundle = [r for r in rows if r["kind"] == "bundle"]
+        assert [(r["action"], r["actor"], r["note"]) for r in bundle] == [
+            ("imported", "import", "2 entries written; labels moved: latest, production")
+        ]
         assert admin.get("/api/v1/audit", params={"actor": "import"}).json()["items"] == sorted(
-            imported, key=lambda r: -r["id"]
+            [*imported, *bundle], key=lambda r: -r["id"]
         )
         assert [r["id"] for r in admin.get("/api/v1/audit", params={"override": "true"}).json()["items"]] == [event_id]
         assert [r["id"] for r in admin.get("/api/v1/audit", params={"kind": "label"}).json()["items"]] == [event_id]
@@ -226,10 +236,17 @@ def test_every_write_is_audited_and_tampering_is_reported(
 
         # Verified by the API, the CLI and the function: the same count.
         total = len(rows)
-        assert admin.get("/api/v1/audit/verify").json() == {"intact": True, "checked": total, "broken": None}
+        verified = admin.get("/api/v1/audit/verify").json()
+        assert (verified["intact"], verified["checked"], verified["broken"], verified["differences"]) == (
+            True,
+            total,
+            None,
+            [],
+        )
+        assert verified["head"]["id"] == rows[-1]["id"] and verified["head"]["mac"] == rows[-1]["hash"]
         cli = ["audit", "verify", "--database-url", database_url, "--data-dir", str(tmp_path / "cli")]
-        assert _cli(cli, capsys) == (0, f"audit chain intact: {total} changes verified\n")
-        assert verify_chain(registry.db, batch=3) == (total, None)
+        assert _cli(cli, capsys) == (0, f"audit chain intact: {total} changes verified, and the tables agree with it\n")
+        assert verify_audit(registry.db, batch=3).checked == total
         listing = ["audit", "list", "--database-url", database_url, "--data-dir", str(tmp_path / "cli")]
         code, out = _cli([*listing, "--actor", "audit-editor", "--limit", "2"], capsys)
         assert code == 0 and out.count("\n") == 2, out
@@ -256,7 +273,7 @@ def test_every_write_is_audited_and_tampering_is_reported(
             assert code == 1
             assert out.startswith(f"audit chain broken at change #{row['id']}: "), out
             assert f"({before} changes before it verified)" in out
-            broken = verify_chain(registry.db)[1]
+            broken = verify_audit(registry.db).broken
             assert broken is not None and broken.id == row["id"]
             with raw.begin() as conn:
                 conn.execute(

@@ -27,11 +27,16 @@ DEMO_ENTRIES = [
 
 
 def counts(registry: Registry) -> dict[str, int]:
+    """Rows of the catalog's tables; ``changes`` counts the catalog's own (not governance events,
+    such as the start-up admin token's ``token_created``)."""
+    catalog_changes = "SELECT COUNT(*) FROM changes WHERE kind IN ('prompt', 'resource', 'tool')"
     with registry.db.engine.connect() as conn:
-        return {
+        found = {
             table: conn.execute(text(f"SELECT COUNT(*) FROM {table}")).scalar_one()
-            for table in ("entries", "entry_versions", "labels", "changes")
+            for table in ("entries", "entry_versions", "labels")
         }
+        found["changes"] = conn.execute(text(catalog_changes)).scalar_one()
+        return found
 
 
 def tree(root: Path) -> dict[str, bytes]:

@@ -149,12 +149,16 @@ def test_two_thousand_prompts_are_one_transaction_of_batched_statements(
     assert {item.action for item in done} == {"create"} and len(done) == 2000
     assert len(statements) < 60, f"{len(statements)} statements for 2,000 entries"
     assert counts(registry) == {"entries": 2000, "entry_versions": 2000, "labels": 4000, "changes": 2000}
+    catalog = "kind IN ('prompt', 'resource', 'tool')"
     with registry.db.engine.connect() as conn:
-        first, last = conn.execute(text("SELECT MIN(id), MAX(id) FROM changes")).one()
-        actions = set(conn.execute(text("SELECT DISTINCT action FROM changes")).scalars())
+        first, last = conn.execute(text(f"SELECT MIN(id), MAX(id) FROM changes WHERE {catalog}")).one()
+        actions = set(conn.execute(text(f"SELECT DISTINCT action FROM changes WHERE {catalog}")).scalars())
+        closing = conn.execute(text("SELECT id, kind, action, note FROM changes ORDER BY id DESC LIMIT 1")).one()
     assert last - first == 1999  # one contiguous range
     assert actions == {"created"}
-    assert signals == [last]  # one in-process signal, carrying the last id
+    # ... closed by the bundle's governance event, in the same range.
+    assert tuple(closing) == (last + 1, "bundle", "imported", "2000 entries written; labels moved: latest, production")
+    assert signals == [last + 1]  # one in-process signal, carrying the last id
     view = registry.catalog.get("prompt", "p1234")
     assert (view.version, view.labels, view.author) == (1, {"latest": 1, "production": 1}, "tester")
     assert view.spec["messages"][0]["content"]["text"] == "Tell me about {{ topic }} (1234)"
@@ -163,7 +167,7 @@ def test_two_thousand_prompts_are_one_transaction_of_batched_statements(
     statements.clear()
     again = apply_import(registry.catalog, tmp_path / "b", actor="tester")
     assert {item.action for item in again} == {"unchanged"}
-    assert signals == [last]
+    assert signals == [last + 1]
     assert counts(registry)["changes"] == 2000
     assert len(statements) < 30, f"{len(statements)} statements to compare 2,000 entries"
 
@@ -190,7 +194,10 @@ def test_updates_move_labels_and_record_what_lists_show(registry: Registry, tmp_
     assert p1.spec["description"] == "new words"
     with registry.db.engine.connect() as conn:
         rows = conn.execute(
-            text("SELECT name, action, version, labels, listing_changed FROM changes WHERE actor = 'ci' ORDER BY name")
+            text(
+                "SELECT name, action, version, labels, listing_changed FROM changes WHERE actor = 'ci' "
+                "AND kind = 'prompt' ORDER BY name"
+            )
         ).all()
     parsed = [(n, a, v, _json(labels), _json(shown)) for n, a, v, labels, shown in rows]
     assert parsed == [

@@ -79,7 +79,8 @@ def test_import_plan_import_export(cli: Cli, tmp_path: Path) -> None:
     assert all(line.startswith("unchanged ") for line in out.splitlines()[:-1])
     assert out.splitlines()[-1] == "changed 0 of 9 entries"
     assert cli.scalar("SELECT COUNT(*) FROM entry_versions") == 9
-    assert cli.scalar("SELECT COUNT(*) FROM changes") == 9
+    assert cli.scalar("SELECT COUNT(*) FROM changes WHERE kind = 'prompt' OR kind = 'resource' OR kind = 'tool'") == 9
+    assert cli.scalar("SELECT COUNT(*) FROM changes WHERE kind = 'bundle'") == 1  # the first import's event
 
     target = tmp_path / "exported"
     code, out, _ = cli("export", str(target))

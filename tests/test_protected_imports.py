@@ -65,6 +65,6 @@ def test_an_import_of_a_team_entry_names_the_team(registry: Registry, tmp_path: 
 
     apply_import(registry.catalog, edited_demo(tmp_path), actor="importer")
     with registry.db.session() as session:
-        row = session.scalars(select(Change).order_by(Change.id.desc()).limit(1)).one()
+        row = session.scalars(select(Change).where(Change.kind == "prompt").order_by(Change.id.desc()).limit(1)).one()
         assert (row.kind, row.name, row.action) == ("prompt", "summarize", "updated")
         assert row.team == "docs" and row.audience == ["docs"], "only the docs team's agents hear of it"

@@ -496,13 +496,28 @@ def test_an_upgraded_database_keeps_entries_tokens_sessions_and_history(
         rows = admin.get("/api/v1/audit", params={"order": "oldest", "limit": 500}).json()["items"]
         assert [(r["kind"], r["name"], r["action"], r["actor"]) for r in rows] == [
             *((c["kind"], c["name"], c["action"], c["actor"]) for c in HISTORY),
+            # The first start keyed the chain: one keyed row covering every version before it ...
+            ("audit", "chain", "chain_keyed", "system"),
+            # ... then the environment's admin token, new to this database, and the new write.
+            ("token", "admin (REGISTRY_ADMIN_TOKEN)", "token_created", "environment"),
             ("prompt", "greet", "updated", "old-editor"),
         ]
         assert rows[-1]["token_id"] == old.token_ids["editor"]
         assert rows[0]["prev_hash"] == "" and all(b["prev_hash"] == a["hash"] for a, b in pairwise(rows))
-        assert admin.get("/api/v1/audit/verify").json() == {"intact": True, "checked": len(rows), "broken": None}
+        verified = admin.get("/api/v1/audit/verify").json()
+        assert (verified["intact"], verified["checked"], verified["broken"], verified["differences"]) == (
+            True,
+            len(rows),
+            None,
+            [],
+        ), verified
+        assert verified["keyed_from"] == rows[len(HISTORY)]["id"]
         changes = admin.get("/api/v1/changes").json()["items"]
-        assert [c["id"] for c in changes] == [r["id"] for r in rows]
-    code = main(["audit", "verify", "--database-url", database_url, "--data-dir", str(tmp_path / "cli")])
+        # The change feed carries the catalog's changes; governance events are the audit trail's alone.
+        assert [c["id"] for c in changes] == [r["id"] for r in rows if r["kind"] in ("prompt", "resource", "tool")]
+    # The CLI verifies with the server's key (its REGISTRY_SECRET_KEY, as the operator would give it).
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("REGISTRY_SECRET_KEY", server.environment()["REGISTRY_SECRET_KEY"])
+        code = main(["audit", "verify", "--database-url", database_url, "--data-dir", str(tmp_path / "cli")])
     assert code == 0
     assert f"audit chain intact: {len(rows)} changes verified" in capsys.readouterr().out

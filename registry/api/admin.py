@@ -55,6 +55,7 @@ def create_token(request: Request, body: TokenRequest, principal: AdminPrincipal
         created_by=principal.name,
         expires_at=expiry(body),
         teams=body.teams,
+        actor=principal.actor(),
     )
     return {"token": token, **info}
 
@@ -80,9 +81,9 @@ def list_tokens(request: Request, _p: AdminPrincipal) -> dict[str, Any]:
     responses=documented(*ALWAYS, 404, 422),
 )
 def revoke_token(
-    request: Request, token_id: Annotated[int, Path(ge=1, le=INT64_MAX)], _p: AdminPrincipal
+    request: Request, token_id: Annotated[int, Path(ge=1, le=INT64_MAX)], principal: AdminPrincipal
 ) -> dict[str, Any]:
-    return _tokens(request).revoke(token_id)
+    return _tokens(request).revoke(token_id, actor=principal.actor())
 
 
 @router.get(

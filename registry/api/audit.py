@@ -1,7 +1,7 @@
-"""``/api/v1/audit``: the hash-chained change log as an audit trail, and a check of the chain.
+"""``/api/v1/audit``: the keyed change log as an audit trail, a check of it, and its head.
 
 Reading needs any admin-API scope and shows what the caller's teams may see (admins: all);
-verifying needs ``admin``, since it walks every row of every team.
+verifying and reading the head need ``admin``, since they concern every row of every team.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from registry.api.auth import AdminPrincipal, ViewerPrincipal
 from registry.api.instants import instant_query, parse_instant
 from registry.api.models import INT64_MAX
 from registry.api.problems import ALWAYS, documented
-from registry.catalog.audit_log import DEFAULT_PAGE, MAX_PAGE, AuditFilter, Order, audit_page, verify_chain
+from registry.catalog.audit_log import DEFAULT_PAGE, MAX_PAGE, AuditFilter, Order, audit_page
+from registry.catalog.audit_verify import Anchor, chain_head, verify_audit
+from registry.catalog.errors import NotFound
 from registry.db.engine import Database
 
 router = APIRouter(tags=["audit"])
@@ -63,7 +65,10 @@ class AuditRow(BaseModel):
     override: bool = Field(description="an admin's emergency override of a protected label or failing checks")
     note: str | None
     prev_hash: str = Field(description="the previous row's `hash` (empty for the first row)")
-    hash: str = Field(description="SHA-256 (hex) over this row's content and `prev_hash`")
+    hash: str = Field(
+        description="HMAC-SHA256 (hex) under the audit key over this row's content and `prev_hash` "
+        "(rows written before the chain was keyed: SHA-256)"
+    )
 
 
 class AuditPage(BaseModel):
@@ -89,14 +94,53 @@ class BrokenLinkInfo(BaseModel):
     reason: str
 
 
+class AuditDifference(BaseModel):
+    """A table that does not say what the chain recorded, or a gap an anchor shows."""
+
+    table: str = Field(description="entry_versions, labels, entries, change_requests, change_request_reviews, ...")
+    message: str
+    change_id: int | None = Field(description="the change row it concerns, when there is one")
+
+
+class AuditHead(BaseModel):
+    """The chain's newest row: keep it elsewhere, and give it to `mcp-registry audit verify --anchor`."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"id": 1250, "mac": "9f2c" + "0" * 60, "created_at": "2026-12-05T10:00:00+00:00"}]
+        }
+    )
+
+    id: int = Field(ge=1, le=INT64_MAX)
+    mac: str = Field(description="the row's MAC (hex)")
+    created_at: str
+
+
 class AuditVerification(BaseModel):
-    """Whether the change log's hash chain is intact, from its first row to its last."""
+    """Whether the keyed chain is intact from its first row to its last, and whether the tables
+    it describes (versions, labels, entries, change requests, reviews, protected labels) agree."""
 
     model_config = ConfigDict(
         json_schema_extra={
             "examples": [
-                {"intact": True, "checked": 1250, "broken": None},
-                {"intact": False, "checked": 41, "broken": _BROKEN_EXAMPLE},
+                {
+                    "intact": True,
+                    "checked": 1250,
+                    "broken": None,
+                    "differences": [],
+                    "difference_count": 0,
+                    "keyed_from": 1,
+                    "head": None,
+                },
+                {
+                    "intact": False,
+                    "checked": 41,
+                    "broken": _BROKEN_EXAMPLE,
+                    "differences": [],
+                    "difference_count": 0,
+                    "keyed_from": 1,
+                    "head": None,
+                },
             ]
         }
     )
@@ -104,6 +148,10 @@ class AuditVerification(BaseModel):
     intact: bool
     checked: int = Field(ge=0, description="rows verified (before the broken one, if any)")
     broken: BrokenLinkInfo | None
+    differences: list[AuditDifference] = Field(description="at most 200; `difference_count` is exact")
+    difference_count: int = Field(ge=0)
+    keyed_from: int | None = Field(description="the first keyed row (earlier rows predate the key)")
+    head: AuditHead | None
 
 
 def _db(request: Request) -> Database:
@@ -163,15 +211,39 @@ def list_audit(
 
 @router.get(
     "/audit/verify",
-    summary="Check the change log's hash chain: intact, or the first row edited, deleted or reordered",
+    summary="Check the keyed chain (the first row edited, deleted or re-hashed) and that the tables agree with it",
     operation_id="verifyAudit",
     response_model=AuditVerification,
-    responses=documented(*ALWAYS),
+    responses=documented(*ALWAYS, 422),
 )
-def verify_audit(request: Request, _p: AdminPrincipal) -> dict[str, Any]:
-    checked, broken = verify_chain(_db(request))
-    return {
-        "intact": broken is None,
-        "checked": checked,
-        "broken": None if broken is None else {"id": broken.id, "reason": broken.reason},
-    }
+def verify_audit_chain(
+    request: Request,
+    _p: AdminPrincipal,
+    anchor: Annotated[
+        str | None,
+        Query(
+            pattern=r"^[1-9][0-9]{0,17}:[0-9a-fA-F]{64}$",
+            max_length=83,
+            description="`ID:MAC` of a head kept earlier (GET /api/v1/audit/head): that row must still be there",
+        ),
+    ] = None,
+) -> dict[str, Any]:
+    kept = None
+    if anchor is not None:
+        row_id, _, mac = anchor.partition(":")
+        kept = Anchor(int(row_id), mac.lower())
+    return verify_audit(_db(request), anchor=kept).as_dict()
+
+
+@router.get(
+    "/audit/head",
+    summary="The chain's newest row and its MAC: an anchor to keep outside the database",
+    operation_id="auditHead",
+    response_model=AuditHead,
+    responses=documented(*ALWAYS, 404),
+)
+def audit_head(request: Request, _p: AdminPrincipal) -> dict[str, Any]:
+    head = chain_head(_db(request))
+    if head is None:
+        raise NotFound("the change log is empty: there is no head yet")
+    return head.as_dict()

@@ -5,8 +5,7 @@ Every row of the change log (catalog changes and governance events alike) is has
 on the change id in either direction, so a deep page costs what the first does. What a caller may
 see follows the catalog's visibility rule: a catalog change whose audience (the teams whose view
 it altered; ``*`` everyone; None an old row, everyone) meets their teams, and a governance event
-of a team they see (or of none). ``verify_chain`` walks the whole log in id order, a batch at a
-time, so a long history never sits in memory at once.
+of a team they see (or of none). ``registry.catalog.audit_verify`` checks it.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from sqlalchemy import ColumnElement, Select, and_, case, exists, func, literal,
 
 from registry.catalog.access import Access
 from registry.catalog.errors import Invalid
-from registry.db.audit import HASHED_COLUMNS, BrokenLink, verify_rows
 from registry.db.changelog import CATALOG_KINDS
 from registry.db.engine import Database
 from registry.db.models import Change
@@ -28,10 +26,8 @@ from registry.db.models import Change
 #: Rows per page unless asked otherwise, and the most one page may hold.
 DEFAULT_PAGE = 100
 MAX_PAGE = 500
-#: Rows read per query while verifying the chain.
-VERIFY_BATCH = 2000
 #: The kinds of governance event (``append_event``), besides the catalog's own kinds.
-EVENT_KINDS = ("change_request", "team", "label", "token")
+EVENT_KINDS = ("change_request", "team", "label", "token", "bundle", "audit")
 AUDIT_KINDS = (*CATALOG_KINDS, *EVENT_KINDS)
 
 Order = Literal["newest", "oldest"]
@@ -177,30 +173,3 @@ def _utc(value: datetime) -> datetime:
         return value.astimezone(UTC)
     except OverflowError:  # e.g. 0001-01-01T00:00+01:00
         return (datetime.min if value.year < 2 else datetime.max).replace(tzinfo=UTC)
-
-
-# ------------------------------------------------------------------ the chain
-
-
-_VERIFY_COLUMNS = [Change.__table__.c[name] for name in ("id", "hash", *HASHED_COLUMNS)]
-
-
-def verify_chain(db: Database, *, batch: int = VERIFY_BATCH) -> tuple[int, BrokenLink | None]:
-    """Walk every change row in id order: how many verified, and the first broken link (None:
-    the chain is intact). Blocking (many round trips on a long log): call it off the event loop."""
-    checked = 0
-    prev_hash = ""
-    after = 0
-    while True:
-        with db.session() as session:
-            rows = session.execute(
-                select(*_VERIFY_COLUMNS).where(Change.id > after).order_by(Change.id).limit(batch)
-            ).all()
-        if not rows:
-            return checked, None
-        done, broken = verify_rows(rows, prev_hash)
-        checked += done
-        if broken is not None:
-            return checked, broken
-        prev_hash = rows[-1].hash
-        after = rows[-1].id

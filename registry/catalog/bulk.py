@@ -28,8 +28,8 @@ from sqlalchemy.orm import Session
 
 from registry.catalog.errors import Conflict
 from registry.catalog.listing import listing_changed
-from registry.db.audit import Actor, as_actor, chain
-from registry.db.changelog import CHANGELOG_LOCK_KEY, NOTIFY_CHANNEL, audit_row, last_hash
+from registry.db.audit import Actor, as_actor, chain, digest, versions_digest
+from registry.db.changelog import CHANGELOG_LOCK_KEY, NOTIFY_CHANNEL, audit_row, chain_key, last_hash
 from registry.db.models import Change, Entry, EntryVersion, Label
 
 #: Rows per statement: large enough that round trips do not dominate, small enough for SQLite's
@@ -116,7 +116,7 @@ def _append_changes(session: Session, rows: list[dict[str, Any]]) -> int | None:
     if is_postgres:
         session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": CHANGELOG_LOCK_KEY})
     rows = [audit_row(**row) for row in rows]
-    chain(rows, last_hash(session))  # under the lock: ours follow the newest row
+    chain(rows, last_hash(session), chain_key(session))  # under the lock: ours follow the newest row
     _insert(session, _CHANGES, rows)
     # Ours are the newest rows: appends are serialised (the advisory lock; SQLite's write lock).
     last = session.scalar(select(func.max(_CHANGES.c.id)))
@@ -234,9 +234,11 @@ def write_heads(
     note: str | None,
     labels: Sequence[str],
     now: datetime,
+    closing: Mapping[str, Any] | None = None,
 ) -> int | None:
-    """Create or update entries, one new version each, moving ``latest`` and ``labels`` to it.
-    Returns the last change id (None when there was nothing to write)."""
+    """Create or update entries, one new version each, moving ``latest`` and ``labels`` to it,
+    then the ``closing`` governance event (``bundle_event``), if given. Returns the last change id
+    (None when there was nothing to write)."""
     if not writes:
         return None
     creates = [w for w in writes if w.entry_id is None]
@@ -315,24 +317,28 @@ def write_heads(
     return _append_changes(
         session,
         [
-            {
-                "created_at": now,
-                "kind": w.kind,
-                "name": w.name,
-                "action": "created" if w.entry_id is None else "updated",
-                "version": n,
-                "labels": moved,
-                "uris": resource_uris(w.kind, w.previous, w.spec),
-                "actor": actor,
-                "note": note,
-                # A new entry appears in every label it is given; an update changes the lists of the
-                # labels whose list item differs from what they served before.
-                "listing_changed": moved
-                if w.entry_id is None
-                else listing_changed(w.kind, moved, served_before.get(w.entry_id, {}), w.spec),
-                "team": teams.get(w.entry_id) if w.entry_id is not None else None,
-            }
-            for _i, n, w in targets
+            *(
+                {
+                    "created_at": now,
+                    "kind": w.kind,
+                    "name": w.name,
+                    "action": "created" if w.entry_id is None else "updated",
+                    "version": n,
+                    "labels": moved,
+                    "uris": resource_uris(w.kind, w.previous, w.spec),
+                    "actor": actor,
+                    "note": note,
+                    # A new entry appears in every label it is given; an update changes the lists of the
+                    # labels whose list item differs from what they served before.
+                    "listing_changed": moved
+                    if w.entry_id is None
+                    else listing_changed(w.kind, moved, served_before.get(w.entry_id, {}), w.spec),
+                    "team": teams.get(w.entry_id) if w.entry_id is not None else None,
+                    "digest": versions_digest(w.kind, w.name, [(n, w.spec)]),
+                }
+                for _i, n, w in targets
+            ),
+            *([dict(closing)] if closing is not None else []),
         ],
     )
 
@@ -376,7 +382,13 @@ def _served_before(
 
 
 def write_histories(
-    session: Session, writes: Sequence[HistoryWrite], *, actor: Actor | str, note: str | None, now: datetime
+    session: Session,
+    writes: Sequence[HistoryWrite],
+    *,
+    actor: Actor | str,
+    note: str | None,
+    now: datetime,
+    closing: Mapping[str, Any] | None = None,
 ) -> int | None:
     """Create entries with their whole history (versions numbered, authored and dated as given,
     labels and archived state set). One ``created`` change row each (plus ``archived`` for an
@@ -426,17 +438,76 @@ def write_histories(
     )
     changes: list[dict[str, Any]] = []
     for w in writes:
+        last = w.versions[-1].number
+        specs = {v.number: v.spec for v in w.versions}
         labels = sorted({*w.labels, LATEST})
-        served = [v.spec for v in w.versions if v.number in {*w.labels.values(), w.versions[-1].number}]
-        common = {"created_at": now, "kind": w.kind, "name": w.name, "version": w.versions[-1].number}
+        served = [specs[n] for n in sorted({*w.labels.values(), last})]
         uris = resource_uris(w.kind, *served)
         # An archived entry is in no list: its rows change none (see Change.listing_changed).
         shown = [] if w.archived else labels
-        row = {**common, "labels": labels, "uris": uris, "actor": actor, "listing_changed": shown}
-        changes.append({**row, "action": "created", "note": note})
+        common = {"created_at": now, "kind": w.kind, "name": w.name, "uris": uris, "actor": actor}
+        # The created row names the labels on the newest version (and writes every version); a
+        # label_moved row each for the labels on older ones, so replaying the rows gives the labels.
+        at_last = [label for label in labels if w.labels.get(label, last) == last]
+        changes.append(
+            {
+                **common,
+                "action": "created",
+                "version": last,
+                "labels": at_last,
+                "listing_changed": [label for label in shown if label in at_last],
+                "note": note,
+                "digest": versions_digest(w.kind, w.name, [(v.number, v.spec) for v in w.versions]),
+            }
+        )
+        for label, number in sorted(w.labels.items()):
+            if number != last:
+                changes.append(
+                    {
+                        **common,
+                        "action": "label_moved",
+                        "version": number,
+                        "labels": [label],
+                        "listing_changed": [label] if label in shown else [],
+                        "note": f"{label}: - -> {number} (imported with its history)",
+                        "digest": versions_digest(w.kind, w.name, [(number, specs[number])]),
+                    }
+                )
         if w.archived:
-            changes.append({**row, "action": "archived", "note": None})
+            changes.append(
+                {
+                    **common,
+                    "action": "archived",
+                    "version": last,
+                    "labels": labels,
+                    "listing_changed": shown,
+                    "note": None,
+                }
+            )
+    if closing is not None:
+        changes.append(dict(closing))
     return _append_changes(session, changes)
+
+
+def bundle_event(
+    entries: Sequence[tuple[str, str]], *, actor: Actor | str, note: str | None, detail: str, now: datetime
+) -> dict[str, Any]:
+    """The ``bundle`` governance event that closes an import (in the import's own rows, so one
+    lock, one insert and one notification serve both): which entries it wrote (its digest) and
+    what it did with labels."""
+    count = len(entries)
+    return {
+        "created_at": now,
+        "kind": "bundle",
+        "name": (note or "bundle import")[:128],
+        "action": "imported",
+        "actor": actor,
+        "labels": [],
+        "listing_changed": [],
+        "audience": [],
+        "note": f"{count} entr{'y' if count == 1 else 'ies'} written; {detail}",
+        "digest": digest(sorted(entries)),
+    }
 
 
 # ------------------------------------------------------------------ reads for planning and export

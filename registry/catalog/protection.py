@@ -29,10 +29,11 @@ from sqlalchemy.orm import Session
 from registry.catalog.access import Access, check_may
 from registry.catalog.errors import Conflict, Invalid, NotFound
 from registry.catalog.specs import is_label
-from registry.db.audit import Actor, as_actor
+from registry.db.audit import REQUEST_FIELDS, REVIEW_FIELDS, Actor, as_actor, protection_digest, request_ref
+from registry.db.audit import request_digest as digest_of_request
 from registry.db.changelog import append_event
 from registry.db.engine import Database
-from registry.db.models import ChangeRequest, ProtectedLabel, utcnow
+from registry.db.models import ChangeRequest, ChangeRequestReview, ProtectedLabel, utcnow
 from registry.limits import DEFAULT_LIMITS, LimitExceeded, Limits
 
 LATEST = "latest"
@@ -203,6 +204,8 @@ class ProtectionPolicy:
                     action=action,
                     actor=actor,
                     note=f"{label} protected: {needed} approval{'s' if needed != 1 else ''} needed to move it",
+                    digest=protection_digest(label, approvals),
+                    ref=f"label:{label}",
                 )
         self._forget_hint()
         return self.get(label)
@@ -219,7 +222,13 @@ class ProtectionPolicy:
                 raise NotFound(f"label {label!r} is not protected")
             session.delete(row)
             append_event(
-                session, kind="label", name=label, action="label_unprotected", actor=actor, note=f"{label} unprotected"
+                session,
+                kind="label",
+                name=label,
+                action="label_unprotected",
+                actor=actor,
+                note=f"{label} unprotected",
+                ref=f"label:{label}",
             )
         self._forget_hint()
 
@@ -277,8 +286,27 @@ def open_request(
         team=team,
         version=to_version,
         note=f"change request #{request.id} ({kind} {name}): {label} {_v(from_version)} -> v{to_version} ({state})",
+        digest=request_digest(session, request.id),
+        ref=request_ref(request.id),
     )
     return request
+
+
+_REQUESTS = ChangeRequest.__table__
+_REVIEWS = ChangeRequestReview.__table__
+
+
+def request_digest(session: Session, request_id: int) -> str:
+    """The digest an event about change request ``request_id`` records: the request and its
+    reviews as they stand in ``session`` now (read as rows, not through the identity map, so a
+    compare-and-swap ``UPDATE`` just made is seen)."""
+    request = session.execute(
+        select(*(_REQUESTS.c[f] for f in REQUEST_FIELDS)).where(_REQUESTS.c.id == request_id)
+    ).one()
+    reviews = session.execute(
+        select(*(_REVIEWS.c[f] for f in REVIEW_FIELDS)).where(_REVIEWS.c.request_id == request_id)
+    ).all()
+    return digest_of_request(dict(request._mapping), [dict(review._mapping) for review in reviews])
 
 
 def pending_request(session: Session, kind: str, name: str, label: str, to_version: int) -> int | None:

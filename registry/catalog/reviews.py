@@ -47,10 +47,11 @@ from registry.catalog.protection import (
     check_request_text,
     open_request,
     pending_request,
+    request_digest,
 )
 from registry.catalog.service import PRODUCTION, CatalogService
 from registry.catalog.specs import KINDS, is_label
-from registry.db.audit import Actor, as_actor
+from registry.db.audit import Actor, as_actor, request_ref
 from registry.db.changelog import append_event
 from registry.db.models import ChangeRequest, ChangeRequestReview, Entry, utcnow
 
@@ -409,6 +410,8 @@ class ChangeRequestService:
                 version=request.to_version,
                 note=f"change request #{request_id} ({request.kind} {request.name}: {request.label} "
                 f"{_v(request.from_version)} -> v{request.to_version}): {note}; now {state}",
+                digest=request_digest(session, request_id),
+                ref=request_ref(request_id),
             )
 
     def submit(self, request_id: int, *, actor: Actor | str, access: Access | None = None) -> dict[str, Any]:

@@ -46,6 +46,16 @@ def load_or_create_key(configured: str | None, data_dir: Path) -> str:
     return key
 
 
+def audit_key(configured: str | None, box: SecretBox | None) -> bytes:
+    """The audit chain's key: from ``REGISTRY_AUDIT_KEY`` when set (so auditors can hold it apart
+    from the key that encrypts webhook secrets), else derived from the secret key."""
+    if configured:
+        return hashlib.sha256(b"mcp-registry audit key\0" + configured.encode()).digest()
+    if box is None:
+        raise ValueError("no audit key: set REGISTRY_AUDIT_KEY or REGISTRY_SECRET_KEY")
+    return box.derive_key("audit chain")
+
+
 class SecretBox:
     def __init__(self, key: str) -> None:
         self._fernet = Fernet(_fernet_key(key))

@@ -60,7 +60,7 @@ from registry.catalog.specs import (
 from registry.catalog.teams import GLOBAL_ONLY, check_team_name, require_team
 from registry.catalog.templates import TemplateError
 from registry.db import search
-from registry.db.audit import Actor, as_actor
+from registry.db.audit import Actor, as_actor, versions_digest
 from registry.db.changelog import append_change, last_change_id
 from registry.db.engine import Database
 from registry.db.models import Change, Entry, EntryVersion, Label, utcnow
@@ -635,6 +635,7 @@ class CatalogService:
                 team=entry.team,
                 note=note,
                 listing_changed=moved,  # a new entry appears in every label it is given
+                digest=versions_digest(kind, spec.name, [(1, stored)]),
             )
             session.flush()
             opened = self._open_held(session, entry, held, 1, actor=actor, review=review)
@@ -850,6 +851,7 @@ class CatalogService:
                 team=entry.team,
                 note=note,
                 listing_changed=self._listing_changed(kind, entry, moved, served_before, stored),
+                digest=versions_digest(kind, name, [(number, stored)]),
             )
             session.flush()
             opened = self._open_held(session, entry, held, number, actor=actor, review=review)
@@ -917,6 +919,7 @@ class CatalogService:
             team=entry.team,
             note=f"{summary} ({note})" if note else summary,
             listing_changed=self._listing_changed(entry.kind, entry, moved, {label: old_spec}, target.spec),
+            digest=versions_digest(entry.kind, entry.name, [(target.number, target.spec)]),
         )
         session.flush()
         return change.id
@@ -1392,7 +1395,18 @@ class CatalogService:
                 if held:
                     log.info("bundle import leaves protected label(s) %s where they are", ", ".join(sorted(held)))
                 target = [label for label in target if label not in held]
-            change_id = bulk.write_heads(session, writes, actor=actor, note=note, labels=target, now=utcnow())
+            shown = ", ".join(target) or "none (every one protected)"
+            now = utcnow()
+            closing = bulk.bundle_event(
+                [(w.kind, w.name) for w in writes],
+                actor=actor,
+                note=note,
+                detail=f"labels moved: latest, {shown}",
+                now=now,
+            )
+            change_id = bulk.write_heads(
+                session, writes, actor=actor, note=note, labels=target, now=now, closing=closing
+            )
         self._committed(change_id)
         return change_id
 
@@ -1412,7 +1426,12 @@ class CatalogService:
                 held = self.protection.protected_in(session)
                 if held:
                     writes = [replace(w, labels={k: v for k, v in w.labels.items() if k not in held}) for w in writes]
-            change_id = bulk.write_histories(session, writes, actor=actor, note=note, now=utcnow())
+            now = utcnow()
+            detail = "protected labels restored too" if publish_protected else "protected labels not restored"
+            closing = bulk.bundle_event(
+                [(w.kind, w.name) for w in writes], actor=actor, note=note, detail=detail, now=now
+            )
+            change_id = bulk.write_histories(session, writes, actor=actor, note=note, now=now, closing=closing)
         self._committed(change_id)
         return change_id
 

@@ -7,8 +7,8 @@ their ids) are serialised in commit order. Writes are admin edits, so the lock i
 The same transaction queues a ``NOTIFY`` carrying the new id; PostgreSQL delivers it only if
 the transaction commits, which is what replicas listen for.
 
-Under the same lock each row is chained to the one before it (``registry.db.audit``): the
-change log doubles as the tamper-evident audit trail.
+Under the same lock each row is chained to the one before it with the database's audit key
+(``registry.db.audit``): the change log doubles as the tamper-evident audit trail.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from registry.db.audit import Actor, as_actor, chain
+from registry.db.engine import AUDIT_KEY_INFO
 from registry.db.models import Change, utcnow
 
 #: Arbitrary constant identifying the change-log lock among advisory locks.
@@ -45,8 +46,11 @@ def append_change(
     listing_changed: Sequence[str] | None = None,
     team: str | None = None,
     audience: Sequence[str] | None = None,
+    digest: str | None = None,
+    ref: str | None = None,
 ) -> Change:
-    """Append one change. ``listing_changed``: the labels whose MCP lists this change alters
+    """Append one change. ``digest``: of what the change made (``registry.db.audit``); ``ref``:
+    what a governance event is about. ``listing_changed``: the labels whose MCP lists this change alters
     (see ``Change.listing_changed``); None when the writer did not work it out, which readers
     take as all of ``labels`` (a list_changed too many is harmless, one too few is not).
     ``team``: the entry's team after the change; ``audience``: whose view it alters (team
@@ -67,8 +71,10 @@ def append_change(
         listing_changed=None if listing_changed is None else sorted(set(listing_changed) & set(labels)),
         team=team,
         audience=audience,
+        digest=digest,
+        ref=ref,
     )
-    chain([row], last_hash(session))
+    chain([row], last_hash(session), chain_key(session))
     change = Change(**row)
     session.add(change)
     session.flush()
@@ -89,6 +95,8 @@ def append_event(
     team: str | None = None,
     note: str | None = None,
     version: int | None = None,
+    digest: str | None = None,
+    ref: str | None = None,
 ) -> Change:
     """Append a governance event (a change request reviewed, a team created, a label protected,
     a token issued) to the change log, so it is part of the hash-chained audit trail. It names no
@@ -107,7 +115,18 @@ def append_event(
         listing_changed=(),
         team=team,
         audience=(),
+        digest=digest,
+        ref=ref,
     )
+
+
+def chain_key(session: Session) -> bytes:
+    """The audit key of the database ``session`` belongs to; refused when it has none (a row
+    chained without the key would be one anybody could forge)."""
+    key = session.info.get(AUDIT_KEY_INFO)
+    if not key:
+        raise RuntimeError("this database was opened without an audit key: the change log cannot be appended to")
+    return bytes(key)
 
 
 def audit_row(
@@ -124,6 +143,8 @@ def audit_row(
     team: str | None = None,
     audience: Sequence[str] | None = None,
     created_at: datetime | None = None,
+    digest: str | None = None,
+    ref: str | None = None,
 ) -> dict[str, Any]:
     """The column values of one change row, before it is chained (bulk writers build many)."""
     who = as_actor(actor)
@@ -144,6 +165,8 @@ def audit_row(
         "user": who.user,
         "reason": who.reason,
         "override": who.override,
+        "digest": digest,
+        "ref": ref,
     }
 
 

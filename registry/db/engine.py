@@ -48,6 +48,10 @@ def _create_private_file(path: Path) -> None:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
+#: Where a session carries its database's audit key, for the change log's appenders.
+AUDIT_KEY_INFO = "audit_key"
+
+
 class DatabaseUnavailable(Exception):
     """The database cannot be reached right now (down, frozen, refusing connections)."""
 
@@ -350,6 +354,9 @@ class Database:
         elif self.is_postgres:
             self._configure_postgres()
         self.session_factory = sessionmaker(self.engine, expire_on_commit=False)
+        #: The key the change log's rows are MACed with (``registry.db.audit``): set by whoever
+        #: opens the database for writing (``Registry``); None refuses to append to the log.
+        self.audit_key: bytes | None = None
 
     @property
     def is_postgres(self) -> bool:
@@ -436,7 +443,7 @@ class Database:
     def session(self) -> Iterator[Session]:
         """A unit of work: committed when the block ends normally, rolled back otherwise."""
         self.availability.check()
-        with self.session_factory() as session, session.begin():
+        with self.session_factory(info={AUDIT_KEY_INFO: self.audit_key}) as session, session.begin():
             yield session
 
     def dispose(self) -> None:

@@ -197,9 +197,17 @@ class Change(Base):
     reason: Mapped[str | None] = mapped_column(Text)
     #: An admin emergency override of a protected label or of failing pre-publish checks.
     override: Mapped[bool] = mapped_column(Boolean, default=False)
-    #: SHA-256 (hex) of the previous row's ``hash`` ("" for the first row) ...
+    #: SHA-256 (hex) of what the change made: the versions it wrote, the version a label now
+    #: names, a change request with its reviews after the event (``registry.db.audit``).
+    digest: Mapped[str | None] = mapped_column(String(64))
+    #: What a governance event is about (``change_request:12``, ``token:3``); None for entries.
+    ref: Mapped[str | None] = mapped_column(String(64))
+    #: 2: ``hash`` is an HMAC under the audit key; 1: plain SHA-256 (rows written before the chain was keyed).
+    chain_format: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    #: The previous row's ``hash`` ("" for the first row) ...
     prev_hash: Mapped[str] = mapped_column(String(64), default="")
-    #: ... and of this row's canonical content including ``prev_hash`` (``registry.db.audit``).
+    #: ... and this row's MAC (or, format 1, hash) over its canonical content including
+    #: ``prev_hash`` (``registry.db.audit``).
     hash: Mapped[str] = mapped_column(String(64), default="")
 
 

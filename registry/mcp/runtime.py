@@ -6,10 +6,12 @@ import asyncio
 import contextlib
 import gc
 import logging
+import time
 from collections.abc import Callable
 
 from sqlalchemy import text
 
+from registry.catalog.audit_verify import chain_head
 from registry.catalog.service import PRODUCTION
 from registry.catalog.usage import UsageCounter
 from registry.db.engine import is_unavailable, warn_unavailable
@@ -24,6 +26,7 @@ from registry.runtime import Registry
 from registry.tokens import TOKEN_REVOKED_CHANNEL
 
 log = logging.getLogger("registry.mcp")
+audit_log = logging.getLogger("registry.audit")
 
 
 class McpRuntime:
@@ -74,6 +77,8 @@ class McpRuntime:
             lambda: len(self.sessions.cached()), lambda: self.hub.open_streams, lambda: self.sessions.pending
         )
         self._tasks: list[asyncio.Task[None]] = []
+        #: When the audit head was last logged (the first sweep logs it).
+        self._head_logged_at = -self.HEAD_LOG_INTERVAL_S
         self._loop: asyncio.AbstractEventLoop | None = None
 
         from registry.mcp.transports.legacy_sse import LegacySseTransport
@@ -150,13 +155,27 @@ class McpRuntime:
                     log.exception("session sweep failed")
 
     async def sweep(self) -> int:
-        """Remove expired sessions and close their streams on this replica."""
+        """Remove expired sessions and close their streams on this replica; record tokens that
+        expired since (``token_expired`` in the audit trail) and log the audit chain's head."""
         expired = await self.sessions.sweep()
         for session_id in expired:
             self.hub.close_session(session_id)
         if expired:
             log.info("swept %d expired MCP sessions", len(expired))
+        await asyncio.to_thread(self._audit_housekeeping)
         return len(expired)
+
+    #: How often the audit chain's head is logged (an anchor kept by whatever keeps the logs).
+    HEAD_LOG_INTERVAL_S = 3600.0
+
+    def _audit_housekeeping(self) -> None:
+        self.registry.tokens.record_expired()
+        now = time.monotonic()
+        if now - self._head_logged_at >= self.HEAD_LOG_INTERVAL_S:
+            head = chain_head(self.registry.db)
+            if head is not None:
+                audit_log.info("audit head: change #%d mac %s (keep it: `audit verify --anchor`)", head.id, head.mac)
+            self._head_logged_at = now
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()

@@ -14,7 +14,8 @@ from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from registry.catalog.audit_log import AUDIT_KINDS, AuditFilter, audit_page, verify_chain
+from registry.catalog.audit_log import AUDIT_KINDS, AuditFilter, audit_page
+from registry.catalog.audit_verify import verify_audit
 from registry.catalog.specs import KIND_BY_COLLECTION
 from registry.db.engine import Database
 from registry.ui.auth import AdminForm, Viewer
@@ -91,12 +92,8 @@ def router(pages: Pages) -> APIRouter:
     @routes.post("/verify")
     async def verify(request: Request, form: AdminForm) -> Response:
         ui, _fields = form
-        checked, broken = await run_in_threadpool(verify_chain, _db(request))
-        verification = {
-            "intact": broken is None,
-            "checked": checked,
-            "broken": None if broken is None else {"id": broken.id, "reason": broken.reason},
-        }
+        report = await run_in_threadpool(verify_audit, _db(request))
+        verification = {**report.as_dict(), "summary": report.summary()}
         empty = {key: "" for key in ("actor", "team", "kind", "name", "action", "override")}
         return await run_in_threadpool(audit_view, request, ui, empty, None, verification)
 

@@ -79,6 +79,7 @@ def router(pages: Pages) -> APIRouter:
                 created_by=ui.principal.name,
                 expires_at=expires_at,
                 teams=teams,
+                actor=ui.principal.actor(),
             )
         except CatalogError as exc:
             detail = exc.detail
@@ -106,7 +107,8 @@ def router(pages: Pages) -> APIRouter:
 
     @routes.post("/{token_id}/revoke")
     async def revoke(request: Request, form: AdminForm, token_id: TokenId) -> Response:
-        info = await run_in_threadpool(_tokens(request).revoke, token_id)
+        ui, _fields = form
+        info = await run_in_threadpool(lambda: _tokens(request).revoke(token_id, actor=ui.principal.actor()))
         response = RedirectResponse("/ui/tokens", status_code=303)
         set_flash(response, f"Token {info['name']} is revoked: it is refused from now on.", secure=is_https(request))
         return response
