@@ -372,7 +372,7 @@ class StreamableHttpTransport:
             if message.method == "tools/call":
                 await self._check_param_headers(message, client, headers)
             if message.method == "subscriptions/listen" and self.listen is not None:
-                stream = await self.listen.open(message.id, message.params, client)
+                stream = await self.listen.open(message.id, message.params, client, _peer(scope))
                 await self.listen.serve_sse(stream, receive, send)
                 return
         except JsonRpcError as exc:
@@ -390,8 +390,7 @@ class StreamableHttpTransport:
                 await stream_out.start()
             await stream_out.message(notification)
 
-        peer = scope.get("client")
-        ctx = RequestContext(client=client, send=related, modern=True, peer=peer[0] if peer else None)
+        ctx = RequestContext(client=client, send=related, modern=True, peer=_peer(scope))
         if self.server.may_wait(message.method, message.params, client):
             answer = await _until_disconnect(self.server.handle_request(message, ctx), receive)
             if answer is None:
@@ -461,6 +460,12 @@ class StreamableHttpTransport:
             await self.sessions.end(session.id)
         self.hub.close_session(session.id)
         await send_bytes(send, 204, b"", None)
+
+
+def _peer(scope: Scope) -> str | None:
+    """The client's address (after trusted proxy headers): who an anonymous stateless caller is."""
+    client = scope.get("client")
+    return str(client[0]) if client else None
 
 
 def _as_seen_by(session: Session, principal: Principal) -> None:
