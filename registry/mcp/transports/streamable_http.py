@@ -206,7 +206,17 @@ class StreamableHttpTransport:
                 error = JsonRpcError(HEADER_MISMATCH, "Header mismatch: missing MCP-Protocol-Version header")
                 await send_json(send, 400, error_message(request.id, error))
                 return
-        session = self._known_session(headers, principal) or await self._session(headers, principal)
+        try:
+            session = self._known_session(headers, principal) or await self._session(headers, principal)
+        except HttpError as exc:
+            if not requests:
+                raise
+            # The body is parsed: each request is answered with its own id (a session this replica
+            # has not cached, looked up during an outage, is -32003 for *this* request), not null.
+            error = JsonRpcError(exc.code, exc.message)
+            refused = [error_message(request.id, error) for request in requests]
+            await send_json(send, exc.status, [*answers, *refused] if batch else refused[0], exc.headers)
+            return
         if batch and session.protocol_version not in BATCH_VERSIONS:
             raise HttpError(
                 400,
