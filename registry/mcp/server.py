@@ -61,6 +61,7 @@ from registry.mcp.render_cache import RenderCache
 from registry.mcp.sessions import ClientState
 from registry.mcp.snapshot import CatalogSnapshot, SnapshotCache, sees
 from registry.mcp.spent_states import SpentStates
+from registry.mcp.stopping import StopWindow
 from registry.webhooks import (
     HttpResourceCache,
     OutboundClient,
@@ -214,6 +215,8 @@ class McpServer:
         #: Renders off the event loop: a deadline, and at most ``render_concurrency`` heavy ones at once.
         self.renders = RenderRunner(self.limits)
         self.render_cache = RenderCache()
+        #: Requests that may wait, answered "server restarting" if a graceful stop cuts them short.
+        self.stopping = StopWindow()
         #: Stateless-era ``requestState`` tokens already answered (in the database: every replica's).
         self.spent_states = SpentStates(catalog.db)
         self._allowed = parse_networks(webhook_allowed_networks)

@@ -281,8 +281,8 @@ class StreamableHttpTransport:
     async def _run_as_task(self, request: Message, session: Session, ctx: RequestContext) -> dict[str, Any]:
         """A request that may wait (``McpServer.may_wait``) runs as a task of its own, so that
         ``notifications/cancelled`` can stop it."""
-        task = asyncio.create_task(self.server.handle_request(request, ctx))
         assert request.id is not None
+        task = asyncio.create_task(self.server.stopping.run(self.server.handle_request(request, ctx), request.id))
         session.in_flight[request.id] = task
         try:
             return await asyncio.shield(task)
@@ -402,7 +402,8 @@ class StreamableHttpTransport:
 
         ctx = RequestContext(client=client, send=related, modern=True, peer=_peer(scope))
         if self.server.may_wait(message.method, message.params, client):
-            answer = await _until_disconnect(self.server.handle_request(message, ctx), receive)
+            work = self.server.stopping.run(self.server.handle_request(message, ctx), message.id)
+            answer = await _until_disconnect(work, receive)
             if answer is None:
                 return  # the client closed the request: that is its cancellation
         else:
