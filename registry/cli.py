@@ -6,6 +6,7 @@ import argparse
 import faulthandler
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -96,7 +97,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"  workers      {workers} processes on one port (each a replica)")
     sys.stdout.flush()
     if workers > 1:
-        from registry.workers import Supervisor, worker_command
+        from registry.workers import SHUTDOWN_MARGIN_S, Supervisor, worker_command
 
         registry.close()  # the supervisor serves nothing: the workers open their own pools
         command = worker_command(
@@ -107,7 +108,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             database_url=args.database_url,
             data_dir=args.data_dir,
         )
-        return Supervisor(command, sockets).run()
+        return Supervisor(command, sockets, shutdown_budget_s=settings.shutdown_grace_s + SHUTDOWN_MARGIN_S).run()
     app = create_app(registry, freeze_gc=True)
     DrainingServer(_uvicorn_config(app, settings, args), drain=app.mcp.drain).run()
     return 0
@@ -128,7 +129,8 @@ def _uvicorn_config(app: Any, settings: Settings, args: argparse.Namespace) -> u
         # X-Forwarded-* only from the proxies named in REGISTRY_FORWARDED_ALLOW_IPS; never otherwise.
         proxy_headers=settings.forwarded_allow_ips is not None,
         forwarded_allow_ips=settings.forwarded_allow_ips or "",
-        timeout_graceful_shutdown=10,
+        # Requests still running near its end are answered "server restarting" (registry/mcp/stopping.py).
+        timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s),
         access_log=args.access_log,
     )
 

@@ -26,6 +26,19 @@ def _env_list(name: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in raw.split(",") if item.strip())
 
 
+def _positive(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a number of seconds, got {raw!r}") from None
+    if value <= 0:
+        raise ValueError(f"{name} must be positive, got {raw!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class Settings:
     data_dir: Path = field(default_factory=lambda: Path.cwd() / "data")
@@ -107,6 +120,9 @@ class Settings:
     session_flush_s: float = 0.2
     #: ``serve``: processes serving the one port (each a full replica; 1: a single process, no supervisor).
     workers: int = 1
+    #: Seconds a stopping server (SIGTERM) gives running requests to finish (uvicorn's graceful
+    #: shutdown); shortly before it ends, those still running are answered "server restarting".
+    shutdown_grace_s: float = 10.0
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -152,6 +168,7 @@ class Settings:
             usage_flush_s=float(os.environ.get("REGISTRY_USAGE_FLUSH_S", "10")),
             session_flush_s=min(0.5, max(0.01, float(os.environ.get("REGISTRY_SESSION_FLUSH_S", "0.2")))),
             workers=int(os.environ.get("REGISTRY_WORKERS", "1") or "1"),
+            shutdown_grace_s=_positive("REGISTRY_SHUTDOWN_GRACE_S", 10.0),
         )
 
     def with_overrides(self, **changes: object) -> Settings:

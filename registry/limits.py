@@ -113,10 +113,10 @@ class Limits:
     #: Web UI pages of this process listening for saves of the entry they show (the "someone
     #: else saved" banner); one server-sent event stream each.
     ui_event_streams: int = 1_000
-    #: ``subscriptions/listen`` streams (2026-07-28) open in one process, and held by one token
-    #: (anonymous listeners are bounded by the process figure only).
+    #: ``subscriptions/listen`` streams (2026-07-28) open in one process, and held by one caller:
+    #: a token, a single-sign-on user, or an anonymous client's address (as for the outbound caps).
     listen_streams: int = 10_000
-    listen_streams_per_token: int = 100
+    listen_streams_per_caller: int = 100
     #: Usage counts (entry version, agent, hour) one process holds until they are added to the
     #: database, also while it cannot be reached; uses that would need a further one are not
     #: counted (logged, and ``registry_usage_dropped_total`` on /metrics) until a flush succeeds.
@@ -132,8 +132,8 @@ class Limits:
         values: dict[str, Any] = {}
         for item in fields(cls):
             raw = env.get(env_name(item.name))
-            if raw is None and item.name == "body_bytes":
-                raw = env.get("REGISTRY_MAX_BODY_BYTES")  # the name before limits had one home
+            if raw is None and item.name in _FORMER_NAMES:
+                raw = env.get(_FORMER_NAMES[item.name])  # the name a limit had before
             if raw is None or not raw.strip():
                 continue
             caster = float if item.type in ("float", float) else int
@@ -145,6 +145,13 @@ class Limits:
                 raise ValueError(f"{env_name(item.name)} must be positive, got {raw!r}")
             values[item.name] = value
         return cls(**values)
+
+
+#: Limits whose environment variable had another name before: still read when the new one is unset.
+_FORMER_NAMES = {
+    "body_bytes": "REGISTRY_MAX_BODY_BYTES",  # before limits had one home
+    "listen_streams_per_caller": "REGISTRY_LIMIT_LISTEN_STREAMS_PER_TOKEN",  # when only tokens were counted
+}
 
 
 def env_name(field_name: str) -> str:

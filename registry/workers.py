@@ -52,8 +52,10 @@ MAX_WORKERS = 64
 #: Worker restarts allowed within ``RESTART_WINDOW_S`` before the supervisor gives up (exit 1).
 RESTARTS_ALLOWED = 5
 RESTART_WINDOW_S = 60.0
-#: From SIGTERM to SIGKILL for a worker: uvicorn's graceful shutdown (10 s) plus the runtime's stop.
-SHUTDOWN_BUDGET_S = 15.0
+#: From SIGTERM to SIGKILL for a worker: uvicorn's graceful shutdown (``REGISTRY_SHUTDOWN_GRACE_S``,
+#: 10 s by default) plus this margin for the runtime's stop.
+SHUTDOWN_MARGIN_S = 5.0
+SHUTDOWN_BUDGET_S = 10.0 + SHUTDOWN_MARGIN_S
 #: The environment variable that makes ``serve`` a worker (set by the supervisor, never by users).
 WORKER_ENV = "REGISTRY_INTERNAL_WORKER"
 _LISTEN_BACKLOG = 2048
@@ -162,7 +164,10 @@ def listening_sockets(host: str, port: int, count: int) -> list[socket.socket]:
 class Supervisor:
     """Starts the workers, restarts one that dies (bounded), stops them all on SIGTERM/SIGINT."""
 
-    def __init__(self, command: Sequence[str], sockets: list[socket.socket]) -> None:
+    def __init__(
+        self, command: Sequence[str], sockets: list[socket.socket], *, shutdown_budget_s: float = SHUTDOWN_BUDGET_S
+    ) -> None:
+        self.shutdown_budget_s = shutdown_budget_s
         #: The worker's command line (``python -m registry serve ...``); the slot comes by environment.
         self.command = list(command)
         self.sockets = sockets
@@ -226,7 +231,7 @@ class Supervisor:
             if code == 0:
                 log.info("%s: stopping %d workers", signal.Signals(self._stopping).name, len(self.workers))
         finally:
-            if not self.stop_workers():
+            if not self.stop_workers(self.shutdown_budget_s):
                 code = 1
             for sock in self.sockets:
                 sock.close()

@@ -405,3 +405,19 @@ class UiUpload(Base):
     content: Mapped[bytes] = mapped_column(LargeBinary)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     expires_at: Mapped[datetime] = mapped_column(index=True)
+
+
+class SpentRequestState(Base):
+    """A stateless-era ``requestState`` that has been answered once (``registry.mcp.spent_states``).
+
+    Only a digest of the state is kept, with the state's own expiry: until then a replay of it is
+    refused, on every replica (they share this table); after it the state is refused as expired
+    anyway, so the row is pruned. Bounded by the states answered within one state lifetime.
+    """
+
+    __tablename__ = "spent_request_states"
+
+    #: SHA-256 (hex) of the ``requestState`` as the client sent it back.
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    #: When the state expires (after it, the row serves no purpose and is pruned).
+    expires_at: Mapped[datetime] = mapped_column(index=True)

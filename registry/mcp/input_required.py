@@ -11,7 +11,8 @@ A webhook answers ``{"input_required": {"requests": {...}, "state": ...}}`` (see
   HMAC-SHA256-signed with a key derived from the registry's secret key and bound to the tool
   (name, version, label), the caller (principal, token) and a digest of the arguments, with an
   expiry and the round number. A client can read it (webhooks must not put secrets in their
-  state) but cannot forge, alter or replay it for another call.
+  state) but cannot forge, alter or replay it: each state answers one retry, recorded in the
+  database every replica shares (:mod:`registry.mcp.spent_states`).
 * **session era**: the registry sends each request to the client itself, as a server-to-client
   request related to the call (``ctx.ask``, :mod:`registry.mcp.client_requests`), and continues
   when they are answered.
@@ -30,6 +31,7 @@ import binascii
 import hashlib
 import hmac
 import json
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -104,6 +106,8 @@ class RoundState:
     started: float
     requested: dict[str, str]
     state: str | None
+    #: When the token carrying it expires (epoch seconds; 0 for a state not yet signed).
+    expires: float = 0.0
 
 
 class RequestStateSigner:
@@ -125,6 +129,8 @@ class RequestStateSigner:
             "e": int(self._clock() + self.ttl_s),
             "q": round_state.requested,
             "s": round_state.state,
+            # Unique per state: two calls alike in the same second are two states, each spent once.
+            "n": _b64(secrets.token_bytes(12)),
         }
         body = _b64(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
         return f"{body}.{self._mac(body)}"
@@ -147,7 +153,7 @@ class RequestStateSigner:
             raise JsonRpcError(INVALID_PARAMS, "requestState belongs to another call (tool, arguments or caller)")
         if self._clock() > expires:
             raise JsonRpcError(INVALID_PARAMS, "requestState has expired; call the tool again without it")
-        return RoundState(int(round_), float(started), dict(requested), state)
+        return RoundState(int(round_), float(started), dict(requested), state, float(expires))
 
 
 def parse_input_responses(params: Mapping[str, Any]) -> dict[str, dict[str, Any]] | None:
@@ -247,6 +253,14 @@ def is_input(answer: WebhookAnswer) -> bool:
 
 #: ``await step(input_responses, state)``: one webhook call (None, None on the first).
 Step = Callable[[dict[str, Any] | None, str | None], Awaitable[WebhookAnswer]]
+#: ``await spend(request_state, expires)``: record a state as used (False: it already was), in
+#: the database every replica shares (registry/mcp/spent_states.py).
+Spend = Callable[[str, float], Awaitable[bool]]
+#: The -32602 message for a ``requestState`` sent a second time.
+REPLAYED_MESSAGE: Final = (
+    "requestState was already used: each one answers one retry; retry with the requestState of the "
+    "latest answer, or call the tool again without one"
+)
 #: ``await ask(method, params)``: the client's result (session era).
 AskFn = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
@@ -258,9 +272,14 @@ async def run_stateless(
     binding: Binding,
     signer: RequestStateSigner,
     what: str,
+    spend: Spend,
 ) -> dict[str, Any]:
     """One 2026-07-28 ``tools/call``: the result, or an ``InputRequiredResult`` the client answers
-    by retrying with ``inputResponses`` and the ``requestState``."""
+    by retrying with ``inputResponses`` and the ``requestState``.
+
+    A retry's state is spent (``spend``) once it has passed every check and just before the
+    webhook is called: a state answers one retry, on whichever replica, so a replayed answer
+    never runs the webhook twice and rounds cannot be restarted past :data:`MAX_ROUNDS`."""
     responses = parse_input_responses(params)
     token = params.get("requestState")
     round_state = RoundState(0, time.time(), {}, None)
@@ -273,6 +292,8 @@ async def run_stateless(
         for key, value in answers.items():
             check_response(key, round_state.requested[key], value)
         responses = answers
+        if not await spend(token, round_state.expires):
+            raise JsonRpcError(INVALID_PARAMS, REPLAYED_MESSAGE)
     answer = await step(responses, round_state.state if token is not None else None)
     if not isinstance(answer, InputRequired):
         return answer

@@ -35,7 +35,9 @@ come back for the next message for ``REGISTRY_LIMIT_STREAM_STALL_SECONDS`` (its 
 writes) is dropped: no final result, its consumer task is cancelled, and the client re-listens and
 re-fetches (there is no replay in this era). ``serve_sse`` is the HTTP writer (keep-alive
 comments, no event ids); stdio iterates the stream itself. Open listens are bounded per process
-(``REGISTRY_LIMIT_LISTEN_STREAMS``) and per token (``REGISTRY_LIMIT_LISTEN_STREAMS_PER_TOKEN``).
+(``REGISTRY_LIMIT_LISTEN_STREAMS``) and per caller (``REGISTRY_LIMIT_LISTEN_STREAMS_PER_CALLER``):
+a token, a single-sign-on user, or an anonymous client's address, the one notion of caller the
+outbound caps use (``registry.webhooks.caller_key``), so no one caller takes every place.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ from registry.mcp.protocol import (
 )
 from registry.mcp.server import SERVER_INFO
 from registry.mcp.sessions import ClientState
+from registry.webhooks import caller_key
 
 log = logging.getLogger("registry.mcp")
 
@@ -123,6 +126,12 @@ def parse_filter(params: Mapping[str, Any], limits: Limits) -> tuple[dict[str, A
     return honoured, frozenset(kinds), uris
 
 
+def _caller_kind(caller: str) -> str:
+    """Which kind of caller a key names, for a refusal (the key itself is not echoed)."""
+    kinds = {"token": "token", "user": "single-sign-on user", "address": "client address"}
+    return kinds.get(caller.partition(":")[0], "anonymous")
+
+
 def _limit_error(limit: str, message: str, code: int = INVALID_PARAMS) -> JsonRpcError:
     return JsonRpcError(code, str(LimitExceeded(limit, message)))
 
@@ -143,11 +152,14 @@ class ListenStream:
         honoured: dict[str, Any],
         kinds: frozenset[str],
         uris: list[str],
+        caller: str = "anonymous",
     ) -> None:
         self.service = service
         self.request_id = request_id
         self.label = client.label
         self.token_id = client.token_id
+        #: Whose place this listen takes (``REGISTRY_LIMIT_LISTEN_STREAMS_PER_CALLER``).
+        self.caller = caller
         self.principal = client.principal
         self.kinds = kinds
         #: The teams whose changes this listener hears of besides global ones (None: all), from the
@@ -355,7 +367,8 @@ class ListenService:
         self.keepalive_s = keepalive_s
         self.stall_s = stall_s if stall_s is not None else self.limits.stream_stall_seconds
         self._by_label: dict[str, set[ListenStream]] = {}
-        self._per_token: dict[int, int] = {}
+        #: Open listens per caller key (token, SSO user or client address).
+        self._per_caller: dict[str, int] = {}
         self._count = 0
         self.closing = False
         self._ticker: asyncio.Task[None] | None = None
@@ -369,29 +382,32 @@ class ListenService:
         return [stream for streams in self._by_label.values() for stream in streams]
 
     # -- opening -----------------------------------------------------------------------
-    async def open(self, request_id: RequestId, params: dict[str, Any], client: ClientState) -> ListenStream:
+    async def open(
+        self, request_id: RequestId, params: dict[str, Any], client: ClientState, peer: str | None = None
+    ) -> ListenStream:
         """Validate the filter and register the listener; it hears every change dispatched from now on.
 
         Raises ``JsonRpcError`` (before anything is sent) for a bad filter or when the process or
-        the token already holds as many listens as allowed.
+        the caller (its token, else its SSO user, else ``peer``, the client's address) already
+        holds as many listens as allowed.
         """
         honoured, kinds, uris = parse_filter(params, self.limits)
         if self._count >= self.limits.listen_streams:
             raise _limit_error(
                 "listen_streams", f"this server already holds {self._count} listen streams", INVALID_REQUEST
             )
-        token_id = client.token_id
-        if token_id is not None and self._per_token.get(token_id, 0) >= self.limits.listen_streams_per_token:
+        caller = caller_key(client.token_id, client.user, None, peer)
+        held = self._per_caller.get(caller, 0)
+        if held >= self.limits.listen_streams_per_caller:
             raise _limit_error(
-                "listen_streams_per_token",
-                f"this token already holds {self._per_token[token_id]} listen streams; close one first",
+                "listen_streams_per_caller",
+                f"this caller ({_caller_kind(caller)}) already holds {held} listen streams; close one first",
                 INVALID_REQUEST,
             )
-        stream = ListenStream(self, request_id, client, honoured, kinds, uris)
+        stream = ListenStream(self, request_id, client, honoured, kinds, uris, caller)
         self._by_label.setdefault(stream.label, set()).add(stream)
         self._count += 1
-        if token_id is not None:
-            self._per_token[token_id] = self._per_token.get(token_id, 0) + 1
+        self._per_caller[caller] = held + 1
         if self.closing:
             stream.close()  # shutting down: the ack, then the final result
         return stream
@@ -404,12 +420,11 @@ class ListenService:
         if not streams:
             del self._by_label[stream.label]
         self._count -= 1
-        if stream.token_id is not None:
-            left = self._per_token.get(stream.token_id, 1) - 1
-            if left > 0:
-                self._per_token[stream.token_id] = left
-            else:
-                self._per_token.pop(stream.token_id, None)
+        left = self._per_caller.get(stream.caller, 1) - 1
+        if left > 0:
+            self._per_caller[stream.caller] = left
+        else:
+            self._per_caller.pop(stream.caller, None)
 
     # -- the fan-out (called by the Notifier, no await) --------------------------------
     def offer_event(self, event: ChangeEvent) -> int:

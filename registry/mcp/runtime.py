@@ -202,8 +202,9 @@ class McpRuntime:
             self.usage.start()
 
     def drain(self) -> None:
-        """Close every stream now (SIGTERM): clients reconnect, to another replica if this one is going.
-        Callable from any thread."""
+        """Close every stream now (SIGTERM): clients reconnect, to another replica if this one is going;
+        requests still running when uvicorn's graceful window is about to end are answered "server
+        restarting" (registry/mcp/stopping.py). Callable from any thread, and from a signal handler."""
         loop = self._loop
         if loop is None or loop.is_closed():
             return
@@ -215,6 +216,8 @@ class McpRuntime:
             self._close_all()
         else:
             loop.call_soon_threadsafe(self._close_all)
+        # The timer is set from a loop callback: a signal handler may have interrupted the loop itself.
+        loop.call_soon_threadsafe(self.server.stopping.begin, self.registry.settings.shutdown_grace_s)
 
     def _close_all(self) -> None:
         self.hub.close_all()

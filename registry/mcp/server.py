@@ -60,6 +60,8 @@ from registry.mcp.protocol import (
 from registry.mcp.render_cache import RenderCache
 from registry.mcp.sessions import ClientState
 from registry.mcp.snapshot import CatalogSnapshot, SnapshotCache, sees
+from registry.mcp.spent_states import SpentStates
+from registry.mcp.stopping import StopWindow
 from registry.webhooks import (
     HttpResourceCache,
     OutboundClient,
@@ -213,6 +215,10 @@ class McpServer:
         #: Renders off the event loop: a deadline, and at most ``render_concurrency`` heavy ones at once.
         self.renders = RenderRunner(self.limits)
         self.render_cache = RenderCache()
+        #: Requests that may wait, answered "server restarting" if a graceful stop cuts them short.
+        self.stopping = StopWindow()
+        #: Stateless-era ``requestState`` tokens already answered (in the database: every replica's).
+        self.spent_states = SpentStates(catalog.db)
         self._allowed = parse_networks(webhook_allowed_networks)
         self._client: OutboundClient | None = None
         self.http_resources = HttpResourceCache(
@@ -595,7 +601,9 @@ class McpServer:
                 ctx.client.token_id,
                 arguments_digest(arguments),
             )
-            return await run_stateless(step, params, capabilities, binding, self.request_states, what)
+            return await run_stateless(
+                step, params, capabilities, binding, self.request_states, what, self.spent_states.spend
+            )
         return await run_with_session(step, ctx.ask, capabilities, what)
 
     def _count_call(self, tool: Any, arguments: dict[str, Any], answer: WebhookAnswer, client: ClientState) -> None:

@@ -134,7 +134,7 @@ def _initialize_message() -> dict[str, Any]:
     }
 
 
-def _tools_list(request_id: int = 7) -> dict[str, Any]:
+def _tools_list(request_id: int | str = 7) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": request_id, "method": "tools/list"}
 
 
@@ -172,6 +172,26 @@ def test_stopped_database_answers_503_problem_or_rpc_error_not_plain_500(replica
     # And once the database is back, B serves that session.
     answer = _mcp(b, session_on_a.session_id).request("tools/list")
     assert "result" in answer, answer
+
+
+def test_a_request_on_a_session_this_replica_never_saw_is_answered_with_its_id(replicas: Replicas) -> None:
+    """Issue 24: during an outage, a request on a session B has not cached got -32003 with
+    ``"id": null``; a client matching answers to requests by id could not tell which failed."""
+    a, b = replicas.a, replicas.b
+    session_on_a = _mcp(a)
+    session_on_a.initialize(PROTOCOL)  # cached by A only
+    headers = {"Accept": "application/json", "Mcp-Session-Id": str(session_on_a.session_id)}
+    headers["MCP-Protocol-Version"] = PROTOCOL
+    replicas.cluster.stop()
+    try:
+        with httpx.Client(base_url=b.url, timeout=15) as http:
+            for request_id in (41, "call-42"):
+                response = http.post("/mcp", json=_tools_list(request_id), headers=headers)
+                answer = _assert_rpc_503(response, "request on a session B never saw")
+                assert answer["error"]["code"] == -32003, answer
+                assert answer["id"] == request_id, answer
+    finally:
+        replicas.restore()
 
 
 def _wait_for_probe(client: StreamableHttpClient, timeout: float = 5.0) -> None:

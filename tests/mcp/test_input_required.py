@@ -10,6 +10,7 @@ answers them by POSTing responses, as a client does. 2026-07-28: the registry an
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -20,11 +21,16 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import select
 
 from registry.catalog.secrets import SecretBox
+from registry.config import Settings
+from registry.db.models import SpentRequestState
 from registry.mcp.input_required import KEY_PURPOSE, MAX_ROUNDS, Binding, RequestStateSigner, RoundState
 from registry.mcp.input_required import arguments_digest as digest
-from tests.conftest import LiveServer
+from registry.mcp.spent_states import SpentStates, state_digest
+from registry.runtime import Registry
+from tests.conftest import LiveServer, start_live_server
 from tests.interop.mcp_wire import (
     ACCEPT_BOTH,
     StdioProcess,
@@ -250,7 +256,8 @@ def test_stateless_era_input_required_results_and_retries(hooked: LiveServer, ho
     assert "asked-confirm" not in first["requestState"]  # base64url, not plain text
 
     # Missing the requested answer: the webhook asks again (a new InputRequiredResult, not an error).
-    again = _result(_modern(hooked, "deploy", {**args, "inputResponses": {}, "requestState": first["requestState"]}))
+    fresh = _result(_modern(hooked, "deploy", args))["requestState"]
+    again = _result(_modern(hooked, "deploy", {**args, "inputResponses": {}, "requestState": fresh}))
     assert again["resultType"] == "input_required"
 
 
@@ -310,6 +317,71 @@ def test_stateless_era_refuses_tampered_expired_and_replayed_states(hooked: Live
     assert error({**args, "inputResponses": None})["code"] == -32602
     bad_shape = error({**args, "inputResponses": {"confirm": {"action": "maybe"}}, "requestState": state})
     assert bad_shape["code"] == -32602 and "action" in bad_shape["message"]
+
+
+def _replayed(response: httpx.Response) -> None:
+    answer = response.json()
+    assert answer.get("id") == 7 and answer["error"]["code"] == -32602, answer
+    assert "already used" in answer["error"]["message"], answer
+
+
+def test_stateless_era_a_replayed_state_runs_the_webhook_once(hooked: LiveServer, hook: Hook) -> None:
+    """The same requestState and answer sent three times (issue 24: "DEPLOY EXECUTED #1, #2, #3"):
+    the webhook runs once for it, the two replays get -32602, and the call goes on from the state
+    the first retry was given."""
+    _tool(hooked, "deploy", hook.url + "/ask")
+    args = {"arguments": {"env": "prod"}}
+    first = _result(_modern(hooked, "deploy", args))
+    retry = {**args, "inputResponses": {"confirm": ELICIT_OK}, "requestState": first["requestState"]}
+    second = _result(_modern(hooked, "deploy", retry))
+    assert second["resultType"] == "input_required"
+    _replayed(_modern(hooked, "deploy", retry))
+    _replayed(_modern(hooked, "deploy", retry))
+    assert len(hook.bodies) == 2, hook.bodies  # the first call and the one retry: no replay reached it
+    assert [b.get("state") for b in hook.bodies] == [None, "asked-confirm"]
+    done = _result(
+        _modern(
+            hooked, "deploy", {**args, "inputResponses": {"summary": SAMPLED}, "requestState": second["requestState"]}
+        )
+    )
+    assert done["resultType"] == "complete" and done["isError"] is False
+    assert len(hook.bodies) == 3
+
+
+def test_stateless_era_a_state_spent_on_one_replica_is_refused_on_another(
+    hooked: LiveServer, hook: Hook, settings: Settings
+) -> None:
+    """Two registries on one database (two replicas behind a load balancer): a state answered by
+    one is refused by the other, and the webhook runs once."""
+    _tool(hooked, "deploy", hook.url + "/ask")
+    registry, other = start_live_server(settings, webhook_allowed_networks="127.0.0.0/8")
+    try:
+        args = {"arguments": {"env": "prod"}}
+        first = _result(_modern(hooked, "deploy", args))
+        retry = {**args, "inputResponses": {"confirm": ELICIT_OK}, "requestState": first["requestState"]}
+        assert _result(_modern(other, "deploy", retry))["resultType"] == "input_required"
+        _replayed(_modern(hooked, "deploy", retry))
+        _replayed(_modern(other, "deploy", retry))
+        assert len(hook.bodies) == 2, hook.bodies
+    finally:
+        other.stop()
+        registry.close()
+
+
+def test_spent_states_are_pruned_once_expired(registry: Registry) -> None:
+    """Only a digest is kept, and only until the state's expiry: the ledger does not grow."""
+    spent = SpentStates(registry.db)
+    now = time.time()
+    assert asyncio.run(spent.spend("state-a", now - 1))  # already expired
+    assert asyncio.run(spent.spend("state-b", now + 600))
+    assert not asyncio.run(spent.spend("state-b", now + 600))
+    with registry.db.session() as session:
+        stored = set(session.scalars(select(SpentRequestState.digest)))
+    assert stored == {state_digest("state-a"), state_digest("state-b")}
+    assert "state-b" not in stored
+    assert spent.prune() == 1
+    with registry.db.session() as session:
+        assert list(session.scalars(select(SpentRequestState.digest))) == [state_digest("state-b")]
 
 
 def test_stateless_era_never_asks_for_an_undeclared_capability(hooked: LiveServer, hook: Hook) -> None:

@@ -7,20 +7,36 @@ directly, so these tests pin what a listener is told and when, whatever carries 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
+from registry.config import Settings
 from registry.limits import Limits
 from registry.mcp.listen import ListenService, ListenStream
-from registry.mcp.protocol import INVALID_PARAMS, INVALID_REQUEST, META_SERVER_INFO, META_SUBSCRIPTION_ID, JsonRpcError
+from registry.mcp.protocol import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    META_CLIENT_CAPABILITIES,
+    META_PROTOCOL_VERSION,
+    META_SERVER_INFO,
+    META_SUBSCRIPTION_ID,
+    JsonRpcError,
+)
 from registry.mcp.runtime import McpRuntime
 from registry.mcp.sessions import ClientState
 from registry.runtime import Registry
+from tests.conftest import ADMIN_TOKEN, LiveServer
+from tests.interop.mcp_wire import ACCEPT_BOTH, iter_sse
 from tests.mcp.asgi_peer import AsgiPeer
+from tests.oidc_issuer import TestIssuer
 
 SUB = META_SUBSCRIPTION_ID
 
@@ -255,16 +271,16 @@ async def test_a_listen_nobody_consumes_is_dropped_too() -> None:
 
 
 async def test_listens_are_bounded_per_process_and_per_token() -> None:
-    service = ListenService(Limits(listen_streams=3, listen_streams_per_token=2))
+    service = ListenService(Limits(listen_streams=3, listen_streams_per_caller=2))
     params: dict[str, Any] = {"notifications": {"toolsListChanged": True}}
     first = await service.open(1, params, _client(token_id=5))
     await service.open(2, params, _client(token_id=5))
     with pytest.raises(JsonRpcError) as raised:
         await service.open(3, params, _client(token_id=5))
-    assert raised.value.code == INVALID_REQUEST and "REGISTRY_LIMIT_LISTEN_STREAMS_PER_TOKEN" in raised.value.message
+    assert raised.value.code == INVALID_REQUEST and "REGISTRY_LIMIT_LISTEN_STREAMS_PER_CALLER" in raised.value.message
     await service.open(3, params, _client(token_id=6))
     with pytest.raises(JsonRpcError) as raised:
-        await service.open(4, params, _client())
+        await service.open(4, params, _client(), peer="192.0.2.1")
     assert raised.value.message.endswith("(limit REGISTRY_LIMIT_LISTEN_STREAMS)")
     await first.aclose()  # a listen the client ended frees its place
     await service.open(4, params, _client(token_id=5))
@@ -359,3 +375,110 @@ async def test_a_client_closing_the_sse_response_ends_its_listen() -> None:
     await asyncio.wait_for(serving, 3)
     assert stream.ended and len(service) == 0
     assert stream.offer("tool", "notifications/tools/list_changed") is False
+
+
+# ------------------------------------------------------------------ per caller, over HTTP
+
+LISTEN_ISSUER_AUDIENCE = "mcp-registry"
+
+
+def _listen_message(request_id: int) -> dict[str, Any]:
+    meta = {META_PROTOCOL_VERSION: "2026-07-28", META_CLIENT_CAPABILITIES: {}}
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "subscriptions/listen",
+        "params": {"_meta": meta, "notifications": {"toolsListChanged": True}},
+    }
+
+
+LISTEN_HEADERS = {
+    "Accept": ACCEPT_BOTH,
+    "Content-Type": "application/json",
+    "MCP-Protocol-Version": "2026-07-28",
+    "Mcp-Method": "subscriptions/listen",
+}
+
+
+class Listens:
+    """Listen POSTs held open (each acknowledged before the next is sent) until the block ends."""
+
+    def __init__(self, url: str, held: ExitStack) -> None:
+        self.url = url
+        self.held = held
+        self.ids = itertools.count(1)
+        self.events: list[Iterator[Any]] = []
+
+    def open(self, token: str | None = None, *, source: str = "127.0.0.1") -> dict[str, Any]:
+        """The listen's first message (its ack), or the JSON-RPC error it was refused with."""
+        headers = dict(LISTEN_HEADERS)
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        transport = httpx.HTTPTransport(local_address=source)
+        client = self.held.enter_context(
+            httpx.Client(base_url=self.url, transport=transport, timeout=httpx.Timeout(15, read=15))
+        )
+        message = _listen_message(next(self.ids))
+        response = self.held.enter_context(client.stream("POST", "/mcp", json=message, headers=headers))
+        if not response.headers["content-type"].startswith("text/event-stream"):
+            response.read()
+            answer: dict[str, Any] = response.json()
+            assert response.status_code == 400 and answer["id"] == message["id"], (response.status_code, answer)
+            return answer
+        events = iter_sse(response.iter_lines())
+        self.events.append(events)  # kept: a generator collected early would close its response
+        first: dict[str, Any] = next(events).json()
+        assert first["method"] == "notifications/subscriptions/acknowledged", first
+        return first
+
+
+def _refused_per_caller(answer: dict[str, Any], kind: str) -> None:
+    assert "error" in answer, f"a listen past the per-caller limit was accepted: {answer}"
+    message = answer["error"]["message"]
+    assert answer["error"]["code"] == INVALID_REQUEST, answer
+    assert "REGISTRY_LIMIT_LISTEN_STREAMS_PER_CALLER" in message and kind in message, message
+
+
+def test_listens_are_bounded_per_sso_user_and_per_anonymous_address(tmp_path: Path) -> None:
+    """Issue 24: the per-token cap counted static tokens only, so one single-sign-on user opened
+    every place of the process and an admin was then refused. Each SSO user (whatever token it
+    presents) and each anonymous client address is a caller of its own."""
+    with TestIssuer(audience=LISTEN_ISSUER_AUDIENCE) as issuer:
+        settings = Settings(
+            data_dir=tmp_path / "data",
+            database_url=f"sqlite:///{tmp_path / 'registry.db'}",
+            admin_token=ADMIN_TOKEN,
+            secret_key="test-secret-key",
+            oidc_issuer=issuer.url,
+            oidc_audience=LISTEN_ISSUER_AUDIENCE,
+            limits=Limits(listen_streams=10, listen_streams_per_caller=2),
+        )
+        registry = Registry(settings)
+        registry.prepare()
+        server = LiveServer(registry)
+        server.start()
+        try:
+            with ExitStack() as held:
+                listens = Listens(server.url, held)
+                alice = [issuer.mint(), issuer.mint()]  # two tokens of one user: one caller
+                assert "error" not in listens.open(alice[0])
+                assert "error" not in listens.open(alice[1])
+                _refused_per_caller(listens.open(issuer.mint()), "single-sign-on user")
+                bob = issuer.mint(sub="user-bob", email="bob@example.test")
+                assert "error" not in listens.open(bob)
+                assert "error" not in listens.open(ADMIN_TOKEN)
+
+                assert "error" not in listens.open()
+                assert "error" not in listens.open()
+                _refused_per_caller(listens.open(), "client address")
+                assert "error" not in listens.open(source="127.0.0.2")  # another address: another caller
+                assert len(server.app.mcp.listen) == 7
+        finally:
+            server.stop()
+            registry.close()
+
+
+def test_the_former_per_token_variable_still_sets_the_per_caller_limit() -> None:
+    assert Limits.from_env({"REGISTRY_LIMIT_LISTEN_STREAMS_PER_TOKEN": "7"}).listen_streams_per_caller == 7
+    both = {"REGISTRY_LIMIT_LISTEN_STREAMS_PER_TOKEN": "7", "REGISTRY_LIMIT_LISTEN_STREAMS_PER_CALLER": "3"}
+    assert Limits.from_env(both).listen_streams_per_caller == 3

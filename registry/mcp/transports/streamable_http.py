@@ -206,7 +206,17 @@ class StreamableHttpTransport:
                 error = JsonRpcError(HEADER_MISMATCH, "Header mismatch: missing MCP-Protocol-Version header")
                 await send_json(send, 400, error_message(request.id, error))
                 return
-        session = self._known_session(headers, principal) or await self._session(headers, principal)
+        try:
+            session = self._known_session(headers, principal) or await self._session(headers, principal)
+        except HttpError as exc:
+            if not requests:
+                raise
+            # The body is parsed: each request is answered with its own id (a session this replica
+            # has not cached, looked up during an outage, is -32003 for *this* request), not null.
+            error = JsonRpcError(exc.code, exc.message)
+            refused = [error_message(request.id, error) for request in requests]
+            await send_json(send, exc.status, [*answers, *refused] if batch else refused[0], exc.headers)
+            return
         if batch and session.protocol_version not in BATCH_VERSIONS:
             raise HttpError(
                 400,
@@ -271,8 +281,8 @@ class StreamableHttpTransport:
     async def _run_as_task(self, request: Message, session: Session, ctx: RequestContext) -> dict[str, Any]:
         """A request that may wait (``McpServer.may_wait``) runs as a task of its own, so that
         ``notifications/cancelled`` can stop it."""
-        task = asyncio.create_task(self.server.handle_request(request, ctx))
         assert request.id is not None
+        task = asyncio.create_task(self.server.stopping.run(self.server.handle_request(request, ctx), request.id))
         session.in_flight[request.id] = task
         try:
             return await asyncio.shield(task)
@@ -372,7 +382,7 @@ class StreamableHttpTransport:
             if message.method == "tools/call":
                 await self._check_param_headers(message, client, headers)
             if message.method == "subscriptions/listen" and self.listen is not None:
-                stream = await self.listen.open(message.id, message.params, client)
+                stream = await self.listen.open(message.id, message.params, client, _peer(scope))
                 await self.listen.serve_sse(stream, receive, send)
                 return
         except JsonRpcError as exc:
@@ -390,10 +400,10 @@ class StreamableHttpTransport:
                 await stream_out.start()
             await stream_out.message(notification)
 
-        peer = scope.get("client")
-        ctx = RequestContext(client=client, send=related, modern=True, peer=peer[0] if peer else None)
+        ctx = RequestContext(client=client, send=related, modern=True, peer=_peer(scope))
         if self.server.may_wait(message.method, message.params, client):
-            answer = await _until_disconnect(self.server.handle_request(message, ctx), receive)
+            work = self.server.stopping.run(self.server.handle_request(message, ctx), message.id)
+            answer = await _until_disconnect(work, receive)
             if answer is None:
                 return  # the client closed the request: that is its cancellation
         else:
@@ -461,6 +471,12 @@ class StreamableHttpTransport:
             await self.sessions.end(session.id)
         self.hub.close_session(session.id)
         await send_bytes(send, 204, b"", None)
+
+
+def _peer(scope: Scope) -> str | None:
+    """The client's address (after trusted proxy headers): who an anonymous stateless caller is."""
+    client = scope.get("client")
+    return str(client[0]) if client else None
 
 
 def _as_seen_by(session: Session, principal: Principal) -> None:
