@@ -98,8 +98,11 @@ def version_count(live_server: LiveServer, kind: str, name: str) -> int:
 
 
 def change_count(live_server: LiveServer) -> int:
+    """The catalog's changes (not governance events such as the start-up admin token's)."""
     with live_server.registry.db.engine.connect() as conn:
-        return conn.execute(text("SELECT COUNT(*) FROM changes")).scalar_one()
+        return conn.execute(
+            text("SELECT COUNT(*) FROM changes WHERE kind IN ('prompt', 'resource', 'tool')")
+        ).scalar_one()
 
 
 # --------------------------------------------------------------------------- CRUD
