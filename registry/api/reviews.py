@@ -154,6 +154,11 @@ class ChangeRequest(ChangeRequestSummary):
     checks_override_reason: str | None
     publishable: bool = Field(description="approved, checks pass (or overridden), not stale")
     authored_by_you: bool
+    notice: str | None = Field(
+        default=None,
+        description="set when the call changed nothing because it was already done (you already approved, "
+        "the request was already published): a retry or a second click is answered as a success",
+    )
 
 
 class ChangeRequestPage(BaseModel):
