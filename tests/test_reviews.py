@@ -562,6 +562,37 @@ def test_approving_twice_records_one_approval(setup: Setup) -> None:
     assert len(_request_events(s, request_id, "cr_approved")) == 1
 
 
+@contextmanager
+def _ui(s: Setup, token: str) -> Iterator[httpx.Client]:
+    """A browser-like client of the web UI, signed in with ``token`` (redirects followed)."""
+    with httpx.Client(base_url=s.server.url, timeout=30, follow_redirects=True) as browser:
+        form = browser.get("/ui/signin")
+        nonce = re.search(r'name="signin_nonce" value="([^"]+)"', form.text)
+        assert nonce
+        signed = browser.post("/ui/signin", data={"token": token, "signin_nonce": nonce.group(1), "next": "/ui/"})
+        assert signed.status_code == 200, signed.text[:500]
+        yield browser
+
+
+def test_clicking_approve_twice_in_the_web_ui_says_it_was_already_approved(setup: Setup) -> None:
+    s = setup
+    name = published_prompt(s, "Hello {{ who }}")
+    request_id = open_review(s, name, {**GREETING, "template": "Clicked {{ who }}"})
+    with _ui(s, s.reviewer_c) as browser:
+        page = browser.get(f"/ui/reviews/{request_id}")
+        csrf = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
+        assert csrf
+        first = browser.post(f"/ui/reviews/{request_id}/approve", data={"csrf_token": csrf.group(1)})
+        second = browser.post(f"/ui/reviews/{request_id}/approve", data={"csrf_token": csrf.group(1)})
+    assert first.status_code == 200 and ">Approved.<" in first.text
+    assert second.status_code == 200, second.text[:500]
+    assert f"You already approved change request #{request_id}; nothing changed." in second.text
+    with s.http(s.reviewer_c) as c:
+        detail = ok(c.get(f"/api/v1/change-requests/{request_id}"))
+    assert [r["reviewer"] for r in detail["reviews"]] == ["reviewer-c"]
+    assert len(_request_events(s, request_id, "cr_approved")) == 1
+
+
 def test_two_approvals_racing_from_one_reviewer_record_one(setup: Setup) -> None:
     """Four approvals of one reviewer at once (a double click over a slow link, replicas): all
     succeed, one review row, one event."""
@@ -615,12 +646,7 @@ def test_asking_again_for_an_open_request_names_and_links_it(setup: Setup) -> No
     assert problem["change_request_id"] == request_id
     assert problem["change_request"] == f"/api/v1/change-requests/{request_id}"
     assert f"change request #{request_id} already asks" in problem["detail"]
-    with httpx.Client(base_url=s.server.url, timeout=30) as browser:
-        form = browser.get("/ui/signin")
-        nonce = re.search(r'name="signin_nonce" value="([^"]+)"', form.text)
-        assert nonce
-        signed = browser.post("/ui/signin", data={"token": s.editor_a, "signin_nonce": nonce.group(1), "next": "/ui/"})
-        assert signed.status_code == 303, signed.text
+    with _ui(s, s.editor_a) as browser:
         confirm = browser.get(f"/ui/prompts/{name}/promote", params={"version": 2, "label": "production"})
         csrf = re.search(r'name="csrf_token" value="([^"]+)"', confirm.text)
         assert csrf, confirm.text[:500]
