@@ -25,6 +25,14 @@ editor of the entry's team (or by a save that held the label, ``CatalogService``
 Every transition is a ``change_request`` event in the hash-chained change log. Concurrency: a
 request's row is locked (PostgreSQL ``FOR UPDATE``; SQLite serialises writers) and its state
 changes by compare-and-swap, so two approvals or publications at once cannot double-publish.
+
+**Retries are safe.** A reviewer approving again (a second click, a retry whose first answer was
+lost) and a publication of a published request change nothing and answer success with a
+``notice`` saying it was already done. Each review names the same reviewer's previous one
+(``after_review_id``, unique per request and reviewer), so the database itself refuses a twin that
+two replicas write at once. And a transition builds its answer inside its transaction: nothing is
+read after the commit, so a database lost just then cannot turn a committed approval or
+publication into a 503 (whose retry would then be told "already done" anyway).
 """
 
 from __future__ import annotations
