@@ -27,6 +27,7 @@ from registry.api.reviews import router as reviews_router
 from registry.api.teams import router as teams_router
 from registry.api.usage import router as usage_router
 from registry.catalog.specs import KIND_BY_COLLECTION
+from registry.config import check_server_settings
 from registry.mcp.http_common import Receive, Scope, SendFn
 from registry.mcp.runtime import McpRuntime
 from registry.runtime import Registry
@@ -66,7 +67,9 @@ async def _start_mcp_once_ready(registry: Registry, mcp: McpRuntime, poll_s: flo
 
 
 def create_app(registry: Registry, *, freeze_gc: bool = False) -> RegistryApp:
-    """``freeze_gc``: a dedicated server process freezes its long-lived heap after start-up."""
+    """``freeze_gc``: a dedicated server process freezes its long-lived heap after start-up.
+    Settings no server may run with raise ``SettingsError`` here (``serve`` checks them first)."""
+    check_server_settings(registry.settings)
     mcp = McpRuntime(registry, freeze_gc=freeze_gc)
     # /readyz checks on threads of its own: a default pool busy with other work must not make the
     # probe answer "unavailable", and probes stuck on a frozen database must not take others' threads.

@@ -21,7 +21,7 @@ from registry import __version__
 from registry.catalog.audit_verify import AuditKeyMismatch
 from registry.catalog.errors import CatalogError, Invalid
 from registry.catalog.secrets import SecretKeyError
-from registry.config import Settings
+from registry.config import Settings, SettingsError, check_server_settings
 from registry.db.engine import describe
 
 if TYPE_CHECKING:
@@ -60,6 +60,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings = _settings(args)
     from registry.runtime import Registry
 
+    check_server_settings(settings)  # before anything is opened: a refusal names the setting
     slot = WorkerSlot.from_env()
     if slot is not None:  # one of `serve --workers N`'s processes: the supervisor has prepared all
         return _serve_worker(args, settings, slot)
@@ -718,7 +719,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (CatalogError, FileNotFoundError, CliError, SecretKeyError, AuditKeyMismatch) as exc:
+    except (CatalogError, FileNotFoundError, CliError, SecretKeyError, SettingsError, AuditKeyMismatch) as exc:
         print(f"error: {getattr(exc, 'detail', exc)}", file=sys.stderr)
         return 2
     except OperationalError as exc:  # the database could not be opened or answered

@@ -8,10 +8,38 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from registry.limits import Limits
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+class SettingsError(ValueError):
+    """Settings a server cannot run with; the message names the setting to change."""
+
+
+def check_server_settings(settings: Settings) -> None:
+    """Refuse, at start-up, settings an HTTP server must not run with (``SettingsError``).
+
+    The web UI's single sign-on sends browsers to the issuer with a ``redirect_uri``; taken from
+    the request's ``Host`` header, anyone could make it point elsewhere (the issuer then sends the
+    authorization code to that host, if it accepts the URI). So with single sign-on for the web UI
+    the public URL must be configured: one address, the operator's, registered at the issuer too.
+    """
+    if settings.oidc_issuer and settings.oidc_client_id and not settings.public_url:
+        raise SettingsError(
+            "single sign-on for the web UI (REGISTRY_OIDC_CLIENT_ID) needs REGISTRY_PUBLIC_URL, the address people "
+            "reach this server at (e.g. https://registry.example.com): sign-in redirects are built from it, never "
+            "from a request's Host header; register its /ui/sso/callback at the issuer"
+        )
+    if settings.public_url:
+        parts = urlsplit(settings.public_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+            raise SettingsError(
+                f"REGISTRY_PUBLIC_URL must be an http(s) URL such as https://registry.example.com, "
+                f"not {settings.public_url[:200]!r}"
+            )
 
 
 def _env_bool(name: str, default: bool | None) -> bool | None:
@@ -90,7 +118,8 @@ class Settings:
     #: Single sign-on: the OIDC issuer whose bearer JWTs the admin API and MCP accept, and through
     #: which the web UI signs people in (None: static tokens only).
     oidc_issuer: str | None = None
-    #: The ``aud`` access tokens must carry (default: the client id).
+    #: The ``aud`` access tokens must carry. None: bearer JWTs are refused (single sign-on then
+    #: opens the web UI only); it is never taken from the client id, which ID tokens carry.
     oidc_audience: str | None = None
     #: The web UI's client at the issuer (authorization code + PKCE); the secret is optional.
     oidc_client_id: str | None = None
@@ -110,7 +139,8 @@ class Settings:
     oidc_jwks_cache_s: float = 300.0
     oidc_jwks_min_refresh_s: float = 10.0
     #: The server's public base URL (``https://registry.example.com``), for the OAuth
-    #: protected-resource metadata and sign-in redirects; None: taken from each request.
+    #: protected-resource metadata and sign-in redirects; None: taken from each request, which is
+    #: refused with single sign-on for the web UI (``check_server_settings``).
     public_url: str | None = None
     #: Count uses (gets, reads, calls) per entry version and agent per hour.
     usage_enabled: bool = True
@@ -183,6 +213,12 @@ class Settings:
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.data_dir / 'registry.db').as_posix()}"
+
+    @property
+    def oidc_bearer_enabled(self) -> bool:
+        """Whether bearer JWTs from the issuer open the admin API and MCP: only with an explicit
+        ``REGISTRY_OIDC_AUDIENCE`` (the client id alone is for the web UI's sign-in)."""
+        return bool(self.oidc_issuer and self.oidc_audience)
 
     @property
     def anonymous_agents_enabled(self) -> bool:

@@ -4,7 +4,11 @@
 whose ``issuer`` must be the configured one, exactly) and its JWKS, and checks a token's
 signature (asymmetric algorithms only: an ``HS256`` token "signed" with the public key, or
 ``alg: none``, is refused before any key is looked at), issuer, audience and times (30 s of
-leeway for clocks that disagree). What a token says is mapped to a ``Principal``:
+leeway for clocks that disagree). A bearer token (``verify``) must be an access token: meant for
+``REGISTRY_OIDC_AUDIENCE`` (unset: none is accepted, single sign-on then opens the web UI only;
+never the client id, which the UI's ID tokens carry), with no ``nonce`` (an ID token's mark) and
+no header ``typ`` naming another kind of token (RFC 9068). The web UI's sign-in verifies ID
+tokens as such (``verify_id_token``). What a token says is mapped to a ``Principal``:
 
 - the user is the ``oidc_user_claim`` (``sub``), shown as ``oidc_name_claim`` (``email``);
 - the scope is the ``oidc_role_claim`` (``registry_role``: one of ``SCOPES``, or a list, of
@@ -73,6 +77,15 @@ FETCH_TIMEOUT = httpx.Timeout(5.0, connect=3.0)
 
 UNREACHABLE = "identity provider unreachable"
 UNKNOWN_KEY = "unknown signing key"
+#: A bearer JWT while ``REGISTRY_OIDC_AUDIENCE`` is unset: single sign-on opens the web UI only.
+NO_AUDIENCE = (
+    "single sign-on tokens are not accepted as bearer tokens on this server: it has no REGISTRY_OIDC_AUDIENCE "
+    "(the audience the issuer's access tokens for this registry carry)"
+)
+ID_TOKEN = "an ID token is not an access token (it carries a nonce): send an access token issued for this registry"
+#: Header ``typ`` values a bearer token may carry: RFC 9068's, or the generic ``JWT`` (which says
+#: nothing of the kind, and is what most issuers put on their access tokens), or none.
+ACCESS_TOKEN_TYPES = frozenset({"at+jwt", "application/at+jwt", "jwt"})
 
 #: Which key types (and curves) sign with which algorithm.
 _EC_CURVES = {"ES256": "P-256", "ES384": "P-384", "ES512": "P-521"}
@@ -171,10 +184,25 @@ class OidcVerifier:
             raise ValueError(f"REGISTRY_OIDC_DEFAULT_ROLE must be one of {', '.join(SCOPES)}")
         self.settings = settings
         self.issuer = settings.oidc_issuer
-        self.audience = settings.oidc_audience or settings.oidc_client_id
-        if not self.audience:
+        #: The ``aud`` bearer (access) tokens must carry; None: no bearer JWT is accepted. Never
+        #: defaulted to the client id: the ID tokens of the web UI's sign-in carry that audience,
+        #: and an ID token is no access token.
+        self.audience = settings.oidc_audience
+        if not self.audience and not settings.oidc_client_id:
             raise ValueError(
-                "single sign-on needs REGISTRY_OIDC_AUDIENCE or REGISTRY_OIDC_CLIENT_ID (the token audience)"
+                "single sign-on needs REGISTRY_OIDC_AUDIENCE (bearer tokens on the admin API and MCP) and/or "
+                "REGISTRY_OIDC_CLIENT_ID (the web UI's sign-in)"
+            )
+        if not self.audience:
+            log.warning(
+                "REGISTRY_OIDC_AUDIENCE is not set: single sign-on signs people in to the web UI only, and bearer "
+                "JWTs on the admin API and MCP are refused; set it to the audience of the issuer's access tokens "
+                "for this registry to accept them"
+            )
+        elif self.audience == settings.oidc_client_id:
+            log.warning(
+                "REGISTRY_OIDC_AUDIENCE is the web UI's client id, which ID tokens carry too: they are still "
+                "refused as bearer tokens (by their nonce and type), but give access tokens an audience of their own"
             )
         self.client = client or httpx.Client(timeout=FETCH_TIMEOUT, follow_redirects=False)
         self._lock = threading.RLock()  # metadata() is also called under it
@@ -263,9 +291,9 @@ class OidcVerifier:
         return key
 
     # ------------------------------------------------------------------ tokens
-    def decode(self, token: str, *, audience: str | None = None) -> dict[str, Any]:
-        """The claims of a token signed by the issuer and meant for ``audience`` (default: the
-        configured access-token audience); ``TokenRejected`` saying why not."""
+    def decode(self, token: str, *, audience: str) -> dict[str, Any]:
+        """The claims of a token signed by the issuer and meant for ``audience``;
+        ``TokenRejected`` saying why not."""
         if len(token) > TOKEN_CHARS:
             raise TokenRejected(f"token longer than {TOKEN_CHARS} characters")
         if not looks_like_jwt(token):
@@ -287,7 +315,7 @@ class OidcVerifier:
                 token,
                 key=key.public_key,
                 algorithms=[alg],
-                audience=audience or self.audience,
+                audience=audience,
                 issuer=self.issuer,
                 leeway=LEEWAY_S,
                 options={"require": ["exp", "iss", "aud"]},
@@ -311,8 +339,20 @@ class OidcVerifier:
         return claims
 
     def verify(self, token: str) -> Principal:
-        """The principal of an access token the issuer signed for this registry."""
-        return self.principal(self.decode(token))
+        """The principal of an access token the issuer signed for this registry (a bearer token on
+        the admin API, MCP, or pasted into the web UI's sign-in). Only an access token: it must
+        carry ``REGISTRY_OIDC_AUDIENCE`` (none set: refused), no ``nonce`` (which marks an ID
+        token), and a header ``typ`` that is absent, ``JWT`` or RFC 9068's ``at+jwt``."""
+        if not self.audience:
+            raise TokenRejected(NO_AUDIENCE)
+        claims = self.decode(token, audience=self.audience)
+        typ = jwt.get_unverified_header(token).get("typ")  # signed with the rest: checked by decode
+        if typ is not None and (not isinstance(typ, str) or typ.lower() not in ACCESS_TOKEN_TYPES):
+            shown = typ if isinstance(typ, str) and re.fullmatch(r"[A-Za-z0-9+./-]{1,32}", typ) else "?"
+            raise TokenRejected(f"a token of type {shown} is not an access token (RFC 9068: at+jwt)")
+        if "nonce" in claims:
+            raise TokenRejected(ID_TOKEN)
+        return self.principal(claims)
 
     def verify_id_token(self, id_token: str, nonce: str) -> Principal:
         """The principal of an ID token from the web UI's sign-in: meant for the UI's client,

@@ -263,7 +263,10 @@ def test_concurrent_creates_of_one_name_give_one_201_and_one_409(live_server: Li
                 partial(second.post, "/api/v1/prompts", json=body),
             )
             assert sorted(r.status_code for r in responses) == [201, 409], [r.text for r in responses]
-            assert_problem(next(r for r in responses if r.status_code == 409), 409, "already exists")
+            # Refused by the name check ("already exists"), or by the unique constraint when both got past it.
+            refused = next(r for r in responses if r.status_code == 409)
+            assert_problem(refused, 409)
+            assert any(words in refused.json()["detail"] for words in ("already exists", "is taken")), refused.text
             assert version_count(live_server, "prompt", body["name"]) == 1
 
 

@@ -14,15 +14,23 @@ from __future__ import annotations
 
 import json
 import queue
+import re
 import secrets
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import event
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
+from registry.db.engine import Database, DatabaseUnavailable
+from registry.db.models import ChangeRequestReview
+from registry.runtime import Registry
 from tests.conftest import _drop_postgres_schema, _fresh_postgres_schema, require_postgres
 from tests.interop.mcp_wire import SseEvent, StreamableHttpClient, iter_sse, open_session, served_prompt_text
 from tests.oidc_issuer import TestIssuer
@@ -370,13 +378,18 @@ def test_concurrent_publications_publish_once(setup: Setup) -> None:
     with s.http(s.reviewer_b) as b:
         ok(b.post(f"/api/v1/change-requests/{request_id}/approve", json={}))
 
-    def publish(token: str) -> int:
+    def publish(token: str) -> tuple[int, str | None]:
         with s.http(token) as http:
-            return http.post(f"/api/v1/change-requests/{request_id}/publish").status_code
+            answer = http.post(f"/api/v1/change-requests/{request_id}/publish")
+        assert answer.status_code == 200, answer.text
+        return answer.status_code, answer.json()["notice"]
 
     with ThreadPoolExecutor(max_workers=3) as pool:
-        statuses = sorted(pool.map(publish, [s.editor_a, s.reviewer_b, s.reviewer_c]))
-    assert statuses == [200, 409, 409], statuses
+        answers = list(pool.map(publish, [s.editor_a, s.reviewer_b, s.reviewer_c]))
+    # One publishes; the others are told it already was (their wish holds: no error to retry).
+    notices = [notice for _status, notice in answers]
+    assert notices.count(None) == 1, answers
+    assert all("already published" in n for n in notices if n is not None), answers
     with s.admin() as admin:
         changes = ok(admin.get("/api/v1/changes", params={"after": 0, "limit": 1000}))["items"]
     assert len([c for c in changes if c["name"] == name and c["action"] == "label_moved" and c["version"] == 2]) == 1
@@ -514,3 +527,211 @@ def test_a_longest_name_is_reviewed_too(setup: Setup) -> None:
     with s.http(s.editor_a) as a:
         ok(a.post(f"/api/v1/change-requests/{request_id}/publish"))
     assert s.served_text(name, {"who": "Ada"}) == "Hi Ada"
+
+
+# ------------------------------------------------------------------ idempotent reviews and publication
+
+
+def _request_events(s: Setup, request_id: int, action: str) -> list[dict[str, Any]]:
+    """The audit trail's ``action`` events of one change request."""
+    with s.admin() as admin:
+        items = ok(admin.get("/api/v1/audit", params={"kind": "change_request", "action": action, "limit": 500}))
+    return [row for row in items["items"] if f"change request #{request_id} " in (row.get("note") or "")]
+
+
+def test_approving_twice_records_one_approval(setup: Setup) -> None:
+    """A second click on Approve (or a retry whose first answer was lost) is a success that says
+    it was already approved, and adds no review and no change-log event."""
+    s = setup
+    name = published_prompt(s, "Hello {{ who }}")
+    request_id = open_review(s, name, {**GREETING, "template": "Twice {{ who }}"})
+    with s.http(s.reviewer_b) as b:
+        first = ok(b.post(f"/api/v1/change-requests/{request_id}/approve", json={"comment": "lgtm"}))
+        second = ok(b.post(f"/api/v1/change-requests/{request_id}/approve", json={"comment": "lgtm"}))
+    assert first["notice"] is None and first["state"] == "approved"
+    assert second["notice"] == f"you already approved change request #{request_id}; nothing changed"
+    assert second["state"] == "approved" and second["approvals"] == 1
+    assert [r["reviewer"] for r in second["reviews"]] == ["reviewer-b"]
+    assert len(_request_events(s, request_id, "cr_approved")) == 1
+    # After publication, a late retry of the approval still says so (not a 409 about the state).
+    with s.http(s.editor_a) as a:
+        ok(a.post(f"/api/v1/change-requests/{request_id}/publish"))
+    with s.http(s.reviewer_b) as b:
+        late = ok(b.post(f"/api/v1/change-requests/{request_id}/approve", json={}))
+    assert late["notice"] is not None and "already approved" in late["notice"] and late["state"] == "published"
+    assert len(_request_events(s, request_id, "cr_approved")) == 1
+
+
+@contextmanager
+def _ui(s: Setup, token: str) -> Iterator[httpx.Client]:
+    """A browser-like client of the web UI, signed in with ``token`` (redirects followed)."""
+    with httpx.Client(base_url=s.server.url, timeout=30, follow_redirects=True) as browser:
+        form = browser.get("/ui/signin")
+        nonce = re.search(r'name="signin_nonce" value="([^"]+)"', form.text)
+        assert nonce
+        signed = browser.post("/ui/signin", data={"token": token, "signin_nonce": nonce.group(1), "next": "/ui/"})
+        assert signed.status_code == 200, signed.text[:500]
+        yield browser
+
+
+def test_clicking_approve_twice_in_the_web_ui_says_it_was_already_approved(setup: Setup) -> None:
+    s = setup
+    name = published_prompt(s, "Hello {{ who }}")
+    request_id = open_review(s, name, {**GREETING, "template": "Clicked {{ who }}"})
+    with _ui(s, s.reviewer_c) as browser:
+        page = browser.get(f"/ui/reviews/{request_id}")
+        csrf = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
+        assert csrf
+        first = browser.post(f"/ui/reviews/{request_id}/approve", data={"csrf_token": csrf.group(1)})
+        second = browser.post(f"/ui/reviews/{request_id}/approve", data={"csrf_token": csrf.group(1)})
+    assert first.status_code == 200 and ">Approved.<" in first.text
+    assert second.status_code == 200, second.text[:500]
+    assert f"You already approved change request #{request_id}; nothing changed." in second.text
+    with s.http(s.reviewer_c) as c:
+        detail = ok(c.get(f"/api/v1/change-requests/{request_id}"))
+    assert [r["reviewer"] for r in detail["reviews"]] == ["reviewer-c"]
+    assert len(_request_events(s, request_id, "cr_approved")) == 1
+
+
+def test_two_approvals_racing_from_one_reviewer_record_one(setup: Setup) -> None:
+    """Four approvals of one reviewer at once (a double click over a slow link, replicas): all
+    succeed, one review row, one event."""
+    s = setup
+    name = published_prompt(s, "Hello {{ who }}")
+    request_id = open_review(s, name, {**GREETING, "template": "Race {{ who }}"})
+    start = threading.Barrier(4)
+
+    def approve(_n: int) -> dict[str, Any]:
+        with s.http(s.reviewer_b) as b:
+            start.wait(timeout=30)
+            return ok(b.post(f"/api/v1/change-requests/{request_id}/approve", json={}))
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        answers = list(pool.map(approve, range(4)))
+    with s.http(s.reviewer_b) as b:
+        detail = ok(b.get(f"/api/v1/change-requests/{request_id}"))
+    assert len(detail["reviews"]) == 1 and detail["approvals"] == 1
+    assert len(_request_events(s, request_id, "cr_approved")) == 1
+    assert [a.get("notice") is None for a in answers].count(True) == 1, answers
+
+
+def test_a_retried_publish_says_already_published(setup: Setup) -> None:
+    s = setup
+    name = published_prompt(s, "Hello {{ who }}")
+    request_id = open_review(s, name, {**GREETING, "template": "Retry {{ who }}"})
+    with s.http(s.reviewer_b) as b:
+        ok(b.post(f"/api/v1/change-requests/{request_id}/approve", json={}))
+    with s.http(s.editor_a) as a:
+        first = ok(a.post(f"/api/v1/change-requests/{request_id}/publish"))
+        again = ok(a.post(f"/api/v1/change-requests/{request_id}/publish"))
+    assert first["notice"] is None and first["state"] == "published"
+    assert again["state"] == "published" and again["notice"] is not None
+    assert again["notice"].startswith(f"change request #{request_id} was already published (by editor-a at ")
+    assert len(_request_events(s, request_id, "cr_published")) == 1
+    with s.admin() as admin:
+        changes = ok(admin.get("/api/v1/changes", params={"after": 0, "limit": 1000}))["items"]
+    assert len([c for c in changes if c["name"] == name and c["action"] == "label_moved" and c["version"] == 2]) == 1
+
+
+def test_asking_again_for_an_open_request_names_and_links_it(setup: Setup) -> None:
+    """Pointing production at a version an open request already asks for: the API's problem names
+    and links the request; the web UI's page links it."""
+    s = setup
+    name = published_prompt(s, "Hello {{ who }}")
+    request_id = open_review(s, name, {**GREETING, "template": "Open {{ who }}"})
+    with s.http(s.editor_a) as a:
+        again = a.post("/api/v1/change-requests", json={"kind": "prompt", "name": name, "to_version": 2})
+    assert again.status_code == 409, again.text
+    problem = again.json()
+    assert problem["change_request_id"] == request_id
+    assert problem["change_request"] == f"/api/v1/change-requests/{request_id}"
+    assert f"change request #{request_id} already asks" in problem["detail"]
+    with _ui(s, s.editor_a) as browser:
+        confirm = browser.get(f"/ui/prompts/{name}/promote", params={"version": 2, "label": "production"})
+        csrf = re.search(r'name="csrf_token" value="([^"]+)"', confirm.text)
+        assert csrf, confirm.text[:500]
+        page = browser.post(
+            "/ui/reviews/open",
+            data={"csrf_token": csrf.group(1), "kind": "prompt", "name": name, "label": "production", "version": "2"},
+        )
+    assert page.status_code == 409, page.text[:500]
+    assert f'<a href="/ui/reviews/{request_id}">Go to change request #{request_id}</a>' in page.text
+
+
+# ------------------------------------------------------------------ in-process: the database's part
+
+
+def _opened_request(registry: Registry) -> int:
+    """A prompt whose production is protected, and a change request (by alice) to move it to v2."""
+    registry.protection.protect("production", None, actor="admin")
+    name = fresh("inproc")
+    spec = {"name": name, **GREETING, "template": "Hello {{ who }}"}
+    registry.catalog.create("prompt", spec, actor="alice")
+    registry.catalog.update("prompt", name, {**spec, "template": "Hi {{ who }}"}, actor="alice")
+    opened = registry.reviews.open("prompt", name, actor="alice", to_version=2)
+    request_id: int = opened["id"]
+    return request_id
+
+
+def test_the_database_refuses_a_second_review_after_the_same_one(registry: Registry) -> None:
+    """What keeps two replicas from doubling an approval when neither sees the other's row yet:
+    (request, reviewer, previous review) is unique."""
+    request_id = _opened_request(registry)
+    registry.reviews.approve(request_id, actor="bob")
+    with pytest.raises(IntegrityError), registry.db.session() as session:
+        session.add(
+            ChangeRequestReview(
+                request_id=request_id, verdict="approve", reviewer="bob", reviewer_key="name:bob", after_review_id=0
+            )
+        )
+        session.flush()
+
+
+class _DownAfterCommit:
+    """Wraps ``Database.session``: once a transaction that wrote has committed, every later
+    session finds the database unavailable (a PostgreSQL restart just after the commit)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.inner = db.session
+        self.down = False
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        if self.down:
+            raise DatabaseUnavailable("the database restarted")
+        wrote: list[bool] = []
+        with self.inner() as session:
+            event.listen(session, "after_flush", lambda *_a: wrote.append(True))
+            event.listen(session, "do_orm_execute", lambda state: wrote.append(state.is_update or state.is_insert))
+            yield session
+        if any(wrote):
+            self.down = True
+
+
+def test_an_approval_and_a_publication_answer_from_what_they_committed(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database goes away just after the approval's commit, and again after the publication's:
+    each answers what it did (not a 503 for a call that in fact committed); retried, each says it
+    was already done, and the approval is recorded once."""
+    request_id = _opened_request(registry)
+    outage = _DownAfterCommit(registry.db)
+    monkeypatch.setattr(registry.db, "session", outage.session)
+    approved = registry.reviews.approve(request_id, actor="bob")
+    assert outage.down, "the approval wrote"
+    assert approved["state"] == "approved" and approved["approvals"] == 1 and approved["notice"] is None
+    assert [r["reviewer"] for r in approved["reviews"]] == ["bob"]
+    outage.down = False
+    again = registry.reviews.approve(request_id, actor="bob")
+    assert again["notice"] == f"you already approved change request #{request_id}; nothing changed"
+    assert len(again["reviews"]) == 1
+
+    published = registry.reviews.publish(request_id, actor="carol")
+    assert outage.down, "the publication wrote"
+    assert published["state"] == "published" and published["published_by"] == "carol"
+    assert published["current_version"] == 2 and published["notice"] is None
+    outage.down = False
+    retried = registry.reviews.publish(request_id, actor="carol")
+    assert retried["state"] == "published" and retried["notice"] is not None
+    assert "already published (by carol" in retried["notice"]

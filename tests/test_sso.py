@@ -22,8 +22,9 @@ import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from registry.config import Settings
-from registry.oidc import OidcVerifier
+from registry.app import create_app
+from registry.config import Settings, SettingsError
+from registry.oidc import ID_TOKEN, NO_AUDIENCE, OidcVerifier
 from registry.runtime import Registry
 from registry.tokens import TokenRejected, TokenService
 from registry.ui.sessions import SSO_AGENT_ONLY, UiSessionStore
@@ -44,7 +45,9 @@ def issuer() -> Iterator[TestIssuer]:
 
 @pytest.fixture(scope="module")
 def server(issuer: TestIssuer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    port = free_port()
     env = {
+        "REGISTRY_PUBLIC_URL": f"http://127.0.0.1:{port}",  # required with single sign-on for the web UI
         "REGISTRY_OIDC_ISSUER": issuer.url,
         "REGISTRY_OIDC_AUDIENCE": AUDIENCE,
         "REGISTRY_OIDC_CLIENT_ID": CLIENT_ID,
@@ -54,7 +57,23 @@ def server(issuer: TestIssuer, tmp_path_factory: pytest.TempPathFactory) -> Iter
         # Agents must authenticate, so MCP answers 401 without a token.
         "REGISTRY_ANONYMOUS_AGENTS": "false",
     }
-    with ServerProcess(tmp_path_factory.mktemp("sso") / "data", name="sso-registry", env=env) as process:
+    with ServerProcess(tmp_path_factory.mktemp("sso") / "data", name="sso-registry", env=env, port=port) as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def ui_only_server(issuer: TestIssuer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """Single sign-on for the web UI only: no REGISTRY_OIDC_AUDIENCE."""
+    port = free_port()
+    env = {
+        "REGISTRY_PUBLIC_URL": f"http://127.0.0.1:{port}",
+        "REGISTRY_OIDC_ISSUER": issuer.url,
+        "REGISTRY_OIDC_CLIENT_ID": CLIENT_ID,
+        "REGISTRY_OIDC_CLIENT_SECRET": CLIENT_SECRET,
+        "REGISTRY_ANONYMOUS_AGENTS": "false",
+    }
+    data = tmp_path_factory.mktemp("sso-ui-only") / "data"
+    with ServerProcess(data, name="sso-ui-only-registry", env=env, port=port) as process:
         yield process
 
 
@@ -209,6 +228,13 @@ def _refusals(issuer: TestIssuer) -> dict[str, tuple[str, str]]:
             "ES256, ES384, ES512, EdDSA)",
         ),
         "no subject": (issuer.mint(sub=None), "token lacks the 'sub' claim"),
+        # An ID token (it carries a nonce) for this audience is still no access token.
+        "id token": (issuer.mint(nonce="n-1", azp=CLIENT_ID), ID_TOKEN),
+        # RFC 9068: a typ other than at+jwt (or the generic JWT) says it is some other kind of token.
+        "other token type": (
+            issuer.mint(headers={"typ": "logout+jwt"}),
+            "a token of type logout+jwt is not an access token (RFC 9068: at+jwt)",
+        ),
         "no expiry": (issuer.mint(exp=None), "token lacks the 'exp' claim"),
         "garbage jwt": ("bm90IGpzb24.bm90IGpzb24.c2ln", "malformed token"),
         "garbage": ("not-a-token-at-all", "invalid or revoked token"),
@@ -224,6 +250,11 @@ def test_bad_tokens_get_401_with_the_reason_on_the_admin_api(server: ServerProce
         challenge = answer.headers["www-authenticate"]
         assert 'error="invalid_token"' in challenge, case
         assert f'resource_metadata="{server.url}/.well-known/oauth-protected-resource"' in challenge, case
+    # Access tokens typed as RFC 9068 says, or with the generic JWT type most issuers use, are taken.
+    for typ in ("at+jwt", "application/at+jwt", "JWT"):
+        with server.client(issuer.mint(headers={"typ": typ})) as http:
+            listed = http.get("/api/v1/prompts")
+        assert listed.status_code == 200, (typ, listed.text)
 
 
 def test_bad_tokens_get_401_with_the_reason_over_mcp(server: ServerProcess, issuer: TestIssuer) -> None:
@@ -534,3 +565,92 @@ def test_single_sign_on_ui_sessions(registry: Registry, tmp_path: Path) -> None:
     with pytest.raises(TokenRejected) as refused:
         store.sign_in_identity(Principal(None, "Bot", frozenset({"agent"}), user="bot"))
     assert refused.value.reason == SSO_AGENT_ONLY
+
+
+# ------------------------------------------------------------------ bearer tokens need their own audience
+
+
+def _id_token(issuer: TestIssuer) -> str:
+    """What the issuer's /token answers as the ID token of a web UI sign-in: audience the client
+    id, with the sign-in's nonce."""
+    return issuer.mint(aud=CLIENT_ID, azp=CLIENT_ID, nonce="sign-in-nonce", auth_time=int(time.time()))
+
+
+def test_without_an_audience_no_bearer_jwt_opens_the_api_or_mcp(
+    ui_only_server: ServerProcess, issuer: TestIssuer
+) -> None:
+    """REGISTRY_OIDC_AUDIENCE unset: an ID token (audience = the client id) is not taken as an
+    access token, nor is any other JWT; the refusal says which setting is missing."""
+    for token in (_id_token(issuer), issuer.mint(aud=CLIENT_ID), issuer.mint()):
+        with ui_only_server.client(token) as http:
+            answer = http.get("/api/v1/prompts")
+        assert answer.status_code == 401, answer.text
+        assert answer.json()["detail"] == NO_AUDIENCE
+        assert "resource_metadata" not in answer.headers["www-authenticate"]
+        client = mcp_client(ui_only_server, token)
+        try:
+            refused = client.post({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}})
+        finally:
+            client.http.close()
+        assert refused.status_code == 401, refused.text
+        assert refused.json()["error"]["message"] == f"Unauthorized: {NO_AUDIENCE}"
+    with httpx.Client(base_url=ui_only_server.url, timeout=30) as http:
+        metadata = http.get("/.well-known/oauth-protected-resource/mcp")
+    assert metadata.status_code == 404 and "REGISTRY_OIDC_AUDIENCE" in metadata.json()["detail"]
+    # The web UI's sign-in (which verifies the ID token as such) still works there.
+    with httpx.Client(base_url=ui_only_server.url, timeout=30) as http:
+        back = _start(http)
+        done = http.get(back.headers["location"])
+        assert done.status_code == 303, done.text
+        assert "alice@example.test" in http.get("/ui/").text
+
+
+def test_bearer_verification_refuses_id_tokens_and_needs_an_audience(issuer: TestIssuer) -> None:
+    ui_only = OidcVerifier(Settings(oidc_issuer=issuer.url, oidc_client_id=CLIENT_ID))
+    try:
+        with pytest.raises(TokenRejected) as refused:
+            ui_only.verify(_id_token(issuer))
+        assert refused.value.reason == NO_AUDIENCE
+        assert ui_only.verify_id_token(_id_token(issuer), "sign-in-nonce").user == "user-alice"
+    finally:
+        ui_only.close()
+    # The audience set to the client id (as some issuers' setups have it): the ID token is refused
+    # by its nonce, an access token for that audience is taken.
+    shared = OidcVerifier(_settings(issuer, oidc_audience=CLIENT_ID))
+    try:
+        with pytest.raises(TokenRejected) as refused:
+            shared.verify(_id_token(issuer))
+        assert refused.value.reason == ID_TOKEN
+        assert shared.verify(issuer.mint(aud=CLIENT_ID, headers={"typ": "at+jwt"})).user == "user-alice"
+    finally:
+        shared.close()
+
+
+# ------------------------------------------------------------------ sign-in redirects never from the Host header
+
+
+def test_single_sign_on_for_the_ui_needs_the_public_url(
+    server: ServerProcess, issuer: TestIssuer, tmp_path: Path
+) -> None:
+    """Without REGISTRY_PUBLIC_URL the sign-in's redirect_uri would come from the Host header
+    (``Host: attacker.example``): the server refuses to start, naming the setting."""
+    env = {"REGISTRY_OIDC_ISSUER": issuer.url, "REGISTRY_OIDC_CLIENT_ID": CLIENT_ID}
+    process = ServerProcess(tmp_path / "data", name="sso-no-public-url", env=env)
+    with pytest.raises(RuntimeError, match="exited with 2") as failed:
+        process.start()
+    process.stop()
+    assert "single sign-on for the web UI (REGISTRY_OIDC_CLIENT_ID) needs REGISTRY_PUBLIC_URL" in str(failed.value)
+    # The app refuses the same settings however it is built (a worker, an embedding).
+    settings = Settings(data_dir=tmp_path / "app", oidc_issuer=issuer.url, oidc_client_id=CLIENT_ID)
+    registry = Registry(settings)
+    try:
+        with pytest.raises(SettingsError, match="needs REGISTRY_PUBLIC_URL"):
+            create_app(registry)
+    finally:
+        registry.close()
+    # With it, the redirect is the configured address whatever Host the request names.
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+        started = http.get("/ui/sso/start", headers={"Host": "attacker.example"})
+    assert started.status_code == 303, started.text
+    query = {k: v[0] for k, v in parse_qs(urlsplit(started.headers["location"]).query).items()}
+    assert query["redirect_uri"] == f"{server.url}/ui/sso/callback"

@@ -309,3 +309,33 @@ def test_moving_an_entry_between_teams_is_audited_and_changes_who_sees_it(world:
     assert "mover" in _names(world.plain_viewer)
     last = [c for c in _changes(world.plain_viewer) if c["name"] == "mover"][-1]
     assert last["action"] == "team_moved" and sorted(last["audience"]) == ["*", "beta"]
+
+
+def test_a_name_or_uri_another_team_holds_is_taken_and_nothing_more_is_told(world: World) -> None:
+    """Names and resource URIs are global keys (agents address entries by them), so creating one
+    that another team's entry holds is refused; the refusal says the name is taken, perhaps by an
+    entry the caller cannot see, and tells nothing else of that entry (not whose, not what)."""
+    alpha = world.alpha_editor
+    taken = alpha.post("/api/v1/prompts", json=_prompt("b-prompt", "mine {{ who }}", team="alpha"))
+    assert taken.status_code == 409 and taken.headers["content-type"].startswith(PROBLEM)
+    problem = taken.json()
+    assert problem == {
+        "type": "about:blank",
+        "title": "Conflict",
+        "status": 409,
+        "detail": "the prompt name 'b-prompt' is taken (perhaps by an entry of a team you cannot see): names are "
+        "unique across the catalog; choose another",
+    }
+    uri = alpha.post("/api/v1/resources", json={"name": "a-doc", "uri": "docs://b", "text": "mine", "team": "alpha"})
+    assert uri.status_code == 409
+    assert uri.json()["detail"] == (
+        "the resource URI 'docs://b' is taken (perhaps by a resource of a team you cannot see): URIs are unique "
+        "across the catalog; choose another"
+    )
+    for answer in (taken, uri):
+        for secret in ("beta", "b-doc", "beta secret", "v2", "Hello"):
+            assert secret not in answer.text, (secret, answer.text)
+    # Reading it still answers like a missing entry; nothing was written.
+    assert alpha.get("/api/v1/prompts/b-prompt").status_code == 404
+    assert _ok(world.admin.get("/api/v1/prompts/b-prompt"))["team"] == "beta"
+    assert world.admin.get("/api/v1/resources/a-doc").status_code == 404

@@ -1,7 +1,7 @@
 """keyed audit chain: what each change made, what each event is about, the row's chain format
 
 Revision ID: 0011
-Revises: 0009
+Revises: 0010
 Create Date: 2026-12-05 05:00:00.000000
 
 - ``changes.digest``: SHA-256 of what the change made (versions, a label's target, a change
@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0011"
-down_revision: str | None = "0009"
+down_revision: str | None = "0010"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -37,7 +37,7 @@ def _challenge(request: Request, error: str = "") -> dict[str, str]:
     registry = getattr(getattr(request.scope.get("app"), "state", None), "registry", None)
     settings = getattr(registry, "settings", None)
     params = [error] if error else []
-    if settings is not None and settings.oidc_issuer:
+    if settings is not None and settings.oidc_bearer_enabled:
         base = public_base(settings, request.url.scheme, request.headers.get("host"))
         params.append(f'resource_metadata="{base}{METADATA_PATH}"')
     return {"WWW-Authenticate": "Bearer" + (" " + ", ".join(params) if params else "")}

@@ -189,6 +189,10 @@ class Problem(BaseModel):
     detail: str = Field(description="what went wrong, for people")
     errors: list[ProblemItem] | None = Field(default=None, description="each problem, for invalid requests")
     limit: str | None = Field(default=None, description="the setting a refused request exceeded")
+    change_request_id: int | None = Field(
+        default=None, description="409 because an open change request already asks this: its id"
+    )
+    change_request: str | None = Field(default=None, description="... and its URL (`/api/v1/change-requests/{id}`)")
 
 
 # ------------------------------------------------------------------ entry bodies

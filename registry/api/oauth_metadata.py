@@ -52,6 +52,11 @@ def _document(request: Request) -> ProtectedResource:
     settings: Settings = request.app.state.registry.settings
     if not settings.oidc_issuer:
         raise NotFound("single sign-on is not configured on this server (REGISTRY_OIDC_ISSUER), so it has no metadata")
+    if not settings.oidc_bearer_enabled:
+        raise NotFound(
+            "this server accepts no single sign-on bearer tokens (REGISTRY_OIDC_AUDIENCE is not set), so it has "
+            "no metadata"
+        )
     base = public_base(settings, request.url.scheme, request.headers.get("host"))
     return ProtectedResource(
         resource=f"{base}/mcp",

@@ -14,7 +14,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from registry.catalog.errors import CatalogError
+from registry.catalog.errors import CatalogError, RequestPending
 from registry.db.engine import DatabaseUnavailable, is_unavailable, warn_unavailable
 
 PROBLEM_JSON = "application/problem+json"
@@ -73,6 +73,14 @@ def problem(
 def install(app: FastAPI) -> None:
     @app.exception_handler(CatalogError)
     async def _catalog_error(_request: Request, exc: CatalogError) -> JSONResponse:
+        if isinstance(exc, RequestPending):  # name and link the open request that already asks it
+            return problem(
+                exc.status,
+                exc.title,
+                exc.detail,
+                change_request_id=exc.request_id,
+                change_request=f"/api/v1/change-requests/{exc.request_id}",
+            )
         return problem(exc.status, exc.title, exc.detail, errors=exc.errors)
 
     @app.exception_handler(RequestValidationError)

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Path, Query, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from registry.api import models
 from registry.api.auth import AdminPrincipal, ViewerPrincipal
@@ -154,6 +154,11 @@ class ChangeRequest(ChangeRequestSummary):
     checks_override_reason: str | None
     publishable: bool = Field(description="approved, checks pass (or overridden), not stale")
     authored_by_you: bool
+    notice: str | None = Field(
+        default=None,
+        description="set when the call changed nothing because it was already done (you already approved, "
+        "the request was already published): a retry or a second click is answered as a success",
+    )
 
 
 class ChangeRequestPage(BaseModel):
@@ -194,7 +199,7 @@ class ChangeRequestOpen(BaseModel):
         default=None, max_length=256, pattern=ONE_LINE, description="one line; default: what moves where"
     )
     description: str | None = Field(default=None, max_length=8192, description="why, for the reviewers")
-    draft: bool = Field(default=False, description="open it as a draft (submit it for review later)")
+    draft: StrictBool = Field(default=False, description="open it as a draft (submit it for review later)")
 
 
 class Approval(BaseModel):
@@ -211,7 +216,7 @@ class Approval(BaseModel):
     )
 
     comment: str | None = Field(default=None, max_length=REASON_CHARS)
-    override_checks: bool = False
+    override_checks: StrictBool = False  # JSON true/false only: 0 or "no" is refused, as the schema says
 
 
 class Rejection(BaseModel):

@@ -25,6 +25,15 @@ class Conflict(CatalogError):
     title = "Conflict"
 
 
+class RequestPending(Conflict):
+    """What is asked is already asked by an open change request (``request_id``): the API's
+    problem names and links it, the web UI links its page."""
+
+    def __init__(self, detail: str, *, request_id: int) -> None:
+        super().__init__(detail)
+        self.request_id = request_id
+
+
 class PreconditionFailed(CatalogError):
     status = 412
     title = "Precondition failed"

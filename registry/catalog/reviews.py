@@ -25,6 +25,14 @@ editor of the entry's team (or by a save that held the label, ``CatalogService``
 Every transition is a ``change_request`` event in the hash-chained change log. Concurrency: a
 request's row is locked (PostgreSQL ``FOR UPDATE``; SQLite serialises writers) and its state
 changes by compare-and-swap, so two approvals or publications at once cannot double-publish.
+
+**Retries are safe.** A reviewer approving again (a second click, a retry whose first answer was
+lost) and a publication of a published request change nothing and answer success with a
+``notice`` saying it was already done. Each review names the same reviewer's previous one
+(``after_review_id``, unique per request and reviewer), so the database itself refuses a twin that
+two replicas write at once. And a transition builds its answer inside its transaction: nothing is
+read after the commit, so a database lost just then cannot turn a committed approval or
+publication into a 503 (whose retry would then be told "already done" anyway).
 """
 
 from __future__ import annotations
@@ -34,11 +42,12 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, or_, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
 from registry.catalog.access import Access, check_may, check_sees
 from registry.catalog.checks import CheckReport, run_checks
-from registry.catalog.errors import Conflict, Forbidden, Invalid, NotFound
+from registry.catalog.errors import Conflict, Forbidden, Invalid, NotFound, RequestPending
 from registry.catalog.protection import (
     OPEN_STATES,
     STATES,
@@ -225,8 +234,21 @@ class ChangeRequestService:
         ``viewer``: who is looking (``authored_by_you``)."""
         with self.db.session() as session:
             request, _team = self._load(session, request_id, access)
-            detail = self.summary(request)
-            reviews = [
+            partial = self._detail_in(session, request, viewer)
+        diff, report = self._context(partial, access, report)
+        return self._finish(partial, diff, report)
+
+    def _detail_in(self, session: Session, request: ChangeRequest, viewer: Actor | None) -> dict[str, Any]:
+        """What ``get`` shows of a request, read in ``session`` (a transition builds its answer
+        here, before its commit: nothing is read back afterwards, when the database may be gone)."""
+        detail = self.summary(request)
+        override = checks_override(request)
+        current = session.scalar(select(Entry).where(Entry.kind == request.kind, Entry.name == request.name))
+        label_now = next((lb.version for lb in current.labels if lb.name == request.label), None) if current else None
+        return {
+            **detail,
+            "current_version": label_now,
+            "reviews": [
                 {
                     "id": review.id,
                     "verdict": review.verdict,
@@ -236,34 +258,39 @@ class ChangeRequestService:
                     "created_at": _iso(review.created_at),
                 }
                 for review in request.reviews
-            ]
-            override = checks_override(request)
-            current = session.scalar(select(Entry).where(Entry.kind == request.kind, Entry.name == request.name))
-            label_now = (
-                next((lb.version for lb in current.labels if lb.name == request.label), None) if current else None
-            )
-            snapshot = (request.kind, request.name, request.label, request.from_version, request.to_version)
-            author_key = request.author_key
-        kind, name, label, from_version, to_version = snapshot
+            ],
+            "checks_override_reason": override.comment if override is not None else None,
+            "checks_overridden": override is not None,
+            "authored_by_you": viewer is not None and viewer.key == request.author_key,
+        }
+
+    def _context(
+        self, partial: Mapping[str, Any], access: Access | None, report: CheckReport | None = None
+    ) -> tuple[dict[str, Any] | None, CheckReport]:
+        """The diff a request asks for and its checks (read from the catalog; versions never change,
+        so a transition reads them before its transaction)."""
+        kind, name, from_version = partial["kind"], partial["name"], partial["from_version"]
         diff = (
-            self.catalog.diff(kind, name, from_version, to_version, access=access) if from_version is not None else None
+            self.catalog.diff(kind, name, from_version, partial["to_version"], access=access)
+            if from_version is not None
+            else None
         )
         if report is None:
-            report = self.checks(kind, name, version=to_version, label=label, against=from_version, access=access)
-        stale = label_now != from_version
-        is_open = detail["state"] in OPEN_STATES
-        checks_ok = not report.failed or override is not None
+            report = self._checks_of(partial, access)
+        return diff, report
+
+    @staticmethod
+    def _finish(partial: Mapping[str, Any], diff: dict[str, Any] | None, report: CheckReport) -> dict[str, Any]:
+        stale = partial["current_version"] != partial["from_version"]
+        is_open = partial["state"] in OPEN_STATES
+        checks_ok = not report.failed or partial["checks_overridden"]
         return {
-            **detail,
-            "current_version": label_now,
+            **partial,
             "stale": stale and is_open,
-            "reviews": reviews,
             "diff": diff,
             "checks": report.as_dict(),
-            "checks_overridden": override is not None,
-            "checks_override_reason": override.comment if override is not None else None,
-            "publishable": detail["state"] == "approved" and checks_ok and not stale,
-            "authored_by_you": viewer is not None and viewer.key == author_key,
+            "publishable": partial["state"] == "approved" and checks_ok and not stale,
+            "notice": partial.get("notice"),
         }
 
     # ------------------------------------------------------------------ checks
@@ -345,8 +372,10 @@ class ChangeRequestService:
                 raise Conflict(f"{label} already serves v{number} of {kind} {name!r}")
             pending = pending_request(session, kind, name, label, number)
             if pending is not None:
-                raise Conflict(
-                    f"change request #{pending} already asks to move {label} of {kind} {name!r} to v{number}"
+                raise RequestPending(
+                    f"change request #{pending} already asks to move {label} of {kind} {name!r} to v{number}: "
+                    "review or withdraw it there",
+                    request_id=pending,
                 )
             request = open_request(
                 session,
@@ -366,24 +395,51 @@ class ChangeRequestService:
         return self.get(request_id, access=access, viewer=as_actor(actor))
 
     # ------------------------------------------------------------------ transitions
+    def _prepare(
+        self,
+        request_id: int,
+        *,
+        access: Access | None,
+        viewer: Actor,
+        authorize: Callable[[ChangeRequest, str | None], None],
+    ) -> tuple[dict[str, Any], dict[str, Any] | None, CheckReport]:
+        """Authorise, then read what the answer needs besides the request itself (the diff and the
+        checks: the possibly slow part) before the write transaction; a failure here changed nothing."""
+        with self.db.session() as session:
+            request, team = self._load(session, request_id, access)
+            authorize(request, team)
+            partial = self._detail_in(session, request, viewer)
+        diff, report = self._context(partial, access)
+        return partial, diff, report
+
     def _transition(
         self,
         request_id: int,
         *,
         access: Access | None,
         actor: Actor,
+        viewer: Actor,
         allowed: tuple[str, ...],
         action: str,
         note: str,
         authorize: Callable[[ChangeRequest, str | None], None],
         change: Callable[[Session, ChangeRequest], dict[str, Any]],
+        done: Callable[[ChangeRequest], str | None] = lambda _request: None,
         report: CheckReport | None = None,
-    ) -> None:
+    ) -> dict[str, Any]:
         """Lock the request, check it may move on, apply ``change`` (the new column values), swap
-        the state only if it is still the one read (compare-and-swap), and append the event."""
+        the state only if it is still the one read (compare-and-swap), and append the event.
+
+        ``done`` says (as a notice) that what is asked was already done (a retry, a double click):
+        then nothing is written. The answer (``_detail_in``) is built inside the transaction: after
+        the commit nothing is read, so a database lost at that moment cannot turn a committed
+        transition into an error (that a retry would then repeat)."""
         with self.db.session() as session:
             request, team = self._load(session, request_id, access, lock=True)
             authorize(request, team)
+            notice = done(request)
+            if notice is not None:
+                return {**self._detail_in(session, request, viewer), "notice": notice}
             if request.state not in allowed:
                 raise Conflict(f"change request #{request_id} is {request.state}; this needs it {' or '.join(allowed)}")
             seen = request.state
@@ -413,6 +469,9 @@ class ChangeRequestService:
                 digest=request_digest(session, request_id),
                 ref=request_ref(request_id),
             )
+            session.flush()
+            session.expire(request)  # the swap bypassed the loaded object: read the new row, still uncommitted
+            return self._detail_in(session, request, viewer)
 
     def submit(self, request_id: int, *, actor: Actor | str, access: Access | None = None) -> dict[str, Any]:
         """A draft goes to review (its author, or an admin)."""
@@ -422,17 +481,19 @@ class ChangeRequestService:
             if who.key != request.author_key and not _admin(access, team):
                 raise Forbidden(f"change request #{request_id}: only its author (or an admin) submits it")
 
-        self._transition(
+        _partial, diff, report = self._prepare(request_id, access=access, viewer=who, authorize=authorize)
+        detail = self._transition(
             request_id,
             access=access,
             actor=who,
+            viewer=who,
             allowed=("draft",),
             action="cr_submitted",
             note="submitted for review",
             authorize=authorize,
             change=lambda _s, _r: {"state": "in_review"},
         )
-        return self.get(request_id, access=access, viewer=who)
+        return self._finish(detail, diff, report)
 
     def _review(
         self,
@@ -464,19 +525,31 @@ class ChangeRequestService:
                     else f"you opened change request #{request_id}: its author cannot approve it; another reviewer must"
                 )
 
-        # Authorise before the (possibly slow) checks; then run them outside the write transaction.
-        with self.db.session() as session:
-            request, team = self._load(session, request_id, access)
+        def done(request: ChangeRequest) -> str | None:
+            """This reviewer's standing verdict is already this one (a second click, a retry)."""
+            latest = _latest_of(request, who.key)
+            if latest is None or latest.verdict != verdict:
+                return None
+            if verdict == "approve" and override_checks and not latest.override_checks:
+                return None  # an approval that now overrides the checks says something new
+            if verdict == "reject" and (latest.comment or "") != (comment or ""):
+                return None  # a new reason
+            past = "approved" if verdict == "approve" else "rejected"
+            return f"you already {past} change request #{request_id}; nothing changed"
+
+        def checked(request: ChangeRequest, team: str | None) -> None:
             authorize(request, team)
-            if request.state not in REVIEWABLE:
+            if done(request) is None and request.state not in REVIEWABLE:
                 raise Conflict(
                     f"change request #{request_id} is {request.state}; only requests in review take verdicts"
                     + (" (submit it first)" if request.state == "draft" else "")
                 )
-            snapshot = self.summary(request)
-        report = self._checks_of(snapshot, access)
+
+        # Authorise before the (possibly slow) checks; then run them outside the write transaction.
+        _partial, diff, report = self._prepare(request_id, access=access, viewer=who, authorize=checked)
 
         def change(session: Session, request: ChangeRequest) -> dict[str, Any]:
+            latest = _latest_of(request, who.key)
             review = ChangeRequestReview(
                 verdict=verdict,
                 reviewer=who.name[:128],
@@ -484,9 +557,10 @@ class ChangeRequestService:
                 comment=comment,
                 override_checks=override_checks,
                 created_at=utcnow(),
+                after_review_id=latest.id if latest is not None else 0,
             )
             request.reviews.append(review)
-            session.flush()
+            session.flush()  # the unique (request, reviewer, after_review_id) refuses a racing twin here
             return {"state": derived_state(request)}
 
         action = "cr_approved" if verdict == "approve" else "cr_rejected"
@@ -495,18 +569,28 @@ class ChangeRequestService:
             if verdict == "approve"
             else "rejected"
         )
-        self._transition(
-            request_id,
-            access=access,
-            actor=who.with_reason(comment, override=override_checks) if comment else who,
-            allowed=REVIEWABLE,
-            action=action,
-            note=note,
-            authorize=authorize,
-            change=change,
-            report=report,
-        )
-        return self.get(request_id, access=access, viewer=who, report=report)
+        for attempt in (1, 2):
+            try:
+                detail = self._transition(
+                    request_id,
+                    access=access,
+                    actor=who.with_reason(comment, override=override_checks) if comment else who,
+                    viewer=who,
+                    allowed=REVIEWABLE,
+                    action=action,
+                    note=note,
+                    authorize=authorize,
+                    change=change,
+                    done=done,
+                    report=report,
+                )
+                break
+            except IntegrityError:
+                # The same reviewer's twin (another replica, a retry) committed first: once more,
+                # now reading its row, answers "already" (or records a verdict that differs).
+                if attempt == 2:
+                    raise Conflict(f"change request #{request_id} changed concurrently; reload it") from None
+        return self._finish(detail, diff, report)
 
     def approve(
         self,
@@ -518,7 +602,8 @@ class ChangeRequestService:
         override_checks: bool = False,
     ) -> dict[str, Any]:
         """A reviewer (not the author) approves; ``override_checks`` (with ``comment`` as the
-        reason) lets the request be published although its checks fail."""
+        reason) lets the request be published although its checks fail. Approving again (a second
+        click, a retry) changes nothing and says so (``notice``): one approval per reviewer."""
         return self._review(
             request_id, "approve", actor=actor, access=access, comment=comment, override_checks=override_checks
         )
@@ -537,17 +622,19 @@ class ChangeRequestService:
             if who.key != request.author_key and not _admin(access, team):
                 raise Forbidden(f"change request #{request_id}: only its author (or an admin) withdraws it")
 
-        self._transition(
+        _partial, diff, report = self._prepare(request_id, access=access, viewer=who, authorize=authorize)
+        detail = self._transition(
             request_id,
             access=access,
             actor=who,
+            viewer=who,
             allowed=OPEN_STATES,
             action="cr_withdrawn",
             note="withdrawn",
             authorize=authorize,
             change=lambda _s, _r: {"state": "withdrawn"},
         )
-        return self.get(request_id, access=access, viewer=who)
+        return self._finish(detail, diff, report)
 
     def publish(
         self,
@@ -559,7 +646,9 @@ class ChangeRequestService:
     ) -> dict[str, Any]:
         """Move the label: an approved request whose checks pass (or were overridden by a
         reviewer), while the label still points at ``from_version``. With ``override_reason`` an
-        admin publishes any open request at once (an emergency), skipping approvals and checks."""
+        admin publishes any open request at once (an emergency), skipping approvals and checks.
+        Publishing a published request (a retry whose first answer was lost) changes nothing and
+        says so (``notice``)."""
         who = as_actor(actor)
         emergency = override_reason is not None
         if emergency:
@@ -575,11 +664,16 @@ class ChangeRequestService:
                     f"change request #{request_id}: an emergency publication (override_reason) needs an admin"
                 )
 
-        with self.db.session() as session:
-            request, team = self._load(session, request_id, access)
-            authorize(request, team)
-            snapshot = self.summary(request)
-        report = None if emergency else self._checks_of(snapshot, access)
+        def done(request: ChangeRequest) -> str | None:
+            if request.state != "published":
+                return None
+            when = f" at {_iso(request.published_at)}" if request.published_at is not None else ""
+            return (
+                f"change request #{request_id} was already published (by {request.published_by or 'someone'}{when}); "
+                "nothing changed"
+            )
+
+        _partial, diff, report = self._prepare(request_id, access=access, viewer=who, authorize=authorize)
         published: dict[str, int | None] = {}
 
         def change(session: Session, request: ChangeRequest) -> dict[str, Any]:
@@ -592,7 +686,6 @@ class ChangeRequestService:
                         f"change request #{request_id} needs {request.approvals_required} approval(s) from reviewers "
                         f"other than its author; it has {len(approvals)}"
                     )
-                assert report is not None
                 if report.failed and checks_override(request) is None:
                     failing = "; ".join(item.title for item in report.items if item.status == "fail")
                     raise Conflict(
@@ -613,19 +706,27 @@ class ChangeRequestService:
             now = utcnow()
             return {"state": "published", "published_at": now, "published_by": who.name[:128], "updated_at": now}
 
-        self._transition(
+        detail = self._transition(
             request_id,
             access=access,
             actor=mover,
+            viewer=who,
             allowed=OPEN_STATES if emergency else ("approved",),
             action="cr_published",
             note="published as an emergency override" if emergency else "published",
             authorize=authorize,
             change=change,
-            report=report,
+            done=done,
+            report=None if emergency else report,
         )
         self.catalog.committed(published.get("change"))
-        return self.get(request_id, access=access, viewer=who)
+        return self._finish(detail, diff, report)
+
+
+def _latest_of(request: ChangeRequest, reviewer_key: str) -> ChangeRequestReview | None:
+    """This reviewer's newest review of ``request`` (any verdict), if any."""
+    mine = [review for review in request.reviews if review.reviewer_key == reviewer_key[:300]]
+    return max(mine, key=lambda review: review.id) if mine else None
 
 
 def _admin(access: Access | None, team: str | None) -> bool:

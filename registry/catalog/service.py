@@ -159,12 +159,32 @@ def _unique_violations_as_conflict(kind: str, spec: Spec, *, updating: bool = Fa
     except IntegrityError as exc:
         message = str(exc.orig)
         if isinstance(spec, ResourceSpec) and ("uq_entries_uri" in message or "entries.uri" in message):
-            raise Conflict(f"another resource already uses {spec.identity_uri!r}") from None
+            raise Conflict(uri_taken(spec.identity_uri)) from None
         if updating:
             raise PreconditionFailed(
                 f"{kind} {spec.name!r} was changed concurrently; reload and re-apply your edit"
             ) from None
-        raise Conflict(f"{kind} {spec.name!r} already exists") from None
+        raise Conflict(name_taken(kind, spec.name)) from None
+
+
+def name_taken(kind: str, name: str) -> str:
+    """The 409 of a name another entry holds, worded for a caller who may not see that entry.
+
+    Names (and resource URIs) are the catalog's global keys, by which agents address entries: they
+    are unique across teams, and so not secret. Trying to create one tells whether it is taken,
+    never whose it is nor anything of it (README, security model)."""
+    return (
+        f"the {kind} name {name!r} is taken (perhaps by an entry of a team you cannot see): names are unique "
+        "across the catalog; choose another"
+    )
+
+
+def uri_taken(uri: str) -> str:
+    """As ``name_taken``, for a resource's URI."""
+    return (
+        f"the resource URI {uri!r} is taken (perhaps by a resource of a team you cannot see): URIs are unique "
+        "across the catalog; choose another"
+    )
 
 
 class _Unchanged(Exception):
@@ -441,7 +461,7 @@ class CatalogService:
         other = session.scalar(select(Entry).where(Entry.kind == "resource", Entry.uri == spec.identity_uri))
         if other is not None and other.id != entry_id:
             if access is not None and not access.sees(other.team):  # URIs are unique: say so, not whose
-                raise Conflict(f"another resource already uses {spec.identity_uri!r}")
+                raise Conflict(uri_taken(spec.identity_uri))
             raise Conflict(f"resource {other.name!r} already uses {spec.identity_uri!r}")
 
     @staticmethod
@@ -607,6 +627,8 @@ class CatalogService:
                 require_team(session, team, lock=True)  # held against a concurrent delete of the team
             existing = session.scalar(select(Entry).where(Entry.kind == kind, Entry.name == spec.name))
             if existing is not None:
+                if access is not None and not access.sees(existing.team):
+                    raise Conflict(name_taken(kind, spec.name))  # taken, not whose (nor archived or not)
                 hint = " (archived: restore it instead)" if existing.archived else ""
                 raise Conflict(f"{kind} {spec.name!r} already exists{hint}")
             self._check_uri_free(session, spec, None, access)

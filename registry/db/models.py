@@ -279,6 +279,9 @@ class ChangeRequestReview(Base):
     """One reviewer's verdict (or comment) on a change request."""
 
     __tablename__ = "change_request_reviews"
+    #: One verdict per reviewer and turn: a second row naming the same predecessor (a double
+    #: click, a retry racing the first on another replica) is refused by the database.
+    __table_args__ = (UniqueConstraint("request_id", "reviewer_key", "after_review_id", name="uq_cr_reviews_chain"),)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     request_id: Mapped[int] = mapped_column(ForeignKey("change_requests.id", ondelete="CASCADE"), index=True)
@@ -290,6 +293,8 @@ class ChangeRequestReview(Base):
     #: A reviewer's override of failing pre-publish checks (needs ``comment`` as the reason).
     override_checks: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    #: The id of this reviewer's previous review of this request (0: their first).
+    after_review_id: Mapped[int] = mapped_column(BigId, default=0, server_default="0")
 
     request: Mapped[ChangeRequest] = relationship(back_populates="reviews")
 

@@ -144,7 +144,7 @@ def check_origin_and_host(headers: dict[str, str], settings: Settings) -> None:
 
 def _resource_metadata(headers: dict[str, str], settings: Settings, scope: Scope | None) -> str:
     """With single sign-on: where a 401 tells the client to find the issuer (RFC 9728)."""
-    if not settings.oidc_issuer:
+    if not settings.oidc_bearer_enabled:
         return ""
     base = public_base(settings, scope.get("scheme", "http") if scope else "http", headers.get("host"))
     return f', resource_metadata="{base}{MCP_METADATA_PATH}"'

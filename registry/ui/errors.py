@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.types import ASGIApp
 
-from registry.catalog.errors import CatalogError
+from registry.catalog.errors import CatalogError, RequestPending
 from registry.db.engine import DatabaseUnavailable, is_unavailable, warn_unavailable
 from registry.limits import LimitExceeded
 from registry.tokens import TokenRejected
@@ -91,6 +91,9 @@ def install(ui: FastAPI, pages: Pages) -> None:
     @ui.exception_handler(CatalogError)
     async def _catalog(request: Request, exc: CatalogError) -> Response:
         details = [str(e.get("msg", e)) for e in exc.errors or []]
+        if isinstance(exc, RequestPending):  # link the open request that already asks it
+            link = {"href": f"/ui/reviews/{exc.request_id}", "text": f"Go to change request #{exc.request_id}"}
+            return error_page(pages, request, exc.status, exc.detail, details=details, link=link)
         return error_page(pages, request, exc.status, exc.detail, details=details)
 
     @ui.exception_handler(LimitExceeded)

@@ -17,6 +17,7 @@ from typing import Any
 from starlette.datastructures import FormData
 from starlette.requests import Request
 
+from registry.boundedjson import JsonStructureError, loads
 from registry.catalog.drafts import DraftIssue, preview_prompt
 from registry.catalog.errors import CatalogError
 from registry.catalog.service import CatalogService
@@ -144,7 +145,11 @@ class PromptForm:
         spec: dict[str, Any] = {"arguments": arguments, "messages": messages}
         if stored_text:
             try:
-                spec["samples"] = json.loads(stored_text)
+                # The bounded loader: a deeply nested or huge text is a problem on the form, never a
+                # RecursionError (a 500) or a parse that costs more than the form is worth.
+                spec["samples"] = loads(stored_text, limits)
+            except JsonStructureError as exc:
+                problems.append(DraftIssue("samples", f"sample argument sets: {exc}"))
             except ValueError as exc:
                 problems.append(DraftIssue("samples", f"sample argument sets are not JSON: {exc}"))
         return Draft(state=state, spec=spec, problems=problems)

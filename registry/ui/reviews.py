@@ -167,14 +167,16 @@ def router(pages: Pages) -> APIRouter:
     async def act(request: Request, ui: SignedIn, request_id: int, step: Any, done: str) -> Response:
         """Run one transition; back to the request with a notice, or its page with the refusal."""
         try:
-            await run_in_threadpool(step)
+            answer = await run_in_threadpool(step)
         except NotFound:
             raise
         except CatalogError as exc:
             detail, status = exc.detail, exc.status
             return await run_in_threadpool(lambda: request_page(request, ui, request_id, error=detail, status=status))
         response = RedirectResponse(f"/ui/reviews/{request_id}", status_code=303)
-        set_flash(response, done, secure=is_https(request))
+        # A second click (or a retry) changed nothing: say so rather than "Approved." again.
+        notice = answer.get("notice") if isinstance(answer, dict) else None
+        set_flash(response, notice[:1].upper() + notice[1:] + "." if notice else done, secure=is_https(request))
         return response
 
     @routes.post("/reviews/{request_id}/approve")
@@ -183,8 +185,8 @@ def router(pages: Pages) -> APIRouter:
         override = _field(fields, "override_checks") == "1"
         comment = _field(fields, "comment")
 
-        def step() -> None:
-            _reviews(request).approve(
+        def step() -> dict[str, Any]:
+            return _reviews(request).approve(
                 request_id,
                 actor=ui.principal.actor(),
                 access=ui.principal,
@@ -200,8 +202,10 @@ def router(pages: Pages) -> APIRouter:
         ui, fields = posted
         comment = _field(fields, "comment")
 
-        def step() -> None:
-            _reviews(request).reject(request_id, actor=ui.principal.actor(), access=ui.principal, comment=comment)
+        def step() -> dict[str, Any]:
+            return _reviews(request).reject(
+                request_id, actor=ui.principal.actor(), access=ui.principal, comment=comment
+            )
 
         return await act(request, ui, request_id, step, "Rejected.")
 
@@ -211,8 +215,8 @@ def router(pages: Pages) -> APIRouter:
         reason = _field(fields, "override_reason")
         emergency = _field(fields, "emergency") == "1"
 
-        def step() -> None:
-            _reviews(request).publish(
+        def step() -> dict[str, Any]:
+            return _reviews(request).publish(
                 request_id,
                 actor=ui.principal.actor(),
                 access=ui.principal,
@@ -227,8 +231,8 @@ def router(pages: Pages) -> APIRouter:
     async def withdraw(request: Request, posted: SessionForm, request_id: RequestId) -> Response:
         ui, _fields = posted
 
-        def step() -> None:
-            _reviews(request).withdraw(request_id, actor=ui.principal.actor(), access=ui.principal)
+        def step() -> dict[str, Any]:
+            return _reviews(request).withdraw(request_id, actor=ui.principal.actor(), access=ui.principal)
 
         return await act(request, ui, request_id, step, "Withdrawn.")
 
@@ -236,8 +240,8 @@ def router(pages: Pages) -> APIRouter:
     async def submit(request: Request, posted: SessionForm, request_id: RequestId) -> Response:
         ui, _fields = posted
 
-        def step() -> None:
-            _reviews(request).submit(request_id, actor=ui.principal.actor(), access=ui.principal)
+        def step() -> dict[str, Any]:
+            return _reviews(request).submit(request_id, actor=ui.principal.actor(), access=ui.principal)
 
         return await act(request, ui, request_id, step, "Submitted for review.")
 

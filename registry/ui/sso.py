@@ -34,7 +34,7 @@ from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import RedirectResponse, Response
 
-from registry.oidc import OidcError, OidcVerifier, check_url, fetch_json, public_base
+from registry.oidc import OidcError, OidcVerifier, check_url, fetch_json
 from registry.runtime import Registry
 from registry.tokens import Principal, TokenRejected
 from registry.ui.auth import is_https, set_session_cookie
@@ -144,13 +144,15 @@ def router(pages: Pages) -> APIRouter:
         except OidcError:
             return refused(request, UNREACHABLE, 502, target)
         settings = registry.settings
+        if not settings.public_url:  # never the Host header: the server refuses to start so (check_server_settings)
+            return refused(request, NOT_CONFIGURED, 404, target)
         verifier = secrets.token_urlsafe(48)
         flow = {
             "state": secrets.token_urlsafe(24),
             "nonce": secrets.token_urlsafe(24),
             "verifier": verifier,
             "next": target,
-            "redirect_uri": public_base(settings, request.url.scheme, request.headers.get("host")) + CALLBACK_PATH,
+            "redirect_uri": settings.public_url.rstrip("/") + CALLBACK_PATH,
             "exp": int(time.time()) + FLOW_SECONDS,
         }
         params = {

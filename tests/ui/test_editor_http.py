@@ -345,3 +345,22 @@ def test_a_save_through_one_replica_reaches_a_page_open_on_the_other(
         listener.join(10)
         assert events, "replica B's page heard nothing of a save made through replica A"
         assert json.loads(events[0])["version"] == version
+
+
+#: Nested far deeper than REGISTRY_LIMIT_JSON_DEPTH (64), and than Python's json recurses (1000).
+DEEP_JSON = "[" * 5000 + "]" * 5000
+
+
+def test_deeply_nested_stored_samples_are_a_problem_on_the_form(editor: httpx.Client) -> None:
+    """``stored_samples`` is read with the bounded JSON loader: the check and the save show the
+    depth limit on the form (no RecursionError, no 500) and nothing is written."""
+    csrf = csrf_of(editor, "/ui/prompts/-/new")
+    name = f"deep-samples-{time.monotonic_ns()}"
+    form = prompt_form(csrf, text="Hi {{ who }}", arguments=[{"name": "who"}], name=name, stored_samples=DEEP_JSON)
+    checked = editor.post("/ui/prompts/-/check", data=form)
+    assert checked.status_code == 200, checked.text[:500]
+    assert "sample argument sets: JSON nested deeper than 64 levels" in html.unescape(checked.text)
+    saved = editor.post("/ui/prompts/-/new", data={**form, "op": "save"})
+    assert saved.status_code in (200, 422), saved.text[:500]
+    assert "sample argument sets: JSON nested deeper than 64 levels" in html.unescape(saved.text)
+    assert editor.get(f"/ui/prompts/{name}").status_code == 404  # nothing saved

@@ -475,3 +475,23 @@ def test_viewers_get_no_resource_editor(ui_server: UiServer, editor: httpx.Clien
     assert stored(ui_server, name).status_code == 404
     # An editor sees the way in.
     assert "/ui/resources/-/new" in editor.get("/ui/resources").text
+
+
+def test_deeply_nested_annotations_are_a_problem_on_the_form(editor: httpx.Client) -> None:
+    """The annotations field (JSON or YAML) as JSON nested far too deep: the limit on the form."""
+    csrf = csrf_of(editor, "/ui/resources/-/new")
+    name = fresh("deep-annotations")
+    form = {
+        "csrf_token": csrf,
+        "name": name,
+        "kind": "static",
+        "uri": f"docs://{name}",
+        "mimeType": "text/plain",
+        "source": "text",
+        "text": "x",
+        "annotations": "[" * 5000 + "]" * 5000,
+    }
+    for path, extra in (("/ui/resources/-/check", {}), ("/ui/resources/-/new", {"op": "save"})):
+        answer = editor.post(path, data={**form, **extra}, files=NO_FILE)
+        assert answer.status_code in (200, 422), (path, answer.text[:500])
+        assert "JSON nested deeper than 64 levels" in html.unescape(answer.text), path

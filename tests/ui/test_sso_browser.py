@@ -17,7 +17,7 @@ import pytest
 from playwright.sync_api import Browser, Route
 
 from tests.oidc_issuer import TestIssuer
-from tests.serve_process import ServerProcess
+from tests.serve_process import ServerProcess, free_port
 from tests.ui.conftest import UiPage, UiServer
 
 CLIENT_ID = "registry-ui-browser"
@@ -32,12 +32,15 @@ def issuer() -> Iterator[TestIssuer]:
 
 @pytest.fixture(scope="module")
 def sso_server(issuer: TestIssuer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiServer]:
+    port = free_port()
     env = {
         "REGISTRY_OIDC_ISSUER": issuer.url,
         "REGISTRY_OIDC_AUDIENCE": "mcp-registry",
         "REGISTRY_OIDC_CLIENT_ID": CLIENT_ID,  # a public client: PKCE, no secret
+        "REGISTRY_PUBLIC_URL": f"http://127.0.0.1:{port}",  # sign-in redirects are built from it
     }
-    with ServerProcess(tmp_path_factory.mktemp("sso-ui") / "data", name="sso-ui-registry", env=env) as process:
+    data = tmp_path_factory.mktemp("sso-ui") / "data"
+    with ServerProcess(data, name="sso-ui-registry", env=env, port=port) as process:
         yield UiServer(process)
 
 

@@ -512,3 +512,15 @@ def test_viewers_get_no_tool_editor(ui_server: UiServer, editor: httpx.Client, h
         assert viewer.post(f"/ui/tools/{name}/edit", data=forged).status_code == 403
         assert viewer.post("/ui/tools/-/check", data=forged).status_code == 403
     assert stored(ui_server, name)["latest_version"] == 1  # type: ignore[index]
+
+
+def test_deeply_nested_schemas_are_a_problem_on_the_form(editor: httpx.Client, hook: Hook) -> None:
+    """The input and output schema fields, nested far too deep: the limit on the form, no 500."""
+    csrf = CSRF.search(editor.get("/ui/tools/-/new").text).group(1)  # type: ignore[union-attr]
+    deep = "[" * 5000 + "]" * 5000
+    for key, label in (("input_schema", "Input schema"), ("output_schema", "Output schema")):
+        form = new_tool_form(csrf, "deep-schema", hook.url(), **{key: deep})
+        for path, extra in (("/ui/tools/-/check", {}), ("/ui/tools/-/new", {"op": "save"})):
+            answer = editor.post(path, data={**form, **extra})
+            assert answer.status_code in (200, 422), (key, path, answer.text[:500])
+            assert f"{label}: JSON nested deeper than 64 levels" in html.unescape(answer.text), (key, path)

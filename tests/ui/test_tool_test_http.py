@@ -549,3 +549,21 @@ def test_run_slots_bound_sessions_and_the_process() -> None:
         slots.acquire("c")
     slots.release("a")
     slots.acquire("c")
+
+
+def test_deeply_nested_json_arguments_are_form_errors(editor: httpx.Client, ui_server: UiServer, hook: Hook) -> None:
+    """The raw JSON arguments and a JSON-valued argument field, nested far too deep: a form error
+    naming the limit (no 500), and no webhook call."""
+    schema = {"type": "object", "properties": {"filter": {"type": "object"}}}
+    name = make_tool(ui_server, hook.url("/echo"), schema=schema)
+    path = f"/ui/tools/{name}/test"
+    csrf = csrf_of(editor, path)
+    hits = hook.state.hits.get("/echo", 0)
+    deep = "[" * 5000 + "]" * 5000
+    raw = editor.post(path, data=form_body(csrf, mode="json", arguments_json=deep))
+    assert raw.status_code == 400, raw.text[:500]
+    assert "The JSON arguments: JSON nested deeper than 64 levels" in html.unescape(raw.text)
+    field = editor.post(path, data=form_body(csrf, **{"arg.filter": deep}))
+    assert field.status_code == 400, field.text[:500]
+    assert "JSON nested deeper than 64 levels" in html.unescape(field.text)
+    assert hook.state.hits.get("/echo", 0) == hits
