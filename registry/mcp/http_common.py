@@ -12,6 +12,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from registry.catalog.service import PRODUCTION
 from registry.config import LOOPBACK_HOSTS, Settings
+from registry.db.diskfull import is_full
 from registry.db.engine import is_unavailable, warn_unavailable
 from registry.limits import LimitExceeded, Limits
 from registry.mcp.protocol import (
@@ -20,6 +21,7 @@ from registry.mcp.protocol import (
     INVALID_REQUEST,
     PARSE_ERROR,
     JsonRpcError,
+    catalog_unavailable_error,
     check_batch,
     dumps,
     error_message,
@@ -56,7 +58,15 @@ class HttpError(Exception):
 RETRY_AFTER_S = 2
 
 
-def catalog_unavailable() -> HttpError:
+#: ... and while the database or its disk is full: that lasts until an operator frees space.
+FULL_RETRY_AFTER_S = 30
+
+
+def catalog_unavailable(exc: BaseException | None = None) -> HttpError:
+    """503 with -32003: the database cannot be reached, or (``exc`` says so) it is full."""
+    if exc is not None and is_full(exc):
+        error = catalog_unavailable_error(full=True)
+        return HttpError(503, error.code, error.message, {"Retry-After": str(FULL_RETRY_AFTER_S)})
     return HttpError(503, CATALOG_UNAVAILABLE, CATALOG_UNAVAILABLE_MESSAGE, {"Retry-After": str(RETRY_AFTER_S)})
 
 
@@ -80,7 +90,7 @@ class database_errors_as_503:
         if exc is None or not isinstance(exc, Exception) or not is_unavailable(exc):
             return
         warn_unavailable(self.logger, self.where, exc)
-        raise catalog_unavailable() from exc
+        raise catalog_unavailable(exc) from exc
 
 
 #: Header names as text, each decoded once: requests carry the same few names over and over. Bounded

@@ -1,0 +1,188 @@
+"""Issue 24, section 4: a full disk under SQLite.
+
+With the database unable to grow, every write answered a generic 500 ("Internal error ... see its
+log") with a traceback in the log for each, and MCP ``initialize`` answered 500 ``text/plain``
+while storing its session row. Now a refused write says what happened (503, "database or disk is
+full": problem+json on the API, a page on the UI, JSON-RPC -32003 with the request's id on MCP),
+the log gets one line when writes start failing and one when they work again, and reads keep
+being served.
+
+The fault is SQLite's own SQLITE_FULL: every connection the server checks out is capped with
+``PRAGMA max_page_count`` at the file's current size, so a write that needs a new page is refused
+by SQLite exactly as on a full disk, on the server's real write paths (no mount needed, so it
+runs anywhere). Each write the test makes carries more than a page of text, so it needs new pages.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from sqlalchemy import event
+
+from registry.config import Settings
+from registry.db.diskfull import is_full
+from registry.db.engine import is_unavailable
+from registry.runtime import Registry
+from tests.conftest import ADMIN_TOKEN, LiveServer
+from tests.interop.mcp_wire import StreamableHttpClient, article_initialize, open_session
+from tests.ui.conftest import csrf_of, sign_in
+
+#: More than a 4 KiB page of text: storing it needs new pages.
+BIG = "lorem ipsum " * 2_000
+FULL = "database or disk is full"
+#: SQLite's own upper bound for max_page_count: no cap.
+NO_CAP = 4_294_967_294
+
+
+@dataclass
+class CappedServer:
+    """A live server on SQLite whose database can be held at its current size."""
+
+    registry: Registry
+    server: LiveServer
+    path: Path
+    cap: int = NO_CAP
+
+    def fill(self) -> None:
+        """From now on, no write may grow the database: SQLite answers SQLITE_FULL."""
+        with sqlite3.connect(self.path) as probe:
+            pages = probe.execute("PRAGMA page_count").fetchone()[0]
+            free = probe.execute("PRAGMA freelist_count").fetchone()[0]
+        assert free == 0, f"{free} free pages would let writes through"
+        self.cap = pages
+
+    def free(self) -> None:
+        self.cap = NO_CAP
+
+
+@pytest.fixture
+def capped(tmp_path: Path) -> Iterator[CappedServer]:
+    path = tmp_path / "registry.db"
+    settings = Settings(
+        data_dir=tmp_path / "data", database_url=f"sqlite:///{path}", admin_token=ADMIN_TOKEN, secret_key="k"
+    )
+    registry = Registry(settings)
+    registry.prepare()
+    capped = CappedServer(registry, LiveServer(registry), path)
+
+    @event.listens_for(registry.db.engine, "checkout")
+    def _cap(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
+        cursor = dbapi_conn.cursor()
+        cursor.execute(f"PRAGMA max_page_count={capped.cap}")
+        cursor.close()
+
+    capped.server.start()
+    try:
+        yield capped
+    finally:
+        capped.server.stop()
+        registry.close()
+
+
+def _ui_form(csrf: str, name: str) -> dict[str, str]:
+    return {
+        "csrf_token": csrf,
+        "name": name,
+        "msg-0-role": "user",
+        "msg-0-type": "text",
+        "msg-0-text": BIG,
+        "publish": "production",
+        "op": "save",
+    }
+
+
+def _big_initialize() -> dict[str, Any]:
+    message = article_initialize("2025-11-25")
+    message["params"]["clientInfo"]["description"] = "x" * 9_000  # within session_metadata_bytes
+    return message
+
+
+def test_a_full_database_refuses_writes_with_503_says_so_and_keeps_serving_reads(
+    capped: CappedServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = capped.server
+    with server.client() as api, httpx.Client(base_url=server.url, timeout=30) as browser:
+        assert api.post("/api/v1/prompts", json={"name": "before", "template": "kept as it was"}).status_code == 201
+        assert sign_in(browser, ADMIN_TOKEN).status_code == 303
+        csrf = csrf_of(browser, "/ui/prompts/-/new")
+        agent = open_session(server.url)
+        caplog.clear()
+        caplog.set_level(logging.INFO)
+
+        capped.fill()
+        # API writes: 503 problem+json naming the cause, with a Retry-After; none stored.
+        for n in range(3):
+            refused = api.post("/api/v1/prompts", json={"name": f"full-{n}", "template": BIG})
+            assert refused.status_code == 503, refused.text
+            assert refused.headers["content-type"] == "application/problem+json"
+            assert FULL in refused.json()["detail"] and int(refused.headers["retry-after"]) > 0
+        # A UI write: a 503 page that says the disk is full, not "something went wrong".
+        page = browser.post("/ui/prompts/-/new", data=_ui_form(csrf, "full-ui"))
+        assert page.status_code == 503, page.text[:500]
+        assert "text/html" in page.headers["content-type"] and FULL in page.text
+        # MCP initialize storing its session row: JSON-RPC -32003 with the request's id.
+        fresh = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=30))
+        answer = fresh.post(_big_initialize())
+        assert answer.status_code == 503, answer.text
+        assert answer.headers["content-type"].startswith("application/json")
+        body = answer.json()
+        assert body["id"] == 1 and body["error"]["code"] == -32003 and FULL in body["error"]["message"], body
+        assert "mcp-session-id" not in answer.headers
+
+        # Reads keep being served: the API, the UI, an open MCP session.
+        listed = api.get("/api/v1/prompts")
+        assert listed.status_code == 200 and "before" in {p["name"] for p in listed.json()["items"]}
+        assert browser.get("/ui/prompts").status_code == 200
+        prompts = agent.request("prompts/list", {})
+        assert "before" in {p["name"] for p in prompts["result"]["prompts"]}
+
+        # One line for the episode, no traceback for any refused write.
+        full_lines = [r for r in caplog.records if FULL in r.getMessage()]
+        assert len(full_lines) == 1, [r.getMessage() for r in full_lines]
+        assert full_lines[0].name == "registry.db" and full_lines[0].levelno == logging.ERROR
+        assert [r.getMessage() for r in caplog.records if r.exc_info] == []
+
+        # Space freed: the next write works, and one line says writes work again.
+        capped.free()
+        created = api.post("/api/v1/prompts", json={"name": "after", "template": BIG})
+        assert created.status_code == 201, created.text
+        again = [r.getMessage() for r in caplog.records if "writes work again" in r.getMessage()]
+        assert len(again) == 1 and "5 writes refused" in again[0], again
+        assert fresh.post(_big_initialize()).status_code == 200
+        names = {p["name"] for p in api.get("/api/v1/prompts").json()["items"]}
+        assert {"before", "after"} <= names and not any(n.startswith("full-") for n in names)
+        agent.http.close()
+        fresh.http.close()
+
+
+def test_a_second_episode_is_logged_again(capped: CappedServer, caplog: pytest.LogCaptureFixture) -> None:
+    with capped.server.client() as api:
+        caplog.set_level(logging.INFO)
+        for episode in range(2):
+            capped.fill()
+            for n in range(2):
+                assert api.post("/api/v1/prompts", json={"name": f"e{episode}-{n}", "template": BIG}).status_code == 503
+            capped.free()
+            assert api.post("/api/v1/prompts", json={"name": f"ok-{episode}", "template": BIG}).status_code == 201
+    messages = [r.getMessage() for r in caplog.records if r.name == "registry.db"]
+    starts = [m for m in messages if FULL in m]
+    ends = [m for m in messages if "writes work again" in m]
+    assert len(starts) == 2 and len(ends) == 2, messages
+
+
+def test_postgres_disk_full_is_a_full_disk_too() -> None:
+    """PostgreSQL's disk_full (SQLSTATE 53100, "could not extend file") is named the same way;
+    other PostgreSQL and SQLite errors are not."""
+    assert is_full(psycopg.errors.DiskFull('could not extend file "base/16384/16385": No space left on device'))
+    assert is_unavailable(psycopg.errors.DiskFull("could not extend file"))
+    assert is_full(sqlite3.OperationalError(FULL))
+    assert not is_full(psycopg.errors.UniqueViolation("duplicate key"))
+    assert not is_full(sqlite3.OperationalError("database is locked"))
