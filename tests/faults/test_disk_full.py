@@ -11,12 +11,20 @@ The fault is SQLite's own SQLITE_FULL: every connection the server checks out is
 ``PRAGMA max_page_count`` at the file's current size, so a write that needs a new page is refused
 by SQLite exactly as on a full disk, on the server's real write paths (no mount needed, so it
 runs anywhere). Each write the test makes carries more than a page of text, so it needs new pages.
+
+A cap leaves room for writes that fit in pages the file has, such as noting when a token was last
+used, which a real full disk refuses too (the write-ahead log cannot grow); that one runs on a
+small tmpfs (it needs root to mount: skipped without, but not under CI).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import shutil
 import sqlite3
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -186,3 +194,67 @@ def test_postgres_disk_full_is_a_full_disk_too() -> None:
     assert is_full(sqlite3.OperationalError(FULL))
     assert not is_full(psycopg.errors.UniqueViolation("duplicate key"))
     assert not is_full(sqlite3.OperationalError("database is locked"))
+
+
+@contextlib.contextmanager
+def _small_filesystem(path: Path, size: str = "16M") -> Iterator[Path]:
+    """A tmpfs of ``size`` mounted at ``path`` for the block."""
+    path.mkdir()
+    mount = shutil.which("mount")
+    result = (
+        subprocess.run([mount, "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)], capture_output=True)
+        if mount
+        else None
+    )
+    if result is None or result.returncode != 0:
+        reason = "cannot mount a tmpfs here: " + (result.stderr.decode().strip() if result else "no mount command")
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def _fill(folder: Path) -> Path:
+    """Take every free byte of ``folder``'s file system; the file to delete to free them again."""
+    filler = folder / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for chunk in (1 << 20, 1 << 12, 1):
+            with contextlib.suppress(OSError):
+                while True:
+                    os.write(fd, b"\0" * chunk)
+    finally:
+        os.close(fd)
+    return filler
+
+
+def test_on_a_full_disk_a_token_used_for_the_first_time_still_reads(tmp_path: Path) -> None:
+    """Verifying a token notes when it was last used, a write: refused by a full disk, it turned
+    the read of a token not yet cached into a 503. The read is served; the note is skipped."""
+    with _small_filesystem(tmp_path / "disk") as disk:
+        settings = Settings(
+            data_dir=disk / "data", database_url=f"sqlite:///{disk / 'registry.db'}", admin_token=ADMIN_TOKEN
+        )
+        registry = Registry(settings)
+        registry.prepare()
+        server = LiveServer(registry)
+        server.start()
+        try:
+            with server.client() as api:
+                reader = api.post("/api/v1/tokens", json={"name": "reader", "scopes": ["viewer"]}).json()["token"]
+                assert api.post("/api/v1/prompts", json={"name": "kept", "template": "as it was"}).status_code == 201
+                filler = _fill(disk)
+                refused = api.post("/api/v1/prompts", json={"name": "refused", "template": BIG})
+                assert refused.status_code == 503 and FULL in refused.json()["detail"], refused.text
+                with server.client(reader) as viewer:
+                    listed = viewer.get("/api/v1/prompts")
+                    assert listed.status_code == 200, listed.text
+                    assert {p["name"] for p in listed.json()["items"]} == {"kept"}
+                filler.unlink()
+                assert api.post("/api/v1/prompts", json={"name": "after", "template": BIG}).status_code == 201
+        finally:
+            server.stop()
+            registry.close()

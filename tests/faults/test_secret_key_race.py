@@ -111,5 +111,5 @@ def test_an_empty_key_file_is_refused_not_used_as_the_key(tmp_path: Path) -> Non
     """An empty ``secret.key`` (an older version interrupted between creating and writing it) was
     read as the key "": values would be encrypted under a key every other process lacks."""
     (tmp_path / "secret.key").write_text("")
-    with pytest.raises(SecretKeyError, match="secret.key is empty"):
+    with pytest.raises(SecretKeyError, match=r"secret\.key is empty"):
         load_or_create_key(None, tmp_path)
