@@ -14,7 +14,9 @@ runs anywhere). Each write the test makes carries more than a page of text, so i
 
 A cap leaves room for writes that fit in pages the file has, such as noting when a token was last
 used, which a real full disk refuses too (the write-ahead log cannot grow); that one runs on a
-small tmpfs (it needs root to mount: skipped without, but not under CI).
+small tmpfs (it needs root to mount: skipped without, but not under CI). So does PostgreSQL's
+"could not extend file" (SQLSTATE 53100): a private cluster with the registry's database in a
+tablespace on a small tmpfs.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import pwd
+import secrets
 import shutil
 import sqlite3
 import subprocess
@@ -35,11 +39,13 @@ import psycopg
 import pytest
 from sqlalchemy import event
 
+from registry.api.problems import PROBLEM_JSON
 from registry.config import Settings
 from registry.db.diskfull import is_full
 from registry.db.engine import is_unavailable
 from registry.runtime import Registry
 from tests.conftest import ADMIN_TOKEN, LiveServer
+from tests.faults.pg_cluster import PG_USER, PgCluster, skip_unless_available
 from tests.interop.mcp_wire import StreamableHttpClient, article_initialize, open_session
 from tests.ui.conftest import csrf_of, sign_in
 
@@ -255,6 +261,53 @@ def test_on_a_full_disk_a_token_used_for_the_first_time_still_reads(tmp_path: Pa
                     assert {p["name"] for p in listed.json()["items"]} == {"kept"}
                 filler.unlink()
                 assert api.post("/api/v1/prompts", json={"name": "after", "template": BIG}).status_code == 201
+        finally:
+            server.stop()
+            registry.close()
+
+
+def test_postgres_out_of_disk_space_answers_503_and_logs_one_episode(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """PostgreSQL's own "could not extend file ... No space left on device" (SQLSTATE 53100): a
+    private cluster whose registry database lives in a tablespace on a small tmpfs, filled up."""
+    skip_unless_available()
+    with PgCluster() as cluster, _small_filesystem(cluster.root / "disk", size="64M") as disk:
+        tablespace = disk / "pg"
+        tablespace.mkdir()
+        owner = pwd.getpwnam(PG_USER)
+        os.chown(disk, owner.pw_uid, owner.pw_gid)
+        os.chown(tablespace, owner.pw_uid, owner.pw_gid)
+        with psycopg.connect(cluster.url(), autocommit=True) as conn:
+            conn.execute(f"CREATE TABLESPACE small LOCATION '{tablespace}'")
+            conn.execute('CREATE DATABASE "registry" TABLESPACE small')
+        settings = Settings(data_dir=tmp_path / "data", database_url=cluster.url("registry"), admin_token=ADMIN_TOKEN)
+        registry = Registry(settings)
+        registry.prepare()
+        server = LiveServer(registry)
+        server.start()
+        try:
+            with server.client() as api:
+                assert api.post("/api/v1/prompts", json={"name": "kept", "template": "as it was"}).status_code == 201
+                caplog.clear()
+                caplog.set_level(logging.INFO)
+                filler = _fill(disk)
+                for n in range(3):  # incompressible, so every one needs new pages
+                    body = {"name": f"refused-{n}", "template": secrets.token_urlsafe(96_000)}
+                    refused = api.post("/api/v1/prompts", json=body)
+                    assert refused.status_code == 503, refused.text
+                    assert FULL in refused.json()["detail"] and refused.headers["content-type"] == PROBLEM_JSON
+                listed = api.get("/api/v1/prompts")
+                assert listed.status_code == 200 and {p["name"] for p in listed.json()["items"]} == {"kept"}
+                full_lines = [r for r in caplog.records if FULL in r.getMessage()]
+                assert len(full_lines) == 1 and "could not extend file" in full_lines[0].getMessage(), [
+                    r.getMessage() for r in full_lines
+                ]
+                assert [r.getMessage() for r in caplog.records if r.exc_info] == []
+                filler.unlink()
+                body = {"name": "after", "template": secrets.token_urlsafe(96_000)}
+                assert api.post("/api/v1/prompts", json=body).status_code == 201
+                assert len([r for r in caplog.records if "writes work again" in r.getMessage()]) == 1
         finally:
             server.stop()
             registry.close()
