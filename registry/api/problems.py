@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from registry.catalog.errors import CatalogError
-from registry.db.diskfull import DISK_FULL, is_full
+from registry.db.diskfull import DISK_FULL, FULL_RETRY_AFTER_S, is_full
 from registry.db.engine import DatabaseUnavailable, is_unavailable, warn_unavailable
 
 PROBLEM_JSON = "application/problem+json"
@@ -33,12 +33,11 @@ class InvalidParameter(CatalogError):
 UNAVAILABLE_DETAIL = "the catalog is temporarily unavailable: its database cannot be reached right now; retry shortly"
 RETRY_AFTER_S = 2
 #: ... and while the database or its disk is full: writes are refused until an operator frees space
-#: (reads keep working), so retrying at once only adds load.
+#: (reads keep working).
 FULL_DETAIL = (
     f"the catalog cannot store changes right now: its {DISK_FULL}; reads keep working; "
     "retry after an operator has freed space"
 )
-FULL_RETRY_AFTER_S = 30
 
 log = logging.getLogger("registry.api")
 

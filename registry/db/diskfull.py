@@ -21,6 +21,9 @@ from sqlalchemy import exc as sa_exc
 
 #: What a full disk is called in answers and logs (SQLite's own words for SQLITE_FULL).
 DISK_FULL = "database or disk is full"
+#: Seconds a client is told to wait (Retry-After) before retrying a write refused as full: it takes
+#: an operator to free space, so retrying at once only adds load.
+FULL_RETRY_AFTER_S = 30
 #: PostgreSQL's SQLSTATE for a full disk (class 53, insufficient resources).
 _PG_DISK_FULL = "53100"
 

@@ -18,7 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from registry.catalog.service import PRODUCTION
 from registry.catalog.specs import LABEL_PATTERN
 from registry.config import LOOPBACK_HOSTS, Settings
-from registry.db.diskfull import is_full
+from registry.db.diskfull import FULL_RETRY_AFTER_S, is_full
 from registry.db.engine import DatabaseUnavailable, is_unavailable, warn_unavailable
 from registry.limits import LimitExceeded, Limits
 from registry.mcp.protocol import (
@@ -65,10 +65,6 @@ class HttpError(Exception):
 
 #: Seconds a client is told to wait (Retry-After) while the database cannot be reached.
 RETRY_AFTER_S = 2
-
-
-#: ... and while the database or its disk is full: that lasts until an operator frees space.
-FULL_RETRY_AFTER_S = 30
 
 
 def catalog_unavailable(exc: BaseException | None = None) -> HttpError:
