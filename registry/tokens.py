@@ -34,6 +34,7 @@ from registry.catalog.teams import TEAM_PATTERN as TEAM_PATTERN  # re-exported (
 from registry.catalog.teams import missing_teams
 from registry.db.audit import Actor, digest
 from registry.db.changelog import append_event
+from registry.db.diskfull import is_full
 from registry.db.engine import Database
 from registry.db.models import ApiToken, Change, utcnow
 
@@ -415,22 +416,31 @@ class TokenService:
             else:
                 self._remember(digest, now + self.JWT_CACHE_SECONDS, principal)
                 return principal
-        with self.db.session() as session:
-            row = session.scalar(select(ApiToken).where(ApiToken.token_hash == digest))
-            if row is None or row.revoked_at is not None:
-                raise jwt_refusal or TokenRejected(INVALID_TOKEN)
-            expires_at = _aware(row.expires_at) if row.expires_at is not None else None
-            principal = Principal(
-                row.id,
-                row.name,
-                frozenset(row.scopes),
-                row.label,
-                expires_at,
-                teams=tuple(sorted((row.teams or {}).items())),
-            )
-            if principal.expired():
-                raise TokenRejected(EXPIRED_TOKEN)
-            row.last_used_at = utcnow()
+        checked: Principal | None = None
+        try:
+            with self.db.session() as session:
+                row = session.scalar(select(ApiToken).where(ApiToken.token_hash == digest))
+                if row is None or row.revoked_at is not None:
+                    raise jwt_refusal or TokenRejected(INVALID_TOKEN)
+                expires_at = _aware(row.expires_at) if row.expires_at is not None else None
+                principal = Principal(
+                    row.id,
+                    row.name,
+                    frozenset(row.scopes),
+                    row.label,
+                    expires_at,
+                    teams=tuple(sorted((row.teams or {}).items())),
+                )
+                if principal.expired():
+                    raise TokenRejected(EXPIRED_TOKEN)
+                checked = principal
+                row.last_used_at = utcnow()
+        except Exception as exc:
+            # The token was read and is valid; only noting its use could not be stored because the
+            # database or its disk is full. That must not turn a read into a 503: serve it.
+            if checked is None or not is_full(exc):
+                raise
+            principal = checked
         self._remember(digest, now + self.CACHE_SECONDS, principal)
         return principal
 

@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from registry.catalog.errors import CatalogError, RequestPending
+from registry.db.diskfull import DISK_FULL, FULL_RETRY_AFTER_S, is_full
 from registry.db.engine import DatabaseUnavailable, is_unavailable, warn_unavailable
 
 PROBLEM_JSON = "application/problem+json"
@@ -31,6 +32,12 @@ class InvalidParameter(CatalogError):
 #: What a client is told while the database cannot be reached, and when to try again (seconds).
 UNAVAILABLE_DETAIL = "the catalog is temporarily unavailable: its database cannot be reached right now; retry shortly"
 RETRY_AFTER_S = 2
+#: ... and while the database or its disk is full: writes are refused until an operator frees space
+#: (reads keep working).
+FULL_DETAIL = (
+    f"the catalog cannot store changes right now: its {DISK_FULL}; reads keep working; "
+    "retry after an operator has freed space"
+)
 
 log = logging.getLogger("registry.api")
 
@@ -46,7 +53,8 @@ STATUS_MEANINGS: dict[int, str] = {
     412: "If-Match names a version that is no longer the newest: reload and re-apply the edit",
     413: "The request body is larger than REGISTRY_LIMIT_BODY_BYTES",
     422: "Invalid parameters or body: each problem is listed in `errors` (with the limit it hit, if any)",
-    503: "The database cannot be reached right now; retry after `Retry-After` seconds",
+    503: "The database cannot be reached right now, or (for a change) the database or disk is full: the "
+    "detail says which; retry after `Retry-After` seconds",
 }
 
 
@@ -125,8 +133,11 @@ _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 
 
 def database_problem(request: Request, exc: Exception) -> JSONResponse:
-    """503 (with Retry-After) while the database cannot be reached; any other database error is a
-    fault here: 500, still problem+json, with the traceback in the log."""
+    """503 (with Retry-After) while the database cannot be reached or is full (the detail says
+    which); any other database error is a fault here: 500, still problem+json, with the traceback
+    in the log."""
+    if is_full(exc):  # logged once per episode by the database layer
+        return problem(503, "Service unavailable", FULL_DETAIL, headers={"Retry-After": str(FULL_RETRY_AFTER_S)})
     if is_unavailable(exc):
         warn_unavailable(log, "admin API answers 503", exc)
         return problem(503, "Service unavailable", UNAVAILABLE_DETAIL, headers={"Retry-After": str(RETRY_AFTER_S)})

@@ -14,6 +14,11 @@ bound before it is handed out; when that ping (or a connect) times out, the data
 to be unavailable for a moment and callers get ``DatabaseUnavailable`` at once instead of each
 waiting out a timeout of their own. ``is_unavailable`` tells callers which errors mean "the
 database cannot be reached right now" (answer 503 / "temporarily unavailable", retry later).
+
+A full disk is such an error too (SQLite's SQLITE_FULL, PostgreSQL's SQLSTATE 53100), but one that
+lasts until an operator frees space, and one that refuses only writes: ``is_full`` tells it apart
+so callers can say so, and ``Database`` logs it once per episode (a line when writes start failing
+and one when a write succeeds again), not a traceback per refused write.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
+
+from registry.db.diskfull import FullEpisodes, is_full
 
 if TYPE_CHECKING:
     from registry.config import Settings
@@ -62,7 +69,7 @@ class DatabaseTimeout(psycopg.OperationalError):
 
 def is_unavailable(exc: BaseException) -> bool:
     """Whether ``exc`` means the database cannot be reached or cannot serve right now (retry
-    later), as opposed to a fault in the request or in the code."""
+    later), as opposed to a fault in the request or in the code. A full disk is one (``is_full``)."""
     if isinstance(exc, DatabaseUnavailable | sa_exc.TimeoutError):  # the latter: no pooled connection free
         return True
     if isinstance(exc, sa_exc.DBAPIError):
@@ -74,7 +81,7 @@ def is_unavailable(exc: BaseException) -> bool:
         return True
     if isinstance(exc, sqlite3.OperationalError):
         message = str(exc).lower()
-        return any(part in message for part in ("locked", "busy", "unable to open", "disk i/o"))
+        return is_full(exc) or any(part in message for part in ("locked", "busy", "unable to open", "disk i/o"))
     return False
 
 
@@ -93,7 +100,10 @@ _last_warned: dict[str, float] = {}
 
 def warn_unavailable(logger: logging.Logger, where: str, exc: BaseException) -> None:
     """Log that ``where`` met an unreachable database, at most once per ``_WARN_EVERY_S`` for each
-    ``where``: during an outage every request fails alike, and one line says it."""
+    ``where``: during an outage every request fails alike, and one line says it. A full disk is
+    not logged here: ``Database`` logs its episode once, where the write failed."""
+    if is_full(exc):
+        return
     now = time.monotonic()
     if now - _last_warned.get(where, -math.inf) >= _WARN_EVERY_S:
         _last_warned[where] = now
@@ -104,6 +114,11 @@ def warn_unavailable(logger: logging.Logger, where: str, exc: BaseException) -> 
 #: ``math.inf``: no client-side bound at all (a lock wait); None: the connection's own bound.
 #: A ContextVar, so ``asyncio.to_thread`` (which copies the context) carries it to the worker.
 _deadline: ContextVar[float | None] = ContextVar("registry_db_deadline", default=None)
+
+#: Set by ``Database.session`` while a full-disk episode lasts: the transaction's "it wrote" flag,
+#: which the ``after_cursor_execute`` listener raises on an INSERT, UPDATE or DELETE.
+_wrote: ContextVar[list[bool] | None] = ContextVar("registry_db_wrote", default=None)
+_WRITES = ("INSERT", "UPDATE", "DELETE")
 
 #: Seconds one connect attempt may wait on the server (``BoundedConnection._connect_gen``: connect
 #: is a classmethod, so it cannot read the bound off a connection); None: psycopg's own timeout.
@@ -259,6 +274,14 @@ class _Availability:
             raise DatabaseUnavailable(f"the database is not answering ({self._reason}); retrying shortly")
 
 
+def _note_write(_conn: Any, _cursor: Any, statement: str, _parameters: Any, _context: Any, _executemany: bool) -> None:
+    """After each statement: during a full-disk episode, note that the transaction wrote (a
+    commit then proves writes work again). Costs one ContextVar read otherwise."""
+    wrote = _wrote.get()
+    if wrote is not None and not wrote[0] and statement.lstrip()[:6].upper() in _WRITES:
+        wrote[0] = True
+
+
 def normalize_database_url(url: str) -> str:
     """Accept the URLs people paste (``postgres://``, ``postgresql://``) and pick the psycopg 3 driver."""
     if url.startswith("postgres://"):
@@ -335,6 +358,8 @@ class Database:
         self.statement_timeout_s = statement_timeout_s
         self.ping_timeout_s = ping_timeout_s
         self.availability = _Availability()
+        #: Writes refused because the database or its disk is full (logged once per episode).
+        self.full = FullEpisodes()
         kwargs: dict[str, Any] = {"echo": echo, "future": True}
         if self.dialect == "sqlite":
             if read_only and parsed.database and parsed.database != ":memory:":
@@ -354,6 +379,7 @@ class Database:
         elif self.is_postgres:
             self._configure_postgres()
         self.session_factory = sessionmaker(self.engine, expire_on_commit=False)
+        event.listen(self.engine, "after_cursor_execute", _note_write)
         #: The key the change log's rows are MACed with (``registry.db.audit``): set by whoever
         #: opens the database for writing (``Registry``); None refuses to append to the log.
         self.audit_key: bytes | None = None
@@ -441,10 +467,24 @@ class Database:
 
     @contextmanager
     def session(self) -> Iterator[Session]:
-        """A unit of work: committed when the block ends normally, rolled back otherwise."""
+        """A unit of work: committed when the block ends normally, rolled back otherwise.
+
+        A write refused because the database or its disk is full starts (or continues) a
+        full-disk episode; while one lasts, a transaction that wrote and committed ends it."""
         self.availability.check()
-        with self.session_factory(info={AUDIT_KEY_INFO: self.audit_key}) as session, session.begin():
-            yield session
+        wrote = [False] if self.full.active else None
+        marker = _wrote.set(wrote)
+        try:
+            with self.session_factory(info={AUDIT_KEY_INFO: self.audit_key}) as session, session.begin():
+                yield session
+        except Exception as exc:
+            if is_full(exc):
+                self.full.refused(exc)
+            raise
+        finally:
+            _wrote.reset(marker)
+        if wrote is not None and wrote[0]:
+            self.full.wrote()
 
     def dispose(self) -> None:
         self.engine.dispose()

@@ -5,21 +5,30 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import re
+import sqlite3
 from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
 from types import CoroutineType
 from typing import Any, Generic, Protocol, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
+import psycopg
+from sqlalchemy.exc import SQLAlchemyError
+
 from registry.catalog.service import PRODUCTION
+from registry.catalog.specs import LABEL_PATTERN
 from registry.config import LOOPBACK_HOSTS, Settings
-from registry.db.engine import is_unavailable, warn_unavailable
+from registry.db.diskfull import FULL_RETRY_AFTER_S, is_full
+from registry.db.engine import DatabaseUnavailable, is_unavailable, warn_unavailable
 from registry.limits import LimitExceeded, Limits
 from registry.mcp.protocol import (
     CATALOG_UNAVAILABLE,
     CATALOG_UNAVAILABLE_MESSAGE,
+    INTERNAL_ERROR,
     INVALID_REQUEST,
     PARSE_ERROR,
     JsonRpcError,
+    catalog_unavailable_error,
     check_batch,
     dumps,
     error_message,
@@ -36,6 +45,8 @@ SendFn = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 _SCAN_IN_THREAD_BYTES = 256 * 1024
 
 log = logging.getLogger("registry.mcp")
+
+_LABEL = re.compile(LABEL_PATTERN)
 
 StreamT = TypeVar("StreamT", bound="PassWritable")
 
@@ -56,13 +67,23 @@ class HttpError(Exception):
 RETRY_AFTER_S = 2
 
 
-def catalog_unavailable() -> HttpError:
+def catalog_unavailable(exc: BaseException | None = None) -> HttpError:
+    """503 with -32003: the database cannot be reached, or (``exc`` says so) it is full."""
+    if exc is not None and is_full(exc):
+        error = catalog_unavailable_error(full=True)
+        return HttpError(503, error.code, error.message, {"Retry-After": str(FULL_RETRY_AFTER_S)})
     return HttpError(503, CATALOG_UNAVAILABLE, CATALOG_UNAVAILABLE_MESSAGE, {"Retry-After": str(RETRY_AFTER_S)})
 
 
+#: Errors of the database layer (a fault of the database or in what was sent to it).
+DATABASE_ERRORS = (DatabaseUnavailable, SQLAlchemyError, psycopg.Error, sqlite3.Error)
+
+
 class database_errors_as_503:
-    """Around a token or session lookup: "the database cannot be reached" becomes a 503 answer
-    with a JSON-RPC error saying so (not a plain-text 500); any other error propagates.
+    """Around a token or session lookup or write: "the database cannot be reached" (or is full)
+    becomes a 503 answer with a JSON-RPC error saying so; any other database error a 500 with a
+    JSON-RPC internal error (its traceback logged), never uvicorn's plain-text 500. Other errors
+    propagate.
 
     A class rather than ``@contextmanager``: it wraps every MCP request twice, and a generator
     context manager costs several times as much to enter and leave."""
@@ -77,10 +98,13 @@ class database_errors_as_503:
         return None
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if exc is None or not isinstance(exc, Exception) or not is_unavailable(exc):
+        if exc is None or not isinstance(exc, DATABASE_ERRORS):
             return
-        warn_unavailable(self.logger, self.where, exc)
-        raise catalog_unavailable() from exc
+        if is_unavailable(exc):
+            warn_unavailable(self.logger, self.where, exc)
+            raise catalog_unavailable(exc) from exc
+        self.logger.error("database error in %s", self.where.removesuffix(" answers 503"), exc_info=exc)
+        raise HttpError(500, INTERNAL_ERROR, "Internal error: the server could not complete the request (see its log)")
 
 
 #: Header names as text, each decoded once: requests carry the same few names over and over. Bounded
@@ -222,6 +246,13 @@ def served_label(principal: Principal, scope: Scope, settings: Settings) -> str:
             -32001,
             f"Forbidden: agents may not select label {requested[:64]!r}; selectable labels: {allowed} "
             "(setting REGISTRY_AGENT_LABELS)",
+        )
+    if not _LABEL.fullmatch(requested):  # an admin's pick, kept in the session row: it must fit there
+        raise HttpError(
+            400,
+            INVALID_REQUEST,
+            "Bad Request: ?label= must be a label name: lower-case letters, digits, '_', '.' and '-', "
+            "at most 64 characters",
         )
     return requested
 

@@ -45,6 +45,11 @@ UNSUPPORTED_PROTOCOL_VERSION = -32022
 #: The catalog's database cannot be reached right now; the client may retry (server-defined code).
 CATALOG_UNAVAILABLE = -32003
 CATALOG_UNAVAILABLE_MESSAGE = "the catalog is temporarily unavailable (its database cannot be reached); retry shortly"
+#: The same code when a write is refused because the database or its disk is full (reads still work).
+CATALOG_FULL_MESSAGE = (
+    "the catalog cannot store this right now: its database or disk is full (reads keep working); "
+    "retry after an operator has freed space"
+)
 
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 LOG_SEVERITY = {level: index for index, level in enumerate(LOG_LEVELS)}
@@ -66,6 +71,12 @@ class JsonRpcError(Exception):
         if self.data is not None:
             error["data"] = self.data
         return error
+
+
+def catalog_unavailable_error(full: bool = False) -> JsonRpcError:
+    """-32003: the catalog's database cannot be reached (retry shortly), or, ``full``, it refused
+    a write because it or its disk is full (retry once space is freed)."""
+    return JsonRpcError(CATALOG_UNAVAILABLE, CATALOG_FULL_MESSAGE if full else CATALOG_UNAVAILABLE_MESSAGE)
 
 
 @dataclass(slots=True)

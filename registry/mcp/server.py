@@ -25,6 +25,7 @@ from registry.catalog.service import PRODUCTION, CatalogService
 from registry.catalog.templates import TemplateError
 from registry.catalog.tool_calls import call_tool_step
 from registry.catalog.usage import UsageCounter
+from registry.db.diskfull import is_full
 from registry.db.engine import is_unavailable, warn_unavailable
 from registry.limits import DEFAULT_LIMITS, LimitExceeded, Limits
 from registry.mcp.completions import CompletionHistory, suggestions
@@ -39,8 +40,6 @@ from registry.mcp.input_required import (
 )
 from registry.mcp.protocol import (
     ALL_VERSIONS,
-    CATALOG_UNAVAILABLE,
-    CATALOG_UNAVAILABLE_MESSAGE,
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
@@ -52,6 +51,7 @@ from registry.mcp.protocol import (
     JsonRpcError,
     Message,
     RequestId,
+    catalog_unavailable_error,
     error_message,
     negotiate_version,
     notification,
@@ -302,7 +302,7 @@ class McpServer:
         except Exception as exc:
             if is_unavailable(exc):  # the database is down or frozen: a clear, retryable answer
                 warn_unavailable(log, "MCP requests answer catalog unavailable", exc)
-                return error_message(message.id, JsonRpcError(CATALOG_UNAVAILABLE, CATALOG_UNAVAILABLE_MESSAGE))
+                return error_message(message.id, catalog_unavailable_error(is_full(exc)))
             log.exception("internal error handling %s", message.method)
             return error_message(message.id, JsonRpcError(INTERNAL_ERROR, "internal error"))
         finally:
@@ -331,7 +331,7 @@ class McpServer:
         except Exception as exc:
             if is_unavailable(exc):
                 warn_unavailable(log, "MCP requests answer catalog unavailable", exc)
-                return error_message(message.id, JsonRpcError(CATALOG_UNAVAILABLE, CATALOG_UNAVAILABLE_MESSAGE))
+                return error_message(message.id, catalog_unavailable_error(is_full(exc)))
             log.exception("internal error handling %s", message.method)
             return error_message(message.id, JsonRpcError(INTERNAL_ERROR, "internal error"))
         return result_message(message.id, self.stamp(message.method, result, ctx.client))

@@ -19,6 +19,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.types import ASGIApp
 
 from registry.catalog.errors import CatalogError, RequestPending
+from registry.db.diskfull import is_full
 from registry.db.engine import DatabaseUnavailable, is_unavailable, warn_unavailable
 from registry.limits import LimitExceeded
 from registry.tokens import TokenRejected
@@ -121,6 +122,14 @@ def install(ui: FastAPI, pages: Pages) -> None:
         return error_page(pages, request, exc.status_code, message)
 
     async def _database(request: Request, exc: Exception) -> Response:
+        if is_full(exc):  # logged once per episode by the database layer
+            return error_page(
+                pages,
+                request,
+                503,
+                "Nothing was saved: the catalog's database or disk is full. Pages can still be read; "
+                "try again once an operator has freed space.",
+            )
         if is_unavailable(exc):
             warn_unavailable(log, "web UI answers 503", exc)
             return error_page(

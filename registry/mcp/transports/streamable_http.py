@@ -299,21 +299,21 @@ class StreamableHttpTransport:
     async def _initialize(self, scope: Scope, send: SendFn, message: Message, principal: Principal) -> None:
         if not message.is_request:
             raise HttpError(400, INVALID_REQUEST, "Bad Request: initialize must be a request with an id")
-        label = served_label(principal, scope, self.settings)
-        session = Session(
-            label=label,
-            principal=principal.name,
-            token_id=principal.token_id,
-            user=principal.user,
-            visible_teams=principal.visible_teams,
-        )
-        ctx = RequestContext(client=session)
-        answer = await self.server.handle_request(message, ctx)
-        if "error" in answer:
-            await send_json(send, 200, answer)
-            return
-        session.initialized = False
         try:
+            label = served_label(principal, scope, self.settings)
+            session = Session(
+                label=label,
+                principal=principal.name,
+                token_id=principal.token_id,
+                user=principal.user,
+                visible_teams=principal.visible_teams,
+            )
+            ctx = RequestContext(client=session)
+            answer = await self.server.handle_request(message, ctx)
+            if "error" in answer:
+                await send_json(send, 200, answer)
+                return
+            session.initialized = False
             try:
                 with database_errors_as_503(log, "MCP initialize answers 503"):
                     await self.sessions.create(session, transport=STREAMABLE_HTTP)
@@ -321,7 +321,7 @@ class StreamableHttpTransport:
                 if isinstance(exc.__cause__, SessionBacklogFull):  # say which limit, not just "unavailable"
                     exc.message = str(exc.__cause__)
                 raise
-        except HttpError as exc:  # the session cannot be stored: answer this request's id
+        except HttpError as exc:  # refused, or the session cannot be stored: answer this request's id
             await send_json(
                 send, exc.status, error_message(message.id, JsonRpcError(exc.code, exc.message)), exc.headers
             )
