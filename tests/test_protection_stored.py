@@ -135,6 +135,8 @@ def test_production_protected_in_the_database_holds_on_every_path(settings: Sett
                 data={"csrf_token": csrf.group(1), "fingerprint": fingerprint.group(1)},
             )
             assert applied.status_code == 303, applied.text[:500]
+            told = ui.get(applied.headers["location"]).text
+            assert "production is protected: 2 change requests" in told and "wait for review" in told
         assert production_of(registry, "summarize") == 1
         assert "production" not in registry.catalog.get("prompt", "ui-new").labels
         ui_requests = requests_for(registry, "ui-new")
@@ -153,6 +155,9 @@ def test_production_protected_in_the_database_holds_on_every_path(settings: Sett
         done = run_cli(settings, "import", str(bundle))
         assert done.returncode == 0, done.stderr
         assert "2 entries went to review" in done.stdout
+        assert re.search(
+            r"create +prompt +cli-new +live: latest +review: production \(change request #\d+\)", done.stdout
+        )
         assert production_of(registry, "summarize") == 1
         assert [(r.label, r.from_version) for r in requests_for(registry, "cli-new")] == [("production", None)]
 

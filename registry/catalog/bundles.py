@@ -35,6 +35,11 @@ Every file is read and validated before anything is written, and *every* problem
 The writes happen in one transaction (``CatalogService.import_heads`` / ``restore_histories``): a
 bundle is imported whole or not at all, with one change-log range and one notification burst.
 Importing a bundle twice, or re-importing an export, changes nothing.
+
+Protected labels (stored in the catalog, ``registry.catalog.protection``) are never moved by an
+import: the same transaction opens a change request per entry and protected label instead, as a
+save does (only the start-up seed of an empty catalog publishes). The plan says beforehand which
+labels of each written entry go live and which go to review (``PlannedEntry.live`` / ``review``).
 """
 
 from __future__ import annotations
