@@ -78,8 +78,9 @@ class Registry:
             self.protection.record_settings()
 
     def is_empty(self) -> bool:
+        """Whether the catalog has no entry at all (one indexed probe, whatever its size)."""
         with self.db.session() as session:
-            return session.execute(text("SELECT COUNT(*) FROM entries")).scalar_one() == 0
+            return session.execute(text("SELECT id FROM entries LIMIT 1")).first() is None
 
     def seed(self, bundle: str, *, only_missing: bool = True, publish_protected: bool | None = None) -> None:
         """Load a bundle as the system (``seed``). Only the seed of an empty catalog publishes to
