@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import uvicorn
 
     from registry.catalog.bundle_secrets import ExportSecrets, ImportSecrets
-    from registry.catalog.service import CatalogService
+    from registry.catalog.service import CatalogService, ImportPlanItem
     from registry.db.engine import Database
     from registry.runtime import Registry
     from registry.workers import WorkerSlot
@@ -330,6 +330,7 @@ def _read_only_catalog(settings: Settings, command: str) -> tuple[CatalogService
     Refuses a database at another migration than this version's."""
     from sqlalchemy import inspect
 
+    from registry.catalog.protection import ProtectionPolicy
     from registry.catalog.secrets import SecretBox
     from registry.catalog.service import CatalogService
     from registry.db import migrate
@@ -337,8 +338,15 @@ def _read_only_catalog(settings: Settings, command: str) -> tuple[CatalogService
 
     _require_database(settings, command)
     db = Database.from_settings(settings, read_only=True)
+    # The catalog's protected labels and this process's REGISTRY_PROTECTED_LABELS (which a real
+    # import would add to them), as the plan's "review" column needs.
+    protection = ProtectionPolicy(db, settings.protected_labels, settings.required_approvals)
     service = CatalogService(
-        db, SecretBox(_existing_key(settings)), url_guard=_url_guard(settings), limits=settings.limits
+        db,
+        SecretBox(_existing_key(settings)),
+        url_guard=_url_guard(settings),
+        limits=settings.limits,
+        protection=protection,
     )
     if migrate.is_current(db):
         return service, False
@@ -359,33 +367,56 @@ def _import_secrets(args: argparse.Namespace) -> ImportSecrets:
     return ImportSecrets(key=args.secrets_key or os.environ.get(EXPORT_KEY_ENV) or None)
 
 
+def _plan_line(item: ImportPlanItem, *, applied: bool) -> str:
+    """``update   prompt    summarize   live: latest, staging   review: production (#12)``."""
+    line = f"{item.action:14} {item.kind:9} {item.name}"
+    if item.action not in ("create", "update", "restore"):
+        return line
+    line += f"   live: {', '.join(['latest', *item.live])}"
+    if item.review:
+        requests = (
+            f" (change request {', '.join(f'#{n}' for n in item.change_requests)})" if item.change_requests else ""
+        )
+        line += f"   review: {', '.join(item.review)}{requests if applied else ''}"
+    return line
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     from registry.catalog.bundles import apply_import, plan_diff, plan_import
 
     directory = Path(args.directory)
     secrets = _import_secrets(args)
+    labels = args.label or None
     if args.plan:
         # Writes nothing at all: no migration, no database file, no key file.
         catalog, empty = _read_only_catalog(_settings(args), "import --plan")
         try:
-            plan = plan_import(catalog, directory, secrets=secrets, against_empty=empty)
+            plan = plan_import(catalog, directory, secrets=secrets, against_empty=empty, labels=labels)
         finally:
             catalog.db.dispose()
         for item, entry in plan:
-            print(f"{item.action:14} {item.kind:9} {item.name}")
+            print(_plan_line(item, applied=False))
             diff = plan_diff(catalog, entry)
             if diff:
                 print(diff, end="" if diff.endswith("\n") else "\n")
         items = [item for item, _ in plan]
     else:
         registry = _registry(args)
-        registry.migrate()
-        items = apply_import(registry.catalog, directory, actor=args.actor, labels=args.label or None, secrets=secrets)
+        registry.migrate()  # also adds this process's REGISTRY_PROTECTED_LABELS to the catalog's
+        items = apply_import(registry.catalog, directory, actor=args.actor, labels=labels, secrets=secrets)
         for item in items:
-            print(f"{item.action:14} {item.kind:9} {item.name}")
+            print(_plan_line(item, applied=True))
     changed = sum(1 for item in items if item.action in ("create", "update", "restore"))
     conflicts = [item for item in items if item.action == "conflict"]
     print(f"{'would change' if args.plan else 'changed'} {changed} of {len(items)} entries")
+    to_review = [item for item in items if item.review]
+    if to_review:
+        held = ", ".join(sorted({label for item in to_review for label in item.review}))
+        opened = sum(len(item.change_requests) for item in to_review)
+        if args.plan:
+            print(f"{len(to_review)} entries go to review: {held} is protected, so a change request is opened for each")
+        else:
+            print(f"{len(to_review)} entries went to review: {held} left where it was; {opened} change requests opened")
     if conflicts:
         print(
             f"the import would be refused: {len(conflicts)} entries exist here with another history "

@@ -74,20 +74,30 @@ class Registry:
         return guard
 
     def migrate(self) -> None:
+        """Migrate, and write this process's ``REGISTRY_PROTECTED_LABELS`` into the catalog."""
         with migrate.exclusive(self.db):
             migrate.upgrade(self.db)
             key_the_chain(self.db, only_check=True)
+            self.protection.record_settings()
 
     def is_empty(self) -> bool:
+        """Whether the catalog has no entry at all (one indexed probe, whatever its size)."""
         with self.db.session() as session:
-            return session.execute(text("SELECT COUNT(*) FROM entries")).scalar_one() == 0
+            return session.execute(text("SELECT id FROM entries LIMIT 1")).first() is None
 
-    def seed(self, bundle: str, *, only_missing: bool = True) -> None:
+    def seed(self, bundle: str, *, only_missing: bool = True, publish_protected: bool | None = None) -> None:
+        """Load a bundle as the system (``seed``). Only the seed of an empty catalog publishes to
+        protected labels (``publish_protected``; None: whether the catalog is empty now): on a
+        catalog people already use, a seed's new entries go to review like any import's."""
         path = resolve_bundle(bundle)
+        if publish_protected is None:
+            publish_protected = self.is_empty()
         attempts = 3 if only_missing else 1
         for attempt in range(attempts):
             try:
-                done = apply_import(self.catalog, path, actor="seed", only_missing=only_missing, publish_protected=True)
+                done = apply_import(
+                    self.catalog, path, actor="seed", only_missing=only_missing, publish_protected=publish_protected
+                )
                 break
             except Conflict:
                 # Someone not holding the preparation lock (an import, an admin) created one of these
@@ -96,6 +106,10 @@ class Registry:
                     raise
         created = sum(1 for item in done if item.action == "create")
         log.info("seed %s: %d created, %d already present", path.name, created, len(done) - created)
+        opened = sorted(number for item in done for number in item.change_requests)
+        if opened:
+            shown = ", ".join(f"#{number}" for number in opened[:20]) + (" ..." if len(opened) > 20 else "")
+            log.info("seed %s: the catalog was not empty, so protected labels wait for review: %s", path.name, shown)
 
     def prepare(self, *, seed: str | None = None, demo_if_empty: bool = False) -> None:
         """Migrate, ensure the environment's admin token, load seed data: under the database's
@@ -103,12 +117,16 @@ class Registry:
         with migrate.exclusive(self.db):
             migrate.upgrade(self.db)
             key_the_chain(self.db)
+            self.protection.record_settings()
             if self.settings.admin_token:
                 self.tokens.ensure("admin (REGISTRY_ADMIN_TOKEN)", self.settings.admin_token, ["admin"])
-            if demo_if_empty and self.is_empty():
-                self.seed("demo")
+            # The seeds of a start-up that found the catalog empty are the system's own first
+            # catalog and publish; on a catalog in use, a seed's protected labels go to review.
+            empty = self.is_empty()
+            if demo_if_empty and empty:
+                self.seed("demo", publish_protected=True)
             if seed:
-                self.seed(seed)
+                self.seed(seed, publish_protected=empty)
 
     def ready(self) -> tuple[bool, str]:
         """Whether the database answers and is migrated. Each round trip is bounded by

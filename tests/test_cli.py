@@ -61,7 +61,9 @@ def test_import_plan_import_export(cli: Cli, tmp_path: Path) -> None:
     code, out, _ = cli("import", str(DEMO), "--plan")
     assert code == 0
     lines = out.splitlines()
-    assert re.fullmatch(r"create\s+prompt\s+summarize", next(line for line in lines if "summarize" in line))
+    assert re.fullmatch(
+        r"create\s+prompt\s+summarize\s+live: latest, production", next(line for line in lines if "summarize" in line)
+    )
     assert sum(1 for line in lines if line.startswith("create ")) == 9
     assert lines[-1] == "would change 9 of 9 entries"
     assert cli.scalar("SELECT COUNT(*) FROM entries") == 0
@@ -94,7 +96,7 @@ def test_import_plan_import_export(cli: Cli, tmp_path: Path) -> None:
     summarize = target / "prompts" / "summarize.yaml"
     summarize.write_text(summarize.read_text().replace("concisely", "in one line"))
     code, out, _ = cli("import", str(target), "--label", "staging")
-    assert re.search(r"^update\s+prompt\s+summarize$", out, re.MULTILINE)
+    assert re.search(r"^update\s+prompt\s+summarize\s+live: latest, staging$", out, re.MULTILINE)
     assert out.splitlines()[-1] == "changed 1 of 9 entries"
     assert (
         cli.scalar(
@@ -298,7 +300,7 @@ def test_plan_shows_a_diff_and_every_invalid_file(cli: Cli, tmp_path: Path) -> N
 
     code, out, _ = cli("import", str(bundle), "--plan")
     assert code == 0
-    assert re.search(r"^update\s+prompt\s+summarize$", out, re.MULTILINE)
+    assert re.search(r"^update\s+prompt\s+summarize\s+live: latest, production$", out, re.MULTILINE)
     assert "--- prompt summarize (stored v1)" in out
     assert "-description: Summarize a piece of text concisely" in out
     assert "+description: Summarize a piece of text in one line" in out

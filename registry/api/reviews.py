@@ -256,7 +256,8 @@ class ProtectedLabel(BaseModel):
     name: str
     approvals: int = Field(description="approvals a change request to it needs")
     source: Literal["environment", "api"] = Field(
-        description="environment: REGISTRY_PROTECTED_LABELS (cannot be lifted here); api: set through the API or UI"
+        description="environment: written into the catalog from REGISTRY_PROTECTED_LABELS at start-up (the "
+        "variable only adds; a label it still names cannot be unprotected here); api: set through the API or UI"
     )
     created_by: str | None
     created_at: datetime | None
@@ -344,7 +345,7 @@ def protect(request: Request, label: ProtectedLabelPath, body: Protection, princ
     "/protected-labels/{label}",
     tags=["reviews"],
     status_code=204,
-    summary="Unprotect a label (admin; not one of REGISTRY_PROTECTED_LABELS)",
+    summary="Unprotect a label (admin; audit-logged; not one this server's REGISTRY_PROTECTED_LABELS still names)",
     operation_id="unprotectLabel",
     responses=documented(*ALWAYS, 404, 409, 422),
 )

@@ -17,8 +17,10 @@ same catalog). ``${enc:...}`` and ``${env:...}`` values need the export key or t
 environment, which only the command line is given: they are reported, and nothing is written.
 
 Applying writes exactly the plan that was shown: the bundle is planned again and its fingerprint
-(every entry's action and the version it would follow) compared with the one shown; when the
-catalog changed in between, ``PlanChanged`` carries the new plan instead of writing anything.
+(every entry's action, the version it would follow, the labels that go live and those that go to
+review) compared with the one shown; when the catalog changed in between, ``PlanChanged`` carries
+the new plan instead of writing anything. Protected labels are not moved: applying opens a change
+request per entry and protected label (``CatalogService.import_heads``).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from registry.catalog.bundle_secrets import ExportSecrets, ImportSecrets
 from registry.catalog.bundles import PlannedEntry, apply_plan, export_catalog, plan_diff, plan_import
 from registry.catalog.errors import CatalogError, Invalid
 from registry.catalog.service import CatalogService
+from registry.db.audit import Actor
 from registry.limits import LimitExceeded, Limits
 
 #: What is unpacked: entry files, history files and the manifest (anything else is skipped).
@@ -78,6 +81,10 @@ class PlanRow:
     source: str
     #: Stored newest version against the bundle's, YAML, write-only values masked ("" for none).
     diff: str = ""
+    #: Labels applying points at the entry's new version at once ...
+    live: tuple[str, ...] = ()
+    #: ... and protected labels it leaves where they are, opening a change request each.
+    review: tuple[str, ...] = ()
 
 
 @dataclass
@@ -96,6 +103,15 @@ class ZipPlan:
     @property
     def conflicts(self) -> int:
         return sum(1 for row in self.rows if row.action == "conflict")
+
+    @property
+    def reviews(self) -> int:
+        """Entries applying would send to review (a change request per protected label)."""
+        return sum(1 for row in self.rows if row.review)
+
+    @property
+    def review_labels(self) -> list[str]:
+        return sorted({label for row in self.rows for label in row.review})
 
     def summary(self) -> str:
         """``2 created, 1 updated, 5 unchanged`` (over every kind)."""
@@ -252,7 +268,10 @@ def _fingerprint(data: bytes, plan: list[PlannedEntry]) -> str:
     digest = hashlib.sha256(hashlib.sha256(data).digest())
     for entry in sorted(plan, key=lambda e: (e.kind, e.name)):
         base = entry.head.latest_version if entry.head is not None else 0
-        digest.update(f"\n{entry.kind}\t{entry.name}\t{entry.action}\t{base}".encode())
+        # Which labels go live and which to review is part of what was shown (a label protected
+        # or unprotected meanwhile changes the plan).
+        labels = f"{','.join(entry.live)}\t{','.join(entry.review)}"
+        digest.update(f"\n{entry.kind}\t{entry.name}\t{entry.action}\t{base}\t{labels}".encode())
     return digest.hexdigest()
 
 
@@ -270,7 +289,7 @@ def _plan(service: CatalogService, data: bytes, root: Path) -> tuple[ZipPlan, li
             diff = _relative(plan_diff(service, entry), root)
             shown += 1
         source = _relative(str(entry.path), root)
-        rows.append(PlanRow(entry.kind, entry.name, entry.action, source, diff))
+        rows.append(PlanRow(entry.kind, entry.name, entry.action, source, diff, entry.live, entry.review))
         per_kind = counts.setdefault(entry.kind, {})
         per_kind[entry.action] = per_kind.get(entry.action, 0) + 1
     return ZipPlan(rows, _fingerprint(data, planned), counts), planned
@@ -284,19 +303,21 @@ def plan_zip(service: CatalogService, data: bytes) -> ZipPlan:
     return plan
 
 
-def apply_zip(service: CatalogService, data: bytes, *, fingerprint: str, actor: str, source: str) -> ZipPlan:
+def apply_zip(
+    service: CatalogService, data: bytes, *, fingerprint: str, actor: Actor | str, source: str
+) -> tuple[ZipPlan, list[int]]:
     """Import zip ``data`` in one transaction, provided its plan is still the one whose
     ``fingerprint`` was shown (else ``PlanChanged`` with the new plan, and nothing is written).
-    Returns the plan applied."""
+    Returns the plan applied and the change requests opened for its protected labels."""
     with unpacked(data, service.limits) as root:
         plan, planned = _plan(service, data, root)
         if plan.fingerprint != fingerprint:
             raise PlanChanged(plan)
         try:
-            apply_plan(service, planned, actor=actor, source=source)
+            items = apply_plan(service, planned, actor=actor, source=source)
         except CatalogError as exc:
             raise _relative_error(exc, root) from None
-    return plan
+    return plan, sorted(number for item in items for number in item.change_requests)
 
 
 # ------------------------------------------------------------------ export

@@ -35,6 +35,11 @@ Every file is read and validated before anything is written, and *every* problem
 The writes happen in one transaction (``CatalogService.import_heads`` / ``restore_histories``): a
 bundle is imported whole or not at all, with one change-log range and one notification burst.
 Importing a bundle twice, or re-importing an export, changes nothing.
+
+Protected labels (stored in the catalog, ``registry.catalog.protection``) are never moved by an
+import: the same transaction opens a change request per entry and protected label instead, as a
+save does (only the start-up seed of an empty catalog publishes). The plan says beforehand which
+labels of each written entry go live and which go to review (``PlannedEntry.live`` / ``review``).
 """
 
 from __future__ import annotations
@@ -42,8 +47,8 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -57,8 +62,9 @@ from registry.catalog.bundle_history import HistoryFile, history_document
 from registry.catalog.bundle_secrets import EXPORT_KEY_ENV, ExportSecrets, ImportSecrets, has_secrets, masked_fields
 from registry.catalog.errors import CatalogError, Conflict, Invalid
 from registry.catalog.secrets import MASK, SecretKeyError
-from registry.catalog.service import CatalogService, ImportPlanItem, to_yaml
+from registry.catalog.service import CatalogService, ImportPlanItem, ImportWritten, to_yaml
 from registry.catalog.specs import KIND_BY_COLLECTION, dump_spec
+from registry.db.audit import Actor
 from registry.limits import LimitExceeded, Limits
 
 COLLECTION_BY_KIND = {kind: collection for collection, kind in KIND_BY_COLLECTION.items()}
@@ -333,10 +339,14 @@ class PlannedEntry:
     sealed: dict[str, Any] | None = None
     #: A history file: the whole entry to restore.
     history: bulk.HistoryWrite | None = None
+    #: Labels the write points at once, and protected labels that go to review instead
+    #: (``with_protection``; empty for entries the import does not write).
+    live: tuple[str, ...] = ()
+    review: tuple[str, ...] = ()
 
     @property
     def item(self) -> ImportPlanItem:
-        return ImportPlanItem(self.kind, self.name, self.action, str(self.path))
+        return ImportPlanItem(self.kind, self.name, self.action, str(self.path), self.live, self.review)
 
 
 @dataclass(frozen=True)
@@ -646,6 +656,29 @@ def _plan_histories(
 # ------------------------------------------------------------------ public entry points
 
 
+def with_protection(
+    plan: list[PlannedEntry],
+    *,
+    labels: Sequence[str],
+    protected: Mapping[str, int],
+    publish_protected: bool = False,
+) -> list[PlannedEntry]:
+    """The plan with each written entry's ``live`` and ``review`` labels: those of ``labels`` (an
+    entry bundle's targets) or of the history file that are ``protected`` go to review (a change
+    request each) unless ``publish_protected`` (the seed of an empty catalog); the rest go live."""
+    held = {} if publish_protected else protected
+    done: list[PlannedEntry] = []
+    for entry in plan:
+        if entry.action not in ("create", "update", "restore"):
+            done.append(entry)
+            continue
+        wanted = sorted(entry.history.labels) if entry.history is not None else list(labels)
+        live = tuple(label for label in wanted if label not in held)
+        review = tuple(label for label in wanted if label in held)
+        done.append(replace(entry, live=live, review=review))
+    return done
+
+
 def plan_import(
     service: CatalogService,
     directory: Path,
@@ -653,10 +686,13 @@ def plan_import(
     secrets: ImportSecrets | None = None,
     against_empty: bool = False,
     only_missing: bool = False,
+    labels: list[str] | None = None,
+    publish_protected: bool = False,
 ) -> list[tuple[ImportPlanItem, PlannedEntry]]:
-    """What importing ``directory`` would do, entry by entry; writes nothing. Raises ``Invalid``
-    listing every problem of every file. ``against_empty``: compare with an empty catalog without
-    reading the database (it has no tables yet)."""
+    """What importing ``directory`` would do, entry by entry, and which labels of each go live
+    and which to review; writes nothing. Raises ``Invalid`` listing every problem of every file.
+    ``against_empty``: compare with an empty catalog without reading the database (it has no
+    tables yet; only the process's own ``REGISTRY_PROTECTED_LABELS`` protect anything)."""
     secrets = secrets if secrets is not None else ImportSecrets()
     layout, sources = _list_files(directory, service.limits)
     _read_manifest(directory, secrets)
@@ -671,6 +707,14 @@ def plan_import(
         # One report, in file order, whichever stage found each problem.
         order = {source.path: index for index, source in enumerate(sources)}
         raise _refuse(sorted(problems, key=lambda p: order.get(p.path, -1)), len(sources))
+    if layout == "history" and labels:
+        raise Invalid("--label does not apply to a history bundle: it restores the labels it holds")
+    targets = service.import_targets(labels)
+    if against_empty:
+        protected = {label: 1 for label in service.protection.settings_labels}
+    else:
+        protected = service.protected_now(None if layout == "history" else targets)
+    planned = with_protection(planned, labels=targets, protected=protected, publish_protected=publish_protected)
     return [(entry.item, entry) for entry in planned]
 
 
@@ -687,9 +731,17 @@ def apply_import(
     """Write the plan in one transaction. ``only_missing`` (used for seeding at start-up) creates
     new entries but never overwrites an existing one, so a restart does not undo what admins
     edited since. ``labels`` apply to an entry bundle's new versions (a history bundle brings its own).
-    Protected labels are left where they are (a change request moves them) unless
-    ``publish_protected``: the start-up seed of an empty catalog, which is the system's own."""
-    plan = [entry for _item, entry in plan_import(service, directory, secrets=secrets, only_missing=only_missing)]
+    Protected labels are left where they are, with a change request per entry and label to move
+    them, unless ``publish_protected``: the start-up seed of an empty catalog, the system's own."""
+    planned = plan_import(
+        service,
+        directory,
+        secrets=secrets,
+        only_missing=only_missing,
+        labels=labels,
+        publish_protected=publish_protected,
+    )
+    plan = [entry for _item, entry in planned]
     return apply_plan(
         service, plan, actor=actor, labels=labels, source=directory.name, publish_protected=publish_protected
     )
@@ -699,15 +751,19 @@ def apply_plan(
     service: CatalogService,
     plan: list[PlannedEntry],
     *,
-    actor: str,
+    actor: Actor | str,
     labels: list[str] | None = None,
     source: str,
     publish_protected: bool = False,
 ) -> list[ImportPlanItem]:
     """Write a plan ``plan_import`` made, in one transaction (all or nothing); ``source`` names the
-    bundle in the change notes. For callers that show the plan first and write exactly what was
-    shown (the web UI): an update whose entry moved on since its plan is refused (``Conflict``)."""
+    bundle in the change notes and in the change requests opened for protected labels (one per
+    entry and label: each is reviewed, checked and published on its own, as a save's is). For
+    callers that show the plan first and write exactly what was shown (the web UI): an update
+    whose entry moved on since its plan is refused (``Conflict``). Returns the plan's items, each
+    with the change requests opened for it."""
     note = f"imported from {source}"
+    review_note = f"Opened by the import of the bundle {source}: it holds this version."
     histories = [entry for entry in plan if entry.history is not None]
     if histories:
         if labels:
@@ -721,13 +777,14 @@ def apply_plan(
                 f"({shown}{more}); a history import restores entries into a catalog that does not have them, "
                 "and nothing was written (import an entry bundle to add a version to existing entries instead)"
             )
-        service.restore_histories(
+        written = service.restore_histories(
             [e.history for e in histories if e.action == "restore" and e.history is not None],
             actor=actor,
             note=f"restored from {source}",
             publish_protected=publish_protected,
+            review_note=review_note,
         )
-        return [entry.item for entry in plan]
+        return _with_requests(plan, written)
     writes = [
         bulk.HeadWrite(
             entry.kind,
@@ -740,8 +797,17 @@ def apply_plan(
         for entry in plan
         if entry.action in ("create", "update") and entry.sealed is not None
     ]
-    service.import_heads(writes, actor=actor, note=note, labels=labels, publish_protected=publish_protected)
-    return [entry.item for entry in plan]
+    written = service.import_heads(
+        writes, actor=actor, note=note, labels=labels, publish_protected=publish_protected, review_note=review_note
+    )
+    return _with_requests(plan, written)
+
+
+def _with_requests(plan: list[PlannedEntry], written: ImportWritten) -> list[ImportPlanItem]:
+    return [
+        replace(entry.item, change_requests=tuple(written.change_requests.get((entry.kind, entry.name), ())))
+        for entry in plan
+    ]
 
 
 def plan_diff(service: CatalogService, entry: PlannedEntry) -> str:

@@ -6,9 +6,15 @@ and may open a change request instead, which reviewers other than its author app
 (``registry.catalog.reviews``). An admin can still move it at once with a reason (an emergency
 override, marked in the audit trail).
 
-Labels are protected two ways: ``REGISTRY_PROTECTED_LABELS`` (the deployment's policy; the API
-cannot lift it) and the ``protected_labels`` table (set through the API or the web UI by an
-admin). ``latest`` moves by itself with every save and can never be protected.
+Protection is catalog state: the ``protected_labels`` table, which every writer reads (the API,
+the web UI, ``mcp-registry import``, a start-up seed, stdio), whatever its own environment says.
+Admins protect labels through the API or the web UI; ``REGISTRY_PROTECTED_LABELS`` *adds* to the
+table when a process prepares its database (``record_settings``: rows with source
+``environment``), and also protects its labels within that process. The variable only adds:
+dropping a label from it unprotects nothing (a process started without it obeys the table all the
+same); an admin unprotects a label through the API or the web UI, recorded in the audit trail, once
+no process's variable names it any more. ``latest`` moves by itself with every save and can never
+be protected.
 
 The policy is read inside the writer's own transaction (``protected_in``), so a save and a
 concurrent "protect production" cannot interleave into a half-protected state.
@@ -37,8 +43,10 @@ from registry.db.models import ChangeRequest, ChangeRequestReview, ProtectedLabe
 from registry.limits import DEFAULT_LIMITS, LimitExceeded, Limits
 
 LATEST = "latest"
-#: The setting whose labels the API cannot unprotect.
+#: The setting that adds protected labels (the API cannot unprotect one it names).
 SETTING = "REGISTRY_PROTECTED_LABELS"
+#: Who the audit trail names for the rows ``SETTING`` writes.
+SETTING_ACTOR = "environment"
 #: Most approvals a protected label may demand (a bound on input, not a policy).
 MAX_APPROVALS = 10
 #: Longest change request title the table holds (``REGISTRY_LIMIT_TITLE_CHARS`` when lower).
@@ -162,7 +170,8 @@ class ProtectionPolicy:
                 {
                     "name": name,
                     "approvals": (row.approvals if row is not None and row.approvals else self.default_approvals),
-                    "source": "environment" if name in self.settings_labels else "api",
+                    # Who protected it: the variable (this process's, or written by one at start-up) or an admin.
+                    "source": row.source if row is not None else "environment",
                     "created_by": row.created_by if row is not None else None,
                     "created_at": _iso(row.created_at) if row is not None else None,
                 }
@@ -176,6 +185,50 @@ class ProtectionPolicy:
         return found
 
     # ------------------------------------------------------------------ changing
+    def record_settings(self) -> list[str]:
+        """Write this process's ``REGISTRY_PROTECTED_LABELS`` into the table (source
+        ``environment``), so processes started without the variable obey it too; the labels
+        added. A label already protected stays as it is, except that it is made to need at least
+        ``REGISTRY_REQUIRED_APPROVALS`` approvals (the variables only tighten: lowering goes
+        through the API). Each change is a ``label_protected`` / ``label_protection_changed``
+        event in the audit trail. Called where a process prepares its database."""
+        if not self.settings_labels:
+            return []
+        added: list[str] = []
+        needed = self.default_approvals
+        with self.db.session() as session:
+            for label in sorted(self.settings_labels):
+                row = session.get(ProtectedLabel, label, with_for_update=True)
+                if row is None:
+                    session.add(
+                        ProtectedLabel(
+                            name=label,
+                            approvals=needed,
+                            created_by=SETTING_ACTOR,
+                            created_at=utcnow(),
+                            source="environment",
+                        )
+                    )
+                    session.flush()  # a concurrent start-up writing the same row fails here, not at commit
+                    action, added = "label_protected", [*added, label]
+                elif (row.approvals or 1) < needed:
+                    row.approvals = needed
+                    action = "label_protection_changed"
+                else:
+                    continue
+                append_event(
+                    session,
+                    kind="label",
+                    name=label,
+                    action=action,
+                    actor=SETTING_ACTOR,
+                    note=f"{label} protected by {SETTING}: {needed} approval{'s' if needed != 1 else ''} needed",
+                    digest=protection_digest(label, needed),
+                    ref=f"label:{label}",
+                )
+        self._forget_hint()
+        return added
+
     def protect(
         self, label: str, approvals: int | None, *, actor: Actor | str, access: Access | None = None
     ) -> dict[str, Any]:
@@ -211,11 +264,16 @@ class ProtectionPolicy:
         return self.get(label)
 
     def unprotect(self, label: str, *, actor: Actor | str, access: Access | None = None) -> None:
-        """Lift the API's protection of ``label``; the environment's cannot be lifted here."""
+        """Unprotect ``label`` (an admin; audit-logged), whoever protected it, unless this
+        process's ``REGISTRY_PROTECTED_LABELS`` still names it (its next start would protect it
+        again: the variable only adds, so it is taken out of the variable first)."""
         check_may(access, "admin", None, "protected labels")
         self._check_label(label)
         if label in self.settings_labels:
-            raise Conflict(f"label {label!r} is protected by {SETTING}; remove it there (and restart) to unprotect it")
+            raise Conflict(
+                f"label {label!r} is named by {SETTING}, which only adds protection: remove it from the variable "
+                "on every process (and restart them), then unprotect it here"
+            )
         with self.db.session() as session:
             row = session.get(ProtectedLabel, label, with_for_update=True)
             if row is None:

@@ -223,7 +223,8 @@ class Team(Base):
 
 
 class ProtectedLabel(Base):
-    """A label set through the API/UI as protected (``REGISTRY_PROTECTED_LABELS`` adds more).
+    """A protected label: set through the API/UI by an admin, or written here at start-up from
+    ``REGISTRY_PROTECTED_LABELS`` (``source``), so every process obeys it, with the variable or not.
 
     A save never moves a protected label; a change request, approved by ``approvals`` reviewers
     other than its author, does (or an admin's emergency override, with a reason).
@@ -236,6 +237,8 @@ class ProtectedLabel(Base):
     approvals: Mapped[int | None] = mapped_column(Integer)
     created_by: Mapped[str | None] = mapped_column(String(128))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    #: ``environment`` (``REGISTRY_PROTECTED_LABELS`` wrote it) or ``api`` (an admin did).
+    source: Mapped[str] = mapped_column(String(16), default="api", server_default="api")
 
 
 class ChangeRequest(Base):

@@ -9,10 +9,12 @@ The same service layer as ``mcp-registry import`` / ``export`` (``registry.catal
    is held server-side (``registry.ui.uploads``: in the database, for this UI session, 30 minutes)
    and the browser is sent to its plan.
 2. ``GET /ui/bundles/plan/{id}``: the plan (per kind, what would be created, updated, left
-   unchanged; a diff per update), with an "Apply" button carrying the plan's fingerprint.
+   unchanged; a diff per update; per entry the labels that go live and the protected ones that go
+   to review), with an "Apply" button carrying the plan's fingerprint.
 3. ``POST /ui/bundles/plan/{id}/apply``: the held bundle is planned again; if that plan is not
    the one shown (the catalog changed meanwhile) nothing is written and the new plan is shown
    with a notice, else it is written in one transaction (all or nothing) and the upload dropped.
+   Protected labels are not moved: the same transaction opens a change request per entry and label.
 """
 
 from __future__ import annotations
@@ -97,6 +99,7 @@ def router(pages: Pages) -> APIRouter:
             "details": details or [],
             "refusal": refusal,
             "labels": registry.settings.agent_selectable_labels,
+            "protected_labels": sorted(registry.protection.names_hint()),
             "bundle_mib": limits.bundle_bytes / (1024 * 1024),
             "bundle_files": limits.bundle_files,
         }
@@ -229,11 +232,13 @@ def router(pages: Pages) -> APIRouter:
             return gone_page(request)
         catalog = _catalog(request)
         try:
-            plan = apply_zip(
+            plan, opened = apply_zip(
                 catalog,
                 held.content,
                 fingerprint=fingerprint if isinstance(fingerprint, str) else "",
-                actor=ui.principal.name,
+                # The whole actor (token, user): a change request the import opens is its author's,
+                # who may then not approve it.
+                actor=ui.principal.actor(),
                 source=f"{held.filename} (web UI)",
             )
         except PlanChanged as changed:
@@ -243,6 +248,13 @@ def router(pages: Pages) -> APIRouter:
         _uploads(request).discard(ui, upload_id)
         response = RedirectResponse("/ui/bundles", status_code=303)
         message = f"Imported {held.filename}: {plan.summary()}."
+        if opened:
+            shown = ", ".join(f"#{number}" for number in opened[:10]) + (" …" if len(opened) > 10 else "")
+            labels = ", ".join(plan.review_labels)
+            message += (
+                f" {labels} is protected: {len(opened)} change request{'s' if len(opened) != 1 else ''} "
+                f"({shown}) wait for review under Reviews."
+            )
         set_flash(response, message, secure=is_https(request))
         return response
 

@@ -253,6 +253,8 @@ def router(pages: Pages) -> APIRouter:
             "title": "Protected labels",
             "nav": "reviews",
             "labels": _protection(request).list_labels(),
+            # Named by this process's REGISTRY_PROTECTED_LABELS: not unprotected here (the variable only adds).
+            "pinned": sorted(_protection(request).settings_labels),
             "values": values or {"name": "", "approvals": ""},
             "error": error,
             "max_approvals": MAX_APPROVALS,
