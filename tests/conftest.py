@@ -225,3 +225,22 @@ def api(live_server: LiveServer) -> Iterator[httpx.Client]:
     """An admin-scoped HTTP client for the live server."""
     with live_server.client() as client:
         yield client
+
+
+@pytest.fixture
+def raw(database_url: str) -> Iterator[Any]:
+    """A connection pool of its own to the test database, for editing rows by hand (as someone
+    with write access to the database, and not the server, would)."""
+    engine = create_engine(normalize_database_url(database_url))
+    yield engine
+    engine.dispose()
+
+
+def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """``mcp-registry ARGS`` run in this process: its exit code and what it printed (both streams)."""
+    from registry.cli import main
+
+    capsys.readouterr()
+    code = main(args)
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err

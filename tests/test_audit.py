@@ -6,7 +6,6 @@ no notification, live or replayed, and no snapshot error. On SQLite and PostgreS
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -14,17 +13,15 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
 from registry.catalog.activity import recent_changes
 from registry.catalog.audit_verify import verify_audit
 from registry.catalog.bundles import apply_import
-from registry.cli import main
 from registry.db.audit import Actor
 from registry.db.changelog import append_change, append_event
-from registry.db.engine import normalize_database_url
 from registry.db.models import Team
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, run_cli
 from tests.interop.mcp_wire import StreamableHttpClient
 from tests.stream_listener import StreamListener
 from tests.waiting import wait_until
@@ -47,21 +44,6 @@ def _events(server: LiveServer) -> list[int]:
             )
             ids.append(row.id)
     return ids
-
-
-def _cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    capsys.readouterr()
-    code = main(args)
-    captured = capsys.readouterr()
-    return code, captured.out + captured.err
-
-
-@pytest.fixture
-def raw(database_url: str) -> Iterator[Any]:
-    """A connection of its own to the test database, for editing rows by hand."""
-    engine = create_engine(normalize_database_url(database_url))
-    yield engine
-    engine.dispose()
 
 
 # ------------------------------------------------------------------ governance events reach no agent
@@ -245,10 +227,13 @@ def test_every_write_is_audited_and_tampering_is_reported(
         )
         assert verified["head"]["id"] == rows[-1]["id"] and verified["head"]["mac"] == rows[-1]["hash"]
         cli = ["audit", "verify", "--database-url", database_url, "--data-dir", str(tmp_path / "cli")]
-        assert _cli(cli, capsys) == (0, f"audit chain intact: {total} changes verified, and the tables agree with it\n")
+        assert run_cli(cli, capsys) == (
+            0,
+            f"audit chain intact: {total} changes verified, and the tables agree with it\n",
+        )
         assert verify_audit(registry.db, batch=3).checked == total
         listing = ["audit", "list", "--database-url", database_url, "--data-dir", str(tmp_path / "cli")]
-        code, out = _cli([*listing, "--actor", "audit-editor", "--limit", "2"], capsys)
+        code, out = run_cli([*listing, "--actor", "audit-editor", "--limit", "2"], capsys)
         assert code == 0 and out.count("\n") == 2, out
         assert (
             out.startswith(f"#{ours[3]['id']} ") and f"audit-editor (token {editor_id}) archived prompt audited" in out
@@ -269,7 +254,7 @@ def test_every_write_is_audited_and_tampering_is_reported(
             assert verdict["broken"]["id"] == row["id"], verdict
             assert "edited" in verdict["broken"]["reason"]
             assert verdict["checked"] == before
-            code, out = _cli(cli, capsys)
+            code, out = run_cli(cli, capsys)
             assert code == 1
             assert out.startswith(f"audit chain broken at change #{row['id']}: "), out
             assert f"({before} changes before it verified)" in out
@@ -289,7 +274,7 @@ def test_every_write_is_audited_and_tampering_is_reported(
         verdict = admin.get("/api/v1/audit/verify").json()
         assert verdict["broken"]["id"] == following["id"], verdict
         assert "prev_hash" in verdict["broken"]["reason"]
-        code, out = _cli(cli, capsys)
+        code, out = run_cli(cli, capsys)
         assert code == 1 and f"#{following['id']}:" in out, out
 
 
@@ -331,5 +316,5 @@ def test_readers_see_their_teams_rows_and_everyones(live_server: LiveServer) -> 
 
 def test_audit_verify_refuses_a_database_it_cannot_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "nowhere" / "registry.db"
-    code, out = _cli(["audit", "verify", "--database-url", f"sqlite:///{missing}"], capsys)
+    code, out = run_cli(["audit", "verify", "--database-url", f"sqlite:///{missing}"], capsys)
     assert code == 2 and f"no database at {missing}" in out, out

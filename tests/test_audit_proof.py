@@ -8,7 +8,6 @@ would, and checks that verify names the table or row concerned, through the API 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,23 +15,13 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
 from registry.catalog.audit_verify import Anchor, key_the_chain, verify_audit
-from registry.cli import main
 from registry.db.audit import row_content, row_hash, row_mac
-from registry.db.engine import normalize_database_url
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, run_cli
 
 PROMPT = {"description": "Pays the bill", "arguments": [{"name": "who", "required": True}], "template": "Pay {{ who }}"}
-
-
-@pytest.fixture
-def raw(database_url: str) -> Iterator[Any]:
-    """A connection of its own to the test database, for editing rows by hand."""
-    engine = create_engine(normalize_database_url(database_url))
-    yield engine
-    engine.dispose()
 
 
 def ok(response: httpx.Response) -> Any:
@@ -68,13 +57,6 @@ def _verify(server: LiveServer, **params: Any) -> dict[str, Any]:
     with server.client() as admin:
         report: dict[str, Any] = ok(admin.get("/api/v1/audit/verify", params=params))
     return report
-
-
-def _cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    capsys.readouterr()
-    code = main(args)
-    captured = capsys.readouterr()
-    return code, captured.out + captured.err
 
 
 def _entry_id(raw: Any, name: str) -> int:
@@ -122,7 +104,9 @@ def test_a_version_rewritten_in_the_database_is_reported(
     assert "prompt 'pay' v1 is not what change" in difference["message"]
 
     monkeypatch.setenv("REGISTRY_SECRET_KEY", "test-secret-key")
-    code, out = _cli(["audit", "verify", "--database-url", database_url, "--data-dir", str(tmp_path / "cli")], capsys)
+    code, out = run_cli(
+        ["audit", "verify", "--database-url", database_url, "--data-dir", str(tmp_path / "cli")], capsys
+    )
     assert code == 1
     assert "the tables differ from it in 1 place" in out and "entry_versions: prompt 'pay' v1" in out, out
 
@@ -241,7 +225,7 @@ def test_a_truncated_chain_is_caught_with_an_anchor(
     anchor_file.write_text(json.dumps(head))
     monkeypatch.setenv("REGISTRY_SECRET_KEY", "test-secret-key")
     cli = ["audit", "verify", "--database-url", database_url, "--data-dir", str(tmp_path / "cli")]
-    assert _cli([*cli, "--anchor", str(anchor_file)], capsys)[0] == 0
+    assert run_cli([*cli, "--anchor", str(anchor_file)], capsys)[0] == 0
     assert _verify(live_server, anchor=f"{head['id']}:{head['mac']}")["intact"] is True
 
     # The newest rows deleted, the anchored one among them: the shorter chain is valid on its own
@@ -257,7 +241,7 @@ def test_a_truncated_chain_is_caught_with_an_anchor(
         d.table == "changes" and f"anchor's row #{head['id']} is not in the chain" in d.message
         for d in anchored.differences
     ), anchored.differences
-    code, out = _cli([*cli, "--anchor", str(anchor_file)], capsys)
+    code, out = run_cli([*cli, "--anchor", str(anchor_file)], capsys)
     assert code == 1 and "truncated" in out, out
     api = _verify(live_server, anchor=f"{head['id']}:{head['mac']}")
     assert api["intact"] is False and any("truncated" in d["message"] for d in api["differences"])

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -154,8 +155,14 @@ def row_content(row: Any) -> dict[str, Any]:
 
 
 def digest(value: Any) -> str:
-    """SHA-256 of ``value`` as sorted-key compact JSON (the canonical form of what a row made)."""
-    return hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)).hexdigest()
+    """SHA-256 of ``value`` as sorted-key compact JSON (the canonical form of what a row made).
+    orjson writes it; a value orjson refuses (an integer beyond 64 bits, which a tool's schema may
+    hold) is written by the standard library instead, so one value always gets one digest."""
+    try:
+        encoded = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        encoded = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return hashlib.sha256(encoded).hexdigest()
 
 
 def version_digest(kind: str, name: str, number: int, spec: Mapping[str, Any]) -> str:

@@ -68,6 +68,9 @@ class CappedServer:
     def fill(self) -> None:
         """From now on, no write may grow the database: SQLite answers SQLITE_FULL."""
         with sqlite3.connect(self.path) as probe:
+            # Migrations that rebuild a table (SQLite's way to add a constraint) leave free pages,
+            # which a write could fill without growing the file: give them back first.
+            probe.execute("VACUUM")
             pages = probe.execute("PRAGMA page_count").fetchone()[0]
             free = probe.execute("PRAGMA freelist_count").fetchone()[0]
         assert free == 0, f"{free} free pages would let writes through"

@@ -27,6 +27,7 @@ from tests.conftest import LiveServer
 from tests.interop.mcp_wire import (
     ARTICLE_SUMMARIZE_LISTING,
     ARTICLE_TOOLS,
+    SECRET_KEY,
     SUMMARIZE_RENDERED,
     SUMMARIZE_TEXT,
     child_env,
@@ -131,8 +132,13 @@ def test_inspector_cli_legacy_sse(inspector: Inspector, server: LiveServer) -> N
 
 
 def test_inspector_cli_stdio(inspector: Inspector, demo: Registry, database_url: str, tmp_path: Path) -> None:
-    """The Inspector starts ``mcp-registry stdio`` itself for each call (a few seconds each: two calls only)."""
-    command = [*mcp_registry_command(), "stdio", "--database-url", database_url, "--data-dir", str(tmp_path / "stdio")]
+    """The Inspector starts ``mcp-registry stdio`` itself for each call (a few seconds each: two calls only).
+    It passes its child no environment of ours, so the child's data folder holds the key every process
+    writing to this database shares (the audit chain refuses a writer with another)."""
+    data_dir = tmp_path / "stdio"
+    data_dir.mkdir()
+    (data_dir / "secret.key").write_text(SECRET_KEY + "\n")
+    command = [*mcp_registry_command(), "stdio", "--database-url", database_url, "--data-dir", str(data_dir)]
     assert inspector.json(*command, "--method", "tools/call", "--tool-name", "add", "--tool-arg", "a=42", "b=58") == {
         "content": [{"type": "text", "text": "42 + 58 = 100"}],
         "isError": False,
