@@ -567,6 +567,21 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
     return 0 if report.intact else 1
 
 
+def cmd_audit_key(args: argparse.Namespace) -> int:
+    """Key an unkeyed chain now (the start that upgraded the database stopped before it did):
+    its first keyed row seals the catalog as the tables hold it, so verify the tables first."""
+    from registry.catalog.audit_verify import key_the_chain
+    from registry.db import migrate
+
+    registry = _registry(args)
+    if not migrate.is_current(registry.db):
+        raise CliError("audit key: the database is not at this version's migration; run `mcp-registry db upgrade`")
+    with migrate.exclusive(registry.db):
+        keyed = key_the_chain(registry.db, may_key=True)
+    print("audit chain keyed from its newest row on" if keyed else "nothing to do: the chain is keyed (or empty)")
+    return 0
+
+
 def cmd_audit_head(args: argparse.Namespace) -> int:
     """Print the chain's head as JSON: keep it elsewhere, and pass it to ``audit verify --anchor``."""
     from registry.catalog.audit_verify import chain_head

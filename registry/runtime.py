@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sqlalchemy import text
 
-from registry.catalog.audit_verify import key_the_chain
+from registry.catalog.audit_verify import brings_keys, key_the_chain
 from registry.catalog.bundles import apply_import
 from registry.catalog.errors import Conflict
 from registry.catalog.protection import ProtectionPolicy
@@ -76,9 +76,15 @@ class Registry:
     def migrate(self) -> None:
         """Migrate, and write this process's ``REGISTRY_PROTECTED_LABELS`` into the catalog."""
         with migrate.exclusive(self.db):
-            migrate.upgrade(self.db)
-            key_the_chain(self.db, only_check=True)
+            self._upgrade()
             self.protection.record_settings()
+
+    def _upgrade(self) -> None:
+        """Migrate (under the caller's preparation lock) and key an unkeyed audit chain when this
+        upgrade is the one that brought keys (``key_the_chain``); check the key either way."""
+        before = migrate.current_revision(self.db)
+        migrate.upgrade(self.db)
+        key_the_chain(self.db, may_key=brings_keys(before))
 
     def is_empty(self) -> bool:
         """Whether the catalog has no entry at all (one indexed probe, whatever its size)."""
@@ -115,8 +121,7 @@ class Registry:
         """Migrate, ensure the environment's admin token, load seed data: under the database's
         preparation lock, so processes starting together take turns (the later ones find it done)."""
         with migrate.exclusive(self.db):
-            migrate.upgrade(self.db)
-            key_the_chain(self.db)
+            self._upgrade()
             self.protection.record_settings()
             if self.settings.admin_token:
                 self.tokens.ensure("admin (REGISTRY_ADMIN_TOKEN)", self.settings.admin_token, ["admin"])

@@ -33,7 +33,7 @@ from registry.catalog.specs import LABEL_PATTERN
 from registry.catalog.teams import TEAM_PATTERN as TEAM_PATTERN  # re-exported (registry.oidc)
 from registry.catalog.teams import missing_teams
 from registry.db.audit import Actor, digest
-from registry.db.changelog import append_event
+from registry.db.changelog import CHANGELOG_LOCK_KEY, append_event
 from registry.db.diskfull import is_full
 from registry.db.engine import Database
 from registry.db.models import ApiToken, Change, utcnow
@@ -305,6 +305,8 @@ class TokenService:
         yet (the sweep calls this every minute or so); how many it appended."""
         now = now or utcnow()
         with self.db.session() as session:
+            if self.db.is_postgres:  # replicas sweep too: one at a time decides what is recorded
+                session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": CHANGELOG_LOCK_KEY})
             expired = list(
                 session.scalars(
                     select(ApiToken).where(

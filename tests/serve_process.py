@@ -70,6 +70,11 @@ def upgrade_database(
         raise RuntimeError(f"db upgrade failed ({done.returncode}): {done.stdout}\n{done.stderr}")
 
 
+def process_secret_key() -> str:
+    """The REGISTRY_SECRET_KEY a ``ServerProcess`` gets (a CLI writing to its database needs it too)."""
+    return os.environ.get("REGISTRY_TEST_SECRET_KEY", "test-process-secret-key")
+
+
 class ManagedProcess:
     """Any server process on a loopback port: start it, wait until it answers, stop it.
 
@@ -287,7 +292,7 @@ class ServerProcess(ManagedProcess):
                 **os.environ,
                 "REGISTRY_DATA_DIR": str(self.data_dir),
                 "REGISTRY_ADMIN_TOKEN": self.admin_token,
-                "REGISTRY_SECRET_KEY": os.environ.get("REGISTRY_TEST_SECRET_KEY", "test-process-secret-key"),
+                "REGISTRY_SECRET_KEY": process_secret_key(),
                 "PYTHONUNBUFFERED": "1",
             }
         if self.database_url:

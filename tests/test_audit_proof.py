@@ -15,10 +15,12 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from sqlalchemy import text
+from sqlalchemy import select, text
 
+from registry.catalog import audit_verify
 from registry.catalog.audit_verify import Anchor, key_the_chain, verify_audit
 from registry.db.audit import row_content, row_hash, row_mac
+from registry.db.models import Change
 from tests.conftest import LiveServer, run_cli
 
 PROMPT = {"description": "Pays the bill", "arguments": [{"name": "who", "required": True}], "template": "Pay {{ who }}"}
@@ -204,6 +206,48 @@ def test_a_row_rewritten_and_rehashed_without_the_key_is_reported(live_server: L
     assert report["intact"] is False and report["broken"] is None
     assert report["keyed_from"] is None
     assert any(d["table"] == "changes" and "none of the" in d["message"] for d in report["differences"]), report
+    # A restart does not key the forged chain (which would seal it): it was keyed at its upgrade.
+    live_server.registry.prepare()
+    report = _verify(live_server)
+    assert report["intact"] is False and report["keyed_from"] is None, report
+
+
+def test_rows_numbered_below_one_are_verified_too(live_server: LiveServer, raw: Any) -> None:
+    """Ids are only ordered: a row slipped in before the first (id 0, or negative) is walked
+    like any other, and breaks the chain there (it was shown in the trail, but never verified)."""
+    _catalog_with_a_review(live_server)
+    changes = Change.__table__
+    with raw.begin() as conn:
+        row = dict(conn.execute(select(changes).where(changes.c.action == "cr_approved")).one()._mapping)
+        row.update(id=-5, actor="ciso@corp", note="approved by the CISO", hash="forged", prev_hash="")
+        conn.execute(changes.insert().values(**row))
+    report = _verify(live_server)
+    assert report["intact"] is False
+    assert report["broken"]["id"] == -5, report
+    with live_server.client() as admin:  # the trail still lists it, for the auditor to see
+        listed = ok(admin.get("/api/v1/audit", params={"order": "oldest", "limit": 1}))["items"]
+    assert [(r["id"], r["actor"]) for r in listed] == [(-5, "ciso@corp")]
+
+
+def test_a_write_during_verification_is_not_a_difference(
+    live_server: LiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A save committed between the walk of the chain and the reading of the tables is in the
+    tables but not in the walk: what it concerns is left for the next verification."""
+    _catalog_with_a_review(live_server)
+    original = audit_verify._compare_versions
+
+    def save_first(*args: Any) -> None:
+        live_server.registry.catalog.update(
+            "prompt", "pay", {**PROMPT, "template": "Pay {{ who }} today"}, actor="meanwhile", labels=["staging"]
+        )
+        original(*args)
+
+    monkeypatch.setattr(audit_verify, "_compare_versions", save_first)
+    report = verify_audit(live_server.registry.db)
+    assert report.intact, report.as_dict()
+    monkeypatch.undo()
+    assert verify_audit(live_server.registry.db).intact  # and the next one walks it
 
 
 # ------------------------------------------------------------------ truncation, against an anchor
@@ -300,8 +344,12 @@ def test_a_chain_written_before_keys_is_keyed_and_then_covered(live_server: Live
             prev = row["hash"]
     db = live_server.registry.db
     assert not verify_audit(db).intact  # nothing keyed yet
-    assert key_the_chain(db) is True
-    assert key_the_chain(db) is False  # once
+    # A start that did not upgrade this database finds it unkeyed: a forgery for all it knows.
+    assert key_the_chain(db) is False
+    assert not verify_audit(db).intact
+    # The start that upgrades it (or `mcp-registry audit key`) keys it, once.
+    assert key_the_chain(db, may_key=True) is True
+    assert key_the_chain(db, may_key=True) is False
     report = verify_audit(db)
     assert report.intact, report.as_dict()
     assert report.keyed_from == len(rows) + 1
@@ -310,6 +358,9 @@ def test_a_chain_written_before_keys_is_keyed_and_then_covered(live_server: Live
     assert [r["note"] for r in recorded] == [
         f"change request #{made['request_id']} as it stood when the audit chain was keyed"
     ]
+    # A rollback to a version written before the keys names it without writing it: no difference.
+    live_server.registry.catalog.set_label("prompt", "pay", "staging", 1, actor="admin")
+    assert verify_audit(db).intact, verify_audit(db).as_dict()
 
     with raw.begin() as conn:
         conn.execute(
@@ -317,5 +368,7 @@ def test_a_chain_written_before_keys_is_keyed_and_then_covered(live_server: Live
             {"s": json.dumps({"name": "pay", "messages": []}), "e": _entry_id(raw, "pay")},
         )
     report = verify_audit(db)
-    assert [d.table for d in report.differences] == ["entry_versions"]
-    assert "written before the chain was keyed" in report.differences[0].message
+    # Reported against the keyed row covering it, and against the rollback that named it since.
+    assert {d.table for d in report.differences} == {"entry_versions"}
+    assert any("written before the chain was keyed" in d.message for d in report.differences)
+    assert any("prompt 'pay' v1 is not what change" in d.message for d in report.differences)

@@ -27,7 +27,7 @@ from registry.cli import main
 from registry.db import migrate
 from registry.db.engine import Database
 from tests.interop.mcp_wire import StreamableHttpClient
-from tests.serve_process import ServerProcess
+from tests.serve_process import ServerProcess, process_secret_key
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 T0 = NOW - timedelta(days=30)
@@ -378,8 +378,10 @@ def upgraded(database_url: str, tmp_path: Path) -> Iterator[tuple[ServerProcess,
         migrate.upgrade(db, "0007")
         old = OldData()
         fill_0007(db, old)
-        # What an operator runs.
-        assert main(["db", "upgrade", "--database-url", database_url, "--data-dir", str(tmp_path / "cli")]) == 0
+        # What an operator runs, with the servers' key (the upgrade keys the audit chain).
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("REGISTRY_SECRET_KEY", process_secret_key())
+            assert main(["db", "upgrade", "--database-url", database_url, "--data-dir", str(tmp_path / "cli")]) == 0
         assert migrate.is_current(db)
         migrate.check(db)  # the models and the migrations agree on the upgraded schema
     finally:

@@ -28,7 +28,7 @@ depends_on: str | Sequence[str] | None = None
 def upgrade() -> None:
     with op.batch_alter_table("changes") as batch_op:
         batch_op.add_column(sa.Column("digest", sa.String(length=64), nullable=True))
-        batch_op.add_column(sa.Column("ref", sa.String(length=64), nullable=True))
+        batch_op.add_column(sa.Column("ref", sa.String(length=128), nullable=True))
         batch_op.add_column(sa.Column("chain_format", sa.Integer(), nullable=False, server_default="1"))
 
 

@@ -50,7 +50,12 @@ class AuditRow(BaseModel):
 
     model_config = ConfigDict(json_schema_extra={"examples": [_ROW_EXAMPLE]})
 
-    id: int = Field(ge=1, le=INT64_MAX, description="increasing, in commit order")
+    id: int = Field(
+        ge=-INT64_MAX - 1,
+        le=INT64_MAX,
+        description="increasing, in commit order, from 1 (a row below 1 was not written by the registry: "
+        "verifying reports it)",
+    )
     created_at: datetime
     kind: str = Field(description="prompt, resource, tool; or change_request, team, label, token", examples=["prompt"])
     name: str = Field(description="the entry, team, label, token or change request it concerns")
@@ -90,7 +95,11 @@ class BrokenLinkInfo(BaseModel):
 
     model_config = ConfigDict(json_schema_extra={"examples": [_BROKEN_EXAMPLE]})
 
-    id: int = Field(ge=1, le=INT64_MAX, description="the change id; a deleted row is reported at the row after it")
+    id: int = Field(
+        ge=-INT64_MAX - 1,
+        le=INT64_MAX,
+        description="the change id; a deleted row is reported at the row after it",
+    )
     reason: str
 
 
@@ -111,7 +120,7 @@ class AuditHead(BaseModel):
         }
     )
 
-    id: int = Field(ge=1, le=INT64_MAX)
+    id: int = Field(ge=-INT64_MAX - 1, le=INT64_MAX)
     mac: str = Field(description="the row's MAC (hex)")
     created_at: str
 

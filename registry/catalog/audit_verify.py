@@ -110,6 +110,9 @@ class Difference:
     message: str
     #: The change row it concerns, when there is one.
     change_id: int | None = None
+    #: What it is about (``prompt pay``, ``change_request:3``, ``label:production``), for
+    #: leaving out what a write made during the verification explains.
+    subject: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"table": self.table, "message": self.message, "change_id": self.change_id}
@@ -132,10 +135,16 @@ class AuditReport:
     def intact(self) -> bool:
         return self.broken is None and self.difference_count == 0
 
-    def add(self, table: str, message: str, change_id: int | None = None) -> None:
+    def add(self, table: str, message: str, change_id: int | None = None, subject: str | None = None) -> None:
         self.difference_count += 1
         if len(self.differences) < MAX_DIFFERENCES:
-            self.differences.append(Difference(table, message, change_id))
+            self.differences.append(Difference(table, message, change_id, subject))
+
+    def forget(self, subjects: set[str]) -> None:
+        """Drop the differences about ``subjects`` (changed after the walk; see ``verify_audit``)."""
+        kept = [d for d in self.differences if d.subject is None or d.subject not in subjects]
+        self.difference_count -= len(self.differences) - len(kept)
+        self.differences = kept
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -184,12 +193,27 @@ class AuditKeyMismatch(RuntimeError):
     """This process's audit key is not the one the chain's newest row was written with."""
 
 
-def key_the_chain(db: Database, *, only_check: bool = False) -> bool:
+#: The migration that made the chain keyed: a start that applies it keys an older chain.
+KEYED_SINCE_REVISION = "0011"
+
+
+def brings_keys(revision_before: str | None) -> bool:
+    """Whether an upgrade from ``revision_before`` (None: an empty database) applies the
+    migration that made the chain keyed."""
+    return revision_before is None or revision_before < KEYED_SINCE_REVISION
+
+
+def key_the_chain(db: Database, *, may_key: bool = False) -> bool:
     """Start the keyed chain on a database whose newest row is unkeyed (see the module
-    docstring); True when it did (never with ``only_check``: ``db upgrade``, which may run where
-    the servers' key is not, leaves that to the first server). Refuses (``AuditKeyMismatch``)
-    when the newest keyed row does not verify under this process's key: every row it wrote would
-    break the chain, so a process started with another key must not write at all."""
+    docstring); True when it did. It does so only where the unkeyed rows are known to predate
+    keys (``may_key``): in the process whose upgrade applied ``KEYED_SINCE_REVISION``
+    (``brings_keys``), or when an operator says so (``mcp-registry audit key``). Anywhere else
+    an unkeyed newest row means the chain was re-written without the key, and keying it would
+    seal the forgery: it is logged and left for ``audit verify`` to report.
+
+    Refuses (``AuditKeyMismatch``) when the newest keyed row does not verify under this
+    process's key: every row it wrote would break the chain, so a process started with another
+    key must not write at all."""
     key = db.audit_key
     if key is None:
         raise RuntimeError("the database was opened without an audit key")
@@ -208,7 +232,14 @@ def key_the_chain(db: Database, *, only_check: bool = False) -> bool:
                     "secret.key); if the row was edited, `mcp-registry audit verify` says so"
                 )
             return False
-        if only_check:
+        if not may_key:
+            log.error(
+                "the audit chain's newest row (#%d) is unkeyed on a database migrated past %s: the chain was "
+                "re-written without the key, or the start that upgraded it stopped before keying it. "
+                "`mcp-registry audit verify` says which; `mcp-registry audit key` keys it once you know",
+                head.id,
+                KEYED_SINCE_REVISION,
+            )
             return False
         versions = sorted(version for _where, version in _version_digests(session))
         append_event(
@@ -268,8 +299,8 @@ class _EntryState:
 @dataclass
 class _Replay:
     entries: dict[tuple[str, str], _EntryState] = field(default_factory=dict)
-    #: change id -> (kind, name, versions it wrote or named, the digest it recorded)
-    version_claims: list[tuple[int, str, str, list[int], str]] = field(default_factory=list)
+    #: (change id, action, kind, name, versions it wrote or named, the digest it recorded)
+    version_claims: list[tuple[int, str, str, str, list[int], str]] = field(default_factory=list)
     #: ref -> (change id, digest) of the newest event about it
     requests: dict[int, tuple[int, str | None]] = field(default_factory=dict)
     review_events: dict[int, int] = field(default_factory=dict)
@@ -288,11 +319,12 @@ def verify_audit(db: Database, *, anchor: Anchor | None = None, batch: int = VER
     report = AuditReport()
     walk = ChainWalk(key)
     replay = _Replay()
-    after = 0
+    after: int | None = None  # from the smallest id, whatever it is (an id below 1 is a row like any other)
     last: Any = None
     while True:
+        stmt = select(*_COLUMNS).order_by(Change.id).limit(batch)
         with db.session() as session:
-            rows = session.execute(select(*_COLUMNS).where(Change.id > after).order_by(Change.id).limit(batch)).all()
+            rows = session.execute(stmt if after is None else stmt.where(Change.id > after)).all()
         if not rows:
             break
         for row in rows:
@@ -321,15 +353,32 @@ def verify_audit(db: Database, *, anchor: Anchor | None = None, batch: int = VER
         _compare_entries(session, replay, report)
         _compare_requests(session, replay, report)
         _compare_protection(session, replay, report)
+        # Writes committed since the walk ended are in the tables but not in the replay: what they
+        # concern is not a difference (it is checked by the next verification).
+        newer = session.execute(
+            select(Change.kind, Change.name, Change.ref).where(Change.id > (after if after is not None else 0))
+        ).all()
+    if newer:
+        report.forget(_subjects(newer))
     return report
+
+
+def _subjects(rows: Any) -> set[str]:
+    """What rows changed: entries (``kind name``), change requests and labels (their ``ref``)."""
+    found: set[str] = set()
+    for row in rows:
+        if row.kind in CATALOG_KINDS:
+            found.add(f"{row.kind} {row.name}")
+        elif row.ref:
+            found.add(row.ref)
+    return found
 
 
 def _replay(replay: _Replay, row: Any) -> None:
     keyed = (row.chain_format or 1) >= CHAIN_FORMAT
     if row.kind in CATALOG_KINDS:
         _replay_entry(replay, row, keyed)
-    elif row.kind == "change_request" and row.ref and row.ref.startswith("change_request:"):
-        request_id = int(row.ref.partition(":")[2])
+    elif row.kind == "change_request" and keyed and (request_id := _request_id(row.ref)) is not None:
         replay.requests[request_id] = (row.id, row.digest)
         if row.action in ("cr_approved", "cr_rejected"):
             replay.review_events[request_id] = replay.review_events.get(request_id, 0) + 1
@@ -339,6 +388,12 @@ def _replay(replay: _Replay, row: Any) -> None:
         replay.protected[row.name] = (row.id, None)
     elif row.kind == "audit" and row.action == KEYED_ACTION:
         replay.baseline = (row.id, row.digest)
+
+
+def _request_id(ref: str | None) -> int | None:
+    """The change request a keyed event's ``ref`` names (None: another kind of ref)."""
+    prefix, _, number = (ref or "").partition(":")
+    return int(number) if prefix == "change_request" and number.isdigit() else None
 
 
 def _replay_entry(replay: _Replay, row: Any, keyed: bool) -> None:
@@ -369,7 +424,7 @@ def _replay_entry(replay: _Replay, row: Any, keyed: bool) -> None:
             covered = [row.version]
         else:
             return
-        replay.version_claims.append((row.id, row.kind, row.name, covered, row.digest))
+        replay.version_claims.append((row.id, row.action, row.kind, row.name, covered, row.digest))
 
 
 def _version_digests(session: Session) -> Iterator[tuple[tuple[str, str, int], str]]:
@@ -392,29 +447,31 @@ def _version_digests(session: Session) -> Iterator[tuple[tuple[str, str, int], s
 
 def _compare_versions(session: Session, replay: _Replay, report: AuditReport) -> None:
     versions = dict(_version_digests(session))
-    claimed: set[tuple[str, str, int]] = set()
-    for change_id, kind, name, numbers, recorded in replay.version_claims:
+    #: Versions a keyed row wrote (created, updated): the rest were written before the chain was
+    #: keyed. A label_moved row names a version without writing it, so it does not count here.
+    written: set[tuple[str, str, int]] = set()
+    for change_id, action, kind, name, numbers, recorded in replay.version_claims:
         keys = [(kind, name, n) for n in numbers]
+        if action != "label_moved":
+            written.update(keys)
+        subject = f"{kind} {name}"
         missing = [n for (_k, _n, n) in keys if (_k, _n, n) not in versions]
-        claimed.update(keys)
         if missing:
             shown = ", ".join(f"v{n}" for n in missing)
-            report.add(
-                "entry_versions", f"{kind} {name!r} {shown} is gone (change #{change_id} recorded it)", change_id
-            )
+            message = f"{kind} {name!r} {shown} is gone (change #{change_id} recorded it)"
+            report.add("entry_versions", message, change_id, subject)
             continue
         if digest([versions[k] for k in keys]) != recorded:
             which = f"v{numbers[0]}" if len(numbers) == 1 else f"one of v{numbers[0]}-v{numbers[-1]}"
-            report.add(
-                "entry_versions",
+            message = (
                 f"{kind} {name!r} {which} is not what change #{change_id} recorded: its content was changed "
-                "in the database",
-                change_id,
+                "in the database"
             )
-    unclaimed = {k: d for k, d in versions.items() if k not in claimed}
+            report.add("entry_versions", message, change_id, subject)
+    earlier = {k: d for k, d in versions.items() if k not in written}
     if replay.baseline is not None:
         baseline_id, baseline_digest = replay.baseline
-        if digest(sorted(unclaimed.values())) != baseline_digest:
+        if digest(sorted(earlier.values())) != baseline_digest:
             report.add(
                 "entry_versions",
                 f"the versions written before the chain was keyed are not those change #{baseline_id} recorded: "
@@ -422,8 +479,9 @@ def _compare_versions(session: Session, replay: _Replay, report: AuditReport) ->
                 baseline_id,
             )
     elif report.keyed_from is not None:
-        for kind, name, number in sorted(unclaimed):
-            report.add("entry_versions", f"{kind} {name!r} v{number} was written by no change (inserted by hand)")
+        for kind, name, number in sorted(earlier):
+            message = f"{kind} {name!r} v{number} was written by no change (inserted by hand)"
+            report.add("entry_versions", message, subject=f"{kind} {name}")
 
 
 def _compare_entries(session: Session, replay: _Replay, report: AuditReport) -> None:
@@ -436,9 +494,10 @@ def _compare_entries(session: Session, replay: _Replay, report: AuditReport) -> 
         if where is not None:
             tables[where][2][pointer.name] = pointer.version
     for (kind, name), (archived, team, labels) in sorted(tables.items()):
+        subject = f"{kind} {name}"
         state = replay.entries.get((kind, name))
         if state is None:
-            report.add("entries", f"{kind} {name!r} has no change row: it was inserted by hand")
+            report.add("entries", f"{kind} {name!r} has no change row: it was inserted by hand", subject=subject)
             continue
         for label in sorted(set(labels) | set(state.labels)):
             if label in state.uncertain:
@@ -446,29 +505,27 @@ def _compare_entries(session: Session, replay: _Replay, report: AuditReport) -> 
             recorded = state.labels.get(label)
             actual = labels.get(label)
             if recorded is None:
-                report.add("labels", f"{kind} {name!r} {label} -> v{actual}: no change ever moved it there")
+                message = f"{kind} {name!r} {label} -> v{actual}: no change ever moved it there"
+                report.add("labels", message, subject=subject)
             elif actual is None:
-                report.add(
-                    "labels",
-                    f"{kind} {name!r} {label} is gone, but change #{recorded[1]} moved it to v{recorded[0]}",
-                    recorded[1],
-                )
+                message = f"{kind} {name!r} {label} is gone, but change #{recorded[1]} moved it to v{recorded[0]}"
+                report.add("labels", message, recorded[1], subject)
             elif actual != recorded[0]:
-                report.add(
-                    "labels",
+                message = (
                     f"{kind} {name!r} {label} -> v{actual} in the labels table, but the last change to move it "
-                    f"(#{recorded[1]}) moved it to v{recorded[0]}",
-                    recorded[1],
+                    f"(#{recorded[1]}) moved it to v{recorded[0]}"
                 )
+                report.add("labels", message, recorded[1], subject)
         if archived != state.archived:
-            report.add(
-                "entries", f"{kind} {name!r} is {'archived' if archived else 'not archived'}; the chain says otherwise"
-            )
+            message = f"{kind} {name!r} is {'archived' if archived else 'not archived'}; the chain says otherwise"
+            report.add("entries", message, subject=subject)
         if team != state.team:
-            report.add("entries", f"{kind} {name!r} belongs to team {team!r}; the chain says {state.team!r}")
+            message = f"{kind} {name!r} belongs to team {team!r}; the chain says {state.team!r}"
+            report.add("entries", message, subject=subject)
     for kind, name in sorted(set(replay.entries) - set(tables)):
         state = replay.entries[(kind, name)]
-        report.add("entries", f"{kind} {name!r} (created by change #{state.created_by}) is gone", state.created_by)
+        message = f"{kind} {name!r} (created by change #{state.created_by}) is gone"
+        report.add("entries", message, state.created_by, f"{kind} {name}")
 
 
 def _compare_requests(session: Session, replay: _Replay, report: AuditReport) -> None:
@@ -481,13 +538,13 @@ def _compare_requests(session: Session, replay: _Replay, report: AuditReport) ->
     for row in session.execute(select(*review_columns)):
         reviews.setdefault(row.request_id, []).append(dict(row._mapping))
     for request_id, request in sorted(requests.items()):
+        subject = request_ref(request_id)
         event = replay.requests.get(request_id)
         own = reviews.get(request_id, [])
         if event is None:
             if report.keyed_from is not None:
-                report.add(
-                    "change_requests", f"change request #{request_id} has no event in the chain (inserted by hand)"
-                )
+                message = f"change request #{request_id} has no event in the chain (inserted by hand)"
+                report.add("change_requests", message, subject=subject)
             continue
         change_id, recorded = event
         if recorded is not None and digest_of_request(request, own) != recorded:
@@ -498,30 +555,32 @@ def _compare_requests(session: Session, replay: _Replay, report: AuditReport) ->
                 f"{len(own)} review{'s' if len(own) != 1 else ''} in change_request_reviews, {events} review "
                 f"event{'s' if events != 1 else ''} in the chain; state {request['state']!r}",
                 change_id,
+                subject,
             )
     for request_id in sorted(set(replay.requests) - set(requests)):
         change_id, _recorded = replay.requests[request_id]
-        report.add(
-            "change_requests", f"change request #{request_id} (last event: change #{change_id}) is gone", change_id
-        )
+        message = f"change request #{request_id} (last event: change #{change_id}) is gone"
+        report.add("change_requests", message, change_id, request_ref(request_id))
 
 
 def _compare_protection(session: Session, replay: _Replay, report: AuditReport) -> None:
     table = {row.name: row.approvals for row in session.execute(select(ProtectedLabel.name, ProtectedLabel.approvals))}
     for label in sorted(set(table) | set(replay.protected)):
+        subject = f"label:{label}"
         event = replay.protected.get(label)
         if event is None:
             if report.keyed_from is not None and label in table:
-                report.add("protected_labels", f"{label} is protected by no event in the chain (inserted by hand)")
+                message = f"{label} is protected by no event in the chain (inserted by hand)"
+                report.add("protected_labels", message, subject=subject)
             continue
         change_id, recorded = event
         if label not in table:
             if recorded is not None:
-                report.add(
-                    "protected_labels", f"{label} is no longer protected; change #{change_id} protected it", change_id
-                )
+                message = f"{label} is no longer protected; change #{change_id} protected it"
+                report.add("protected_labels", message, change_id, subject)
         elif recorded is None or protection_digest(label, table[label]) != recorded:
-            report.add("protected_labels", f"{label}'s protection is not what change #{change_id} recorded", change_id)
+            message = f"{label}'s protection is not what change #{change_id} recorded"
+            report.add("protected_labels", message, change_id, subject)
 
 
 def _check_anchor(report: AuditReport, anchor: Anchor, found: str | None) -> None:

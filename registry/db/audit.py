@@ -157,11 +157,14 @@ def row_content(row: Any) -> dict[str, Any]:
 def digest(value: Any) -> str:
     """SHA-256 of ``value`` as sorted-key compact JSON (the canonical form of what a row made).
     orjson writes it; a value orjson refuses (an integer beyond 64 bits, which a tool's schema may
-    hold) is written by the standard library instead, so one value always gets one digest."""
+    hold; a lone surrogate) is written by the standard library instead, so one value always gets
+    one digest. (Specs are stored as ``json``, not ``jsonb``, on PostgreSQL: ``jsonb`` would
+    reorder and renormalise them, and every digest with them.)"""
     try:
         encoded = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
     except TypeError:
-        encoded = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+        # ASCII escapes: a lone surrogate (which orjson refuses too) cannot be UTF-8.
+        encoded = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(encoded).hexdigest()
 
 

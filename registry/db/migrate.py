@@ -84,6 +84,13 @@ def _head(url: str) -> str | None:
     return ScriptDirectory.from_config(alembic_config(url)).get_current_head()
 
 
+def current_revision(db: Database) -> str | None:
+    """The revision the database is at (None: no schema yet)."""
+    with db.engine.connect() as conn:
+        revision: str | None = MigrationContext.configure(conn).get_current_revision()
+    return revision
+
+
 def is_current(db: Database) -> bool:
     head = _head(db.url)
     with db.engine.connect() as conn:

@@ -201,7 +201,7 @@ class Change(Base):
     #: names, a change request with its reviews after the event (``registry.db.audit``).
     digest: Mapped[str | None] = mapped_column(String(64))
     #: What a governance event is about (``change_request:12``, ``token:3``); None for entries.
-    ref: Mapped[str | None] = mapped_column(String(64))
+    ref: Mapped[str | None] = mapped_column(String(128))
     #: 2: ``hash`` is an HMAC under the audit key; 1: plain SHA-256 (rows written before the chain was keyed).
     chain_format: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     #: The previous row's ``hash`` ("" for the first row) ...
