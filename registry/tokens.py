@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from sqlalchemy import select, text
+from sqlalchemy.orm import Session
 
 from registry.catalog.errors import Invalid, NotFound
 from registry.catalog.specs import LABEL_PATTERN
@@ -263,16 +264,8 @@ class TokenService:
             session.add(row)
             session.flush()
             info = token_as_dict(row)
-            append_event(
-                session,
-                kind="token",
-                name=name,
-                action="token_created",
-                actor=actor if actor is not None else (created_by or "system"),
-                ref=f"token:{row.id}",
-                note=_describe_token(info),
-                digest=digest(_audited_fields(info)),
-            )
+            who = actor if actor is not None else (created_by or "system")
+            _token_event(session, "token_created", info, actor=who, note=_describe_token(info))
         return token, info
 
     def ensure(self, name: str, value: str, scopes: Iterable[str]) -> None:
@@ -287,16 +280,8 @@ class TokenService:
                     row.expires_at = None
                     row.scopes = scopes
                     info = token_as_dict(row)
-                    append_event(
-                        session,
-                        kind="token",
-                        name=row.name,
-                        action="token_restored",
-                        actor="environment",
-                        ref=f"token:{row.id}",
-                        note=f"REGISTRY_ADMIN_TOKEN made it active again: {_describe_token(info)}",
-                        digest=digest(_audited_fields(info)),
-                    )
+                    note = f"REGISTRY_ADMIN_TOKEN made it active again: {_describe_token(info)}"
+                    _token_event(session, "token_restored", info, actor="environment", note=note)
                 return
         self.create(name, scopes, value=value, created_by="environment")
 
@@ -316,13 +301,13 @@ class TokenService:
             )
             if not expired:
                 return 0
-            refs = [f"token:{row.id}" for row in expired]
+            refs = [_token_ref(row.id) for row in expired]
             recorded = set(
                 session.scalars(select(Change.ref).where(Change.action == "token_expired", Change.ref.in_(refs)))
             )
             added = 0
             for row in expired:
-                if f"token:{row.id}" in recorded:
+                if _token_ref(row.id) in recorded:
                     continue
                 append_event(
                     session,
@@ -330,7 +315,7 @@ class TokenService:
                     name=row.name,
                     action="token_expired",
                     actor="system",
-                    ref=f"token:{row.id}",
+                    ref=_token_ref(row.id),
                     note=f"token #{row.id} expired at {_aware(row.expires_at).isoformat() if row.expires_at else now}",
                 )
                 added += 1
@@ -354,16 +339,7 @@ class TokenService:
                 row.revoked_at = utcnow()
             info = token_as_dict(row)
             if newly:
-                append_event(
-                    session,
-                    kind="token",
-                    name=row.name,
-                    action="token_revoked",
-                    actor=actor,
-                    ref=f"token:{token_id}",
-                    note=f"token #{token_id} revoked",
-                    digest=digest(_audited_fields(info)),
-                )
+                _token_event(session, "token_revoked", info, actor=actor, note=f"token #{token_id} revoked")
             if self.db.is_postgres:
                 # Delivered at commit, to every replica (this one included) listening on the channel.
                 session.execute(
@@ -451,6 +427,25 @@ class TokenService:
             if len(self._cache) > 10_000:
                 self._cache.clear()
             self._cache[digest] = (until, principal)
+
+
+def _token_ref(token_id: int) -> str:
+    """The ``ref`` of every audit event about token ``token_id``."""
+    return f"token:{token_id}"
+
+
+def _token_event(session: Session, action: str, info: Mapping[str, Any], *, actor: Actor | str, note: str) -> None:
+    """Append a token's governance event; its digest covers what the token may do (``info``)."""
+    append_event(
+        session,
+        kind="token",
+        name=info["name"],
+        action=action,
+        actor=actor,
+        ref=_token_ref(info["id"]),
+        note=note,
+        digest=digest(_audited_fields(info)),
+    )
 
 
 def _audited_fields(info: Mapping[str, Any]) -> dict[str, Any]:

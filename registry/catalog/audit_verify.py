@@ -36,7 +36,7 @@ from typing import Any
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from registry.catalog.protection import request_digest
+from registry.catalog.protection import protection_event, request_digest
 from registry.db.audit import (
     CHAIN_COLUMNS,
     CHAIN_FORMAT,
@@ -45,6 +45,7 @@ from registry.db.audit import (
     BrokenLink,
     ChainWalk,
     digest,
+    label_ref,
     protection_digest,
     request_ref,
     verify_rows,
@@ -267,16 +268,8 @@ def key_the_chain(db: Database, *, may_key: bool = False) -> bool:
         for label, approvals in session.execute(
             select(ProtectedLabel.name, ProtectedLabel.approvals).order_by(ProtectedLabel.name)
         ):
-            append_event(
-                session,
-                kind="label",
-                name=label,
-                action="label_protection_recorded",
-                actor="system",
-                note=f"{label}: protected when the audit chain was keyed",
-                digest=protection_digest(label, approvals),
-                ref=f"label:{label}",
-            )
+            note = f"{label}: protected when the audit chain was keyed"
+            protection_event(session, label, "label_protection_recorded", approvals, actor="system", note=note)
     log.info("audit chain keyed: the rows written before it are covered by the first keyed row")
     return True
 
@@ -566,7 +559,7 @@ def _compare_requests(session: Session, replay: _Replay, report: AuditReport) ->
 def _compare_protection(session: Session, replay: _Replay, report: AuditReport) -> None:
     table = {row.name: row.approvals for row in session.execute(select(ProtectedLabel.name, ProtectedLabel.approvals))}
     for label in sorted(set(table) | set(replay.protected)):
-        subject = f"label:{label}"
+        subject = label_ref(label)
         event = replay.protected.get(label)
         if event is None:
             if report.keyed_from is not None and label in table:

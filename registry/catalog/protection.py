@@ -35,7 +35,15 @@ from sqlalchemy.orm import Session
 from registry.catalog.access import Access, check_may
 from registry.catalog.errors import Conflict, Invalid, NotFound
 from registry.catalog.specs import is_label
-from registry.db.audit import REQUEST_FIELDS, REVIEW_FIELDS, Actor, as_actor, protection_digest, request_ref
+from registry.db.audit import (
+    REQUEST_FIELDS,
+    REVIEW_FIELDS,
+    Actor,
+    as_actor,
+    label_ref,
+    protection_digest,
+    request_ref,
+)
 from registry.db.audit import request_digest as digest_of_request
 from registry.db.changelog import append_event
 from registry.db.engine import Database
@@ -216,16 +224,8 @@ class ProtectionPolicy:
                     action = "label_protection_changed"
                 else:
                     continue
-                append_event(
-                    session,
-                    kind="label",
-                    name=label,
-                    action=action,
-                    actor=SETTING_ACTOR,
-                    note=f"{label} protected by {SETTING}: {needed} approval{'s' if needed != 1 else ''} needed",
-                    digest=protection_digest(label, needed),
-                    ref=f"label:{label}",
-                )
+                note = f"{label} protected by {SETTING}: {needed} approval{'s' if needed != 1 else ''} needed"
+                protection_event(session, label, action, needed, actor=SETTING_ACTOR, note=note)
         self._forget_hint()
         return added
 
@@ -250,16 +250,8 @@ class ProtectionPolicy:
                 action = ""
             if action:
                 needed = approvals or self.default_approvals
-                append_event(
-                    session,
-                    kind="label",
-                    name=label,
-                    action=action,
-                    actor=actor,
-                    note=f"{label} protected: {needed} approval{'s' if needed != 1 else ''} needed to move it",
-                    digest=protection_digest(label, approvals),
-                    ref=f"label:{label}",
-                )
+                note = f"{label} protected: {needed} approval{'s' if needed != 1 else ''} needed to move it"
+                protection_event(session, label, action, approvals, actor=actor, note=note)
         self._forget_hint()
         return self.get(label)
 
@@ -286,7 +278,7 @@ class ProtectionPolicy:
                 action="label_unprotected",
                 actor=actor,
                 note=f"{label} unprotected",
-                ref=f"label:{label}",
+                ref=label_ref(label),
             )
         self._forget_hint()
 
@@ -296,6 +288,23 @@ class ProtectionPolicy:
             raise Invalid("the 'latest' label moves with every save and cannot be protected")
         if not is_label(label):
             raise Invalid(f"invalid label {label!r}: use 1-64 of [a-z0-9_.-], starting with a letter or digit")
+
+
+def protection_event(
+    session: Session, label: str, action: str, approvals: int | None, *, actor: Actor | str, note: str
+) -> None:
+    """Append a governance event that leaves ``label`` protected, needing ``approvals`` (None:
+    the default): its digest is what ``registry.catalog.audit_verify`` checks the table against."""
+    append_event(
+        session,
+        kind="label",
+        name=label,
+        action=action,
+        actor=actor,
+        note=note,
+        digest=protection_digest(label, approvals),
+        ref=label_ref(label),
+    )
 
 
 def open_request(

@@ -212,6 +212,11 @@ def protection_digest(label: str, approvals: int | None) -> str:
     return digest({"label": label, "approvals": approvals})
 
 
+def label_ref(label: str) -> str:
+    """The ``ref`` of every event about the protection of ``label``."""
+    return f"label:{label}"
+
+
 def request_ref(request_id: int) -> str:
     """The ``ref`` of every event about change request ``request_id``."""
     return f"change_request:{request_id}"
