@@ -20,11 +20,11 @@ from typing import Any
 import httpx
 import yaml
 from pydantic import ValidationError
-from sqlalchemy import ColumnElement, Text, cast, func, or_, select, update
+from sqlalchemy import ColumnElement, Select, Text, cast, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
-from registry.catalog import bulk
+from registry.catalog import browse, bulk
 from registry.catalog.access import Access, check_may, check_sees
 from registry.catalog.checks import embeds
 from registry.catalog.errors import Conflict, Forbidden, Invalid, NotFound, PreconditionFailed
@@ -1103,29 +1103,38 @@ class CatalogService:
         offset: int = 0,
         team: str | None = None,
         access: Access | None = None,
+        sort: str = browse.DEFAULT_SORT,
+        prefix: str | None = None,
+        direct: bool = False,
     ) -> Page:
-        """A page of entries in name order. ``q``: a substring of the name, title, description or a
-        tag, any case (LIKE wildcards match themselves); ``tag``: entries carrying that tag. Both
-        are served by an index (``registry.db.search``); with either, ``total`` counts up to
+        """A page of entries in ``sort`` order (``registry.catalog.browse.SORTS``; name A-Z by
+        default). ``q``: a substring of the name, title, description or a tag, any case (LIKE
+        wildcards match themselves); ``tag``: entries carrying that tag. Both are served by an
+        index (``registry.db.search``); with either, ``total`` counts up to
         ``EXACT_COUNT_UP_TO`` matches (``total_exact`` says whether it stopped there).
+        ``prefix``: names starting with it; ``direct``: only those not inside a further folder
+        (``browse.SEPARATOR``). The usage order gives each item its ``uses``.
 
         Only entries ``access`` sees are listed (global ones and its teams'); ``team`` narrows
         them to one team's, or with ``GLOBAL_ONLY`` (``-``) to global ones (a team ``access``
         does not see lists nothing, as an unknown one does)."""
         if kind not in KINDS:
             raise NotFound(f"unknown kind {kind!r}")
+        problem = browse.check_sort(sort) or (browse.check_prefix(prefix) if prefix else None)
+        if problem:
+            raise Invalid(problem)
         limit = max(1, min(limit, 500))
         offset = max(0, offset)
         with self.db.session() as session:
-            stmt = select(Entry).where(Entry.kind == kind, Entry.archived == archived, *visible_entries(access))
-            if team == GLOBAL_ONLY:
-                stmt = stmt.where(Entry.team.is_(None))
-            elif team is not None:
-                stmt = stmt.where(Entry.team == team)
-            stmt = stmt.where(*search.filters(session, q=q, tag=tag))
-            rows = session.scalars(
-                stmt.options(selectinload(Entry.labels)).order_by(Entry.name).limit(limit).offset(offset)
-            ).all()
+            stmt = self._filtered(session, kind, q=q, tag=tag, archived=archived, team=team, access=access)
+            if prefix:
+                stmt = stmt.where(*browse.prefix_filter(prefix))
+            if direct:
+                stmt = stmt.where(browse.direct_filter(session, prefix or ""))
+            page = browse.ordered(stmt.options(selectinload(Entry.labels)), kind, sort)
+            found = session.execute(page.limit(limit).offset(offset)).all()
+            rows = [row[0] for row in found]
+            uses = [int(row.uses) for row in found] if sort == "usage" else None
             if len(rows) < limit and (rows or offset == 0):
                 total, total_exact = offset + len(rows), True  # the last page: no need to count
             elif q or tag:
@@ -1149,10 +1158,55 @@ class CatalogService:
                     "archived": e.archived,
                     "team": e.team,
                     "updated_at": e.updated_at.isoformat(),
+                    **({"uses": uses[i]} if uses is not None else {}),
                 }
-                for e in rows
+                for i, e in enumerate(rows)
             ]
         return Page(items=items, total=total, limit=limit, offset=offset, total_exact=total_exact)
+
+    def folders(
+        self,
+        kind: str,
+        *,
+        prefix: str = "",
+        tag: str | None = None,
+        q: str | None = None,
+        archived: bool = False,
+        team: str | None = None,
+        access: Access | None = None,
+    ) -> tuple[list[tuple[str, int]], int]:
+        """The folders one level below ``prefix`` (``registry.catalog.browse``) among the
+        entries ``list_entries`` would list with the same filters, with how many entries each
+        holds; and how many folders there are (at most ``browse.MAX_FOLDERS`` are listed)."""
+        if kind not in KINDS:
+            raise NotFound(f"unknown kind {kind!r}")
+        problem = browse.check_prefix(prefix) if prefix else None
+        if problem:
+            raise Invalid(problem)
+        with self.db.session() as session:
+            stmt = self._filtered(session, kind, q=q, tag=tag, archived=archived, team=team, access=access)
+            if prefix:
+                stmt = stmt.where(*browse.prefix_filter(prefix))
+            return browse.folders(session, stmt, prefix)
+
+    def _filtered(
+        self,
+        session: Session,
+        kind: str,
+        *,
+        q: str | None,
+        tag: str | None,
+        archived: bool,
+        team: str | None,
+        access: Access | None,
+    ) -> Select[tuple[Entry]]:
+        """The entries of ``kind`` a listing with these filters selects (unordered)."""
+        stmt = select(Entry).where(Entry.kind == kind, Entry.archived == archived, *visible_entries(access))
+        if team == GLOBAL_ONLY:
+            stmt = stmt.where(Entry.team.is_(None))
+        elif team is not None:
+            stmt = stmt.where(Entry.team == team)
+        return stmt.where(*search.filters(session, q=q, tag=tag))
 
     def versions(self, kind: str, name: str, *, access: Access | None = None) -> list[dict[str, Any]]:
         with self.db.session() as session:

@@ -16,6 +16,7 @@ from fastapi import APIRouter, Path, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import RedirectResponse, Response
 
+from registry.catalog.browse import DEFAULT_SORT, SORTS, USAGE_DAYS, check_prefix, check_sort, folder_path
 from registry.catalog.errors import Forbidden, Invalid
 from registry.catalog.service import CatalogService
 from registry.catalog.specs import NAME_PATTERN, TAG_PATTERN, is_label
@@ -23,6 +24,7 @@ from registry.catalog.teams import GLOBAL_ONLY, is_team_name
 from registry.limits import LimitExceeded
 from registry.ui.auth import Editor, EditorForm, Viewer, is_https
 from registry.ui.diffview import diff_specs
+from registry.ui.paging import page_window
 from registry.ui.teams import team_choices, visible_teams
 from registry.ui.templating import Pages, set_flash
 
@@ -77,13 +79,27 @@ def entry_router(pages: Pages, collection: str, kind: str, title: str) -> APIRou
         archived: Annotated[str | None, Query(max_length=8)] = None,
         page: Annotated[int, Query(ge=1, le=INT32_MAX)] = 1,
         team: Annotated[str | None, Query(max_length=64)] = None,
+        sort: Annotated[str | None, Query(max_length=256)] = None,
+        prefix: Annotated[str | None, Query(max_length=256)] = None,
+        folders: Annotated[str | None, Query(max_length=8)] = None,
     ) -> Response:
         catalog = _catalog(request)
         q = (q or "").strip() or None
         tag = (tag or "").strip() or None
         team = (team or "").strip() or None
+        sort = (sort or "").strip() or DEFAULT_SORT
+        prefix = (prefix or "").strip() or None
         show_archived = archived not in (None, "", "0")
-        filters = {"q": q or "", "tag": tag or "", "archived": "1" if show_archived else "", "team": team or ""}
+        grouped = folders not in (None, "", "0")
+        filters = {
+            "q": q or "",
+            "tag": tag or "",
+            "archived": "1" if show_archived else "",
+            "team": team or "",
+            "sort": "" if sort == DEFAULT_SORT else sort,
+            "prefix": prefix or "",
+            "folders": "1" if grouped else "",
+        }
         error = None
         if q is not None and len(q) > catalog.limits.search_chars:
             error = str(
@@ -96,18 +112,26 @@ def entry_router(pages: Pages, collection: str, kind: str, title: str) -> APIRou
             error = f"{tag!r} is not a tag: tags are 1-64 of A-Z a-z 0-9 _ . : -"
         elif team is not None and team != GLOBAL_ONLY and not is_team_name(team):
             error = f"{team!r} is not a team name: 1-64 of a-z 0-9 _ . -, starting with a letter or digit"
+        else:
+            error = check_sort(sort) or (check_prefix(prefix) if prefix is not None else None)
+        if error is not None:
+            filters["sort"] = "" if check_sort(sort) else filters["sort"]
         items: list[dict[str, Any]] = []
+        folder_rows: list[tuple[str, int]] = []
+        folders_total = 0
         total, exact = 0, True
         if error is None:
+            where = {"q": q, "tag": tag, "archived": show_archived, "team": team, "access": ui.principal}
+            if grouped and page == 1:
+                folder_rows, folders_total = catalog.folders(kind, prefix=prefix or "", **where)
             result = catalog.list_entries(
                 kind,
-                q=q,
-                tag=tag,
-                archived=show_archived,
                 limit=PAGE_SIZE,
                 offset=(page - 1) * PAGE_SIZE,
-                team=team,
-                access=ui.principal,
+                sort=sort,
+                prefix=prefix,
+                direct=grouped,
+                **where,
             )
             items, total = result.items, result.total
             exact = getattr(result, "total_exact", True)
@@ -120,7 +144,15 @@ def entry_router(pages: Pages, collection: str, kind: str, title: str) -> APIRou
             "total_exact": exact,
             "page": page,
             "pages_total": pages_total,
+            "page_links": page_window(page, pages_total, known_last=exact),
             "filters": filters,
+            "sort": sort if not check_sort(sort) else DEFAULT_SORT,
+            "sorts": SORTS,
+            "usage_days": USAGE_DAYS,
+            "grouped": grouped,
+            "folders": folder_rows,
+            "folders_total": folders_total,
+            "crumbs": folder_path(prefix) if prefix and not check_prefix(prefix) else [],
             "error": error,
             "teams": visible_teams(request, ui),
             "global_only": GLOBAL_ONLY,

@@ -107,6 +107,31 @@ class UiServer:
                 assert saved.status_code == 200, saved.text
         return name
 
+    def create_prompts(self, names: list[str], *, tags: tuple[str, ...] = ("ui-test",)) -> None:
+        """Many small prompts at once (one v1 each, served at production), on one connection."""
+        with self.admin() as admin:
+            for name in names:
+                spec = {
+                    "name": name,
+                    "title": f"Prompt {name}",
+                    "description": "A prompt of a long list",
+                    "tags": list(tags),
+                    "arguments": [{"name": "who", "required": True}],
+                    "template": "Hello {{ who }}.",
+                }
+                created = admin.post("/api/v1/prompts", json=spec)
+                assert created.status_code == 201, created.text
+
+    def use_prompt(self, name: str, times: int = 1) -> None:
+        """Call ``prompts/get`` on ``name`` ``times`` times (as an agent: the uses are counted)."""
+        client = self.mcp()
+        try:
+            for _ in range(times):
+                answer = client.request("prompts/get", {"name": name, "arguments": {"who": "you"}})
+                assert "result" in answer, answer
+        finally:
+            client.http.close()
+
 
 @pytest.fixture(scope="package")
 def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiServer]:
