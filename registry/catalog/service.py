@@ -243,6 +243,8 @@ class CatalogService:
         self.limits = limits
         #: Labels no save moves (by default only those protected through the API).
         self.protection = protection or ProtectionPolicy(db, (), 1)
+        #: Recent uses per entry, for lists in usage order (``registry.catalog.browse``).
+        self.usage_ranking = browse.UsageRanking(db)
         self._listeners: list[Callable[[int], None]] = []
 
     # ----------------------------------------------------------------- change signal
@@ -1131,21 +1133,22 @@ class CatalogService:
                 stmt = stmt.where(*browse.prefix_filter(prefix))
             if direct:
                 stmt = stmt.where(browse.direct_filter(session, prefix or ""))
-            page = browse.ordered(stmt.options(selectinload(Entry.labels)), kind, sort)
-            found = session.execute(page.limit(limit).offset(offset)).all()
-            rows = [row[0] for row in found]
-            uses = [int(row.uses) for row in found] if sort == "usage" else None
-            if len(rows) < limit and (rows or offset == 0):
-                total, total_exact = offset + len(rows), True  # the last page: no need to count
-            elif q or tag:
-                cap = search.EXACT_COUNT_UP_TO
-                counted = session.scalar(
-                    select(func.count()).select_from(stmt.with_only_columns(Entry.id).limit(cap + 1).subquery())
+            with_labels = stmt.options(selectinload(Entry.labels))
+            uses: dict[str, int] | None = None
+            if sort == "usage":
+                uses = self.usage_ranking.sums(kind)
+                # Core, not the ORM: 10,000 names as plain tuples cost a third of the time.
+                names_query = browse.ordered(stmt.with_only_columns(Entry.__table__.c.name), "name")
+                names = browse.usage_order([row[0] for row in session.connection().execute(names_query)], uses)
+                shown = names[offset : offset + limit]
+                by_name = (
+                    {e.name: e for e in session.scalars(with_labels.where(Entry.name.in_(shown)))} if shown else {}
                 )
-                total, total_exact = min(counted or 0, cap), (counted or 0) <= cap
+                rows = [by_name[n] for n in shown if n in by_name]
+                total, total_exact = len(names), True
             else:
-                counted = session.scalar(select(func.count()).select_from(stmt.with_only_columns(Entry.id).subquery()))
-                total, total_exact = counted or 0, True
+                rows = list(session.scalars(browse.ordered(with_labels, sort).limit(limit).offset(offset)))
+                total, total_exact = _total(session, stmt, len(rows), limit, offset, searched=bool(q or tag))
             items = [
                 {
                     "name": e.name,
@@ -1158,9 +1161,9 @@ class CatalogService:
                     "archived": e.archived,
                     "team": e.team,
                     "updated_at": e.updated_at.isoformat(),
-                    **({"uses": uses[i]} if uses is not None else {}),
+                    **({"uses": uses.get(e.name, 0)} if uses is not None else {}),
                 }
-                for i, e in enumerate(rows)
+                for e in rows
             ]
         return Page(items=items, total=total, limit=limit, offset=offset, total_exact=total_exact)
 
@@ -1199,7 +1202,7 @@ class CatalogService:
         archived: bool,
         team: str | None,
         access: Access | None,
-    ) -> Select[tuple[Entry]]:
+    ) -> Select[Any]:
         """The entries of ``kind`` a listing with these filters selects (unordered)."""
         stmt = select(Entry).where(Entry.kind == kind, Entry.archived == archived, *visible_entries(access))
         if team == GLOBAL_ONLY:
@@ -1617,6 +1620,23 @@ def change_as_dict(change: Change) -> dict[str, Any]:
         "override": bool(change.override),
         "reason": change.reason,
     }
+
+
+def _total(
+    session: Session, stmt: Select[Any], found: int, limit: int, offset: int, *, searched: bool
+) -> tuple[int, bool]:
+    """How many entries ``stmt`` lists, and whether exactly, given ``found`` on the page at
+    ``offset``. A search or tag filter counts up to ``EXACT_COUNT_UP_TO`` matches."""
+    if found < limit and (found or offset == 0):
+        return offset + found, True  # the last page: no need to count
+    if searched:
+        cap = search.EXACT_COUNT_UP_TO
+        counted = session.scalar(
+            select(func.count()).select_from(stmt.with_only_columns(Entry.id).limit(cap + 1).subquery())
+        )
+        return min(counted or 0, cap), (counted or 0) <= cap
+    counted = session.scalar(select(func.count()).select_from(stmt.with_only_columns(Entry.id).subquery()))
+    return counted or 0, True
 
 
 def visible_entries(access: Access | None) -> list[ColumnElement[bool]]:

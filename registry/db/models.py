@@ -125,6 +125,10 @@ class Entry(Base):
     )
 
 
+#: Listing a kind newest update first (ties by name): the web UI's "recently updated" order.
+Index("ix_entries_kind_archived_updated", Entry.kind, Entry.archived, Entry.updated_at.desc(), Entry.name)
+
+
 class EntryVersion(Base):
     """An immutable snapshot of an entry's definition."""
 
@@ -309,7 +313,8 @@ class UsageCount(Base):
     """
 
     __tablename__ = "usage_counts"
-    __table_args__ = (Index("ix_usage_counts_entry", "kind", "name", "hour"),)
+    #: (kind, name, hour) for an entry's reports; with ``count``, summing uses reads the index alone.
+    __table_args__ = (Index("ix_usage_counts_entry", "kind", "name", "hour", "count"),)
 
     hour: Mapped[datetime] = mapped_column(primary_key=True)
     kind: Mapped[str] = mapped_column(String(16), primary_key=True)

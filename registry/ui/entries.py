@@ -121,17 +121,22 @@ def entry_router(pages: Pages, collection: str, kind: str, title: str) -> APIRou
         folders_total = 0
         total, exact = 0, True
         if error is None:
-            where = {"q": q, "tag": tag, "archived": show_archived, "team": team, "access": ui.principal}
             if grouped and page == 1:
-                folder_rows, folders_total = catalog.folders(kind, prefix=prefix or "", **where)
+                folder_rows, folders_total = catalog.folders(
+                    kind, prefix=prefix or "", q=q, tag=tag, archived=show_archived, team=team, access=ui.principal
+                )
             result = catalog.list_entries(
                 kind,
+                q=q,
+                tag=tag,
+                archived=show_archived,
                 limit=PAGE_SIZE,
                 offset=(page - 1) * PAGE_SIZE,
+                team=team,
+                access=ui.principal,
                 sort=sort,
                 prefix=prefix,
                 direct=grouped,
-                **where,
             )
             items, total = result.items, result.total
             exact = getattr(result, "total_exact", True)
