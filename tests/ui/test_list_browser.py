@@ -127,7 +127,8 @@ def test_folders_with_counts_and_breadcrumbs(ui: UiPage, long_list: LongList) ->
     expect(folders.get_by_role("listitem").nth(0)).to_contain_text(f"{long_list.prefix}billing.")
     expect(folders.get_by_role("listitem").nth(0)).to_contain_text("20 prompts")
     expect(folders.get_by_role("listitem").nth(1)).to_contain_text("40 prompts")
-    expect(ui.page.get_by_role("status")).to_contain_text("60 prompts in “" + long_list.prefix + "” outside its subfolders")
+    here = f"60 prompts in “{long_list.prefix}” outside its subfolders"
+    expect(ui.page.get_by_role("status")).to_contain_text(here)
     assert all(".support." not in n and ".billing." not in n for n in _names_shown(ui))
 
     folders.get_by_role("link", name=f"{long_list.prefix}support.").click()
