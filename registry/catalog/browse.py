@@ -7,8 +7,9 @@ underscores join words inside a name (``refund-reply``) and never make folders. 
 a prefix: nothing is stored for it, and its count is a ``GROUP BY`` over the names it holds.
 
 Orders (``SORTS``): name A-Z (the ``(kind, archived, name)`` index), name Z-A (the same index
-read backwards), newest update first (the ``(kind, archived, updated_at)`` index of migration
-0013), and most used first: uses in the last ``USAGE_DAYS`` days, ties and unused entries in name
+read backwards), newest update first (the ``(kind, archived, updated_at DESC, name)`` index of
+migration 0013), and most used first: uses in the last ``USAGE_DAYS`` days, ties and unused entries
+in name
 order.
 
 The usage order cannot be a join per request: summing ``usage_counts`` (one row per hour,
