@@ -9,8 +9,7 @@ a prefix: nothing is stored for it, and its count is a ``GROUP BY`` over the nam
 Orders (``SORTS``): name A-Z (the ``(kind, archived, name)`` index), name Z-A (the same index
 read backwards), newest update first (the ``(kind, archived, updated_at DESC, name)`` index of
 migration 0013), and most used first: uses in the last ``USAGE_DAYS`` days, ties and unused entries
-in name
-order.
+in name order.
 
 The usage order cannot be a join per request: summing ``usage_counts`` (one row per hour,
 version, agent and method) for 10,000 entries read 32,000 rows in 60-170 ms on SQLite (11-20 ms
