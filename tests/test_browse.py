@@ -75,6 +75,10 @@ def test_usage_order_counts_the_last_30_days(filled: Registry) -> None:
             (now, "tool", "alpha", 1, 1, None, "call"): 50,  # another kind
         },
     )
+    # The first usage-ordered list of a process reads the sums while it filters (a search opens
+    # its transaction first): on SQLite the two must not wait for each other.
+    searched = catalog.list_entries("prompt", limit=50, sort="usage", q="eta")
+    assert [(i["name"], i["uses"]) for i in searched.items] == [("zeta", 7)]
     page = catalog.list_entries("prompt", limit=3, sort="usage")
     shown = [(i["name"], i["uses"]) for i in page.items]
     assert shown[:2] == [("zeta", 7), ("support.refund-reply", 3)] and shown[2][1] == 0  # then name order

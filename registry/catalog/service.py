@@ -1127,6 +1127,9 @@ class CatalogService:
             raise Invalid(problem)
         limit = max(1, min(limit, 500))
         offset = max(0, offset)
+        # Before the session: a first read of the sums opens one of its own, and on SQLite every
+        # session is a write transaction (the two would wait for each other).
+        uses = self.usage_ranking.sums(kind) if sort == "usage" else None
         with self.db.session() as session:
             stmt = self._filtered(session, kind, q=q, tag=tag, archived=archived, team=team, access=access)
             if prefix:
@@ -1134,9 +1137,7 @@ class CatalogService:
             if direct:
                 stmt = stmt.where(browse.direct_filter(session, prefix or ""))
             with_labels = stmt.options(selectinload(Entry.labels))
-            uses: dict[str, int] | None = None
-            if sort == "usage":
-                uses = self.usage_ranking.sums(kind)
+            if uses is not None:
                 # Core, not the ORM: 10,000 names as plain tuples cost a third of the time.
                 names_query = browse.ordered(stmt.with_only_columns(Entry.__table__.c.name), "name")
                 names = browse.usage_order([row[0] for row in session.connection().execute(names_query)], uses)
