@@ -143,7 +143,9 @@ def set_saved_marker(response: Response, kind: str, name: str, *, created: bool,
     """Tell the next page that ``kind`` ``name`` was saved from its editor (``created``: from the
     new-entry form), so the browser drops the draft it kept of it."""
     marker = json.dumps({"kind": kind, "name": name, "created": created}, separators=(",", ":"))
-    response.set_cookie(SAVED_COOKIE, quote(marker), max_age=60, path="/ui", httponly=True, samesite="lax", secure=secure)
+    response.set_cookie(
+        SAVED_COOKIE, quote(marker), max_age=60, path="/ui", httponly=True, samesite="lax", secure=secure
+    )
 
 
 def _saved_marker(value: str) -> str | None:
