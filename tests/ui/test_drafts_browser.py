@@ -42,6 +42,22 @@ def wait_for_drafts(page: Page, count: int) -> None:
     )
 
 
+def fits_a_phone(ui: UiPage, box_id: str) -> None:
+    """At 390 px wide the box ``box_id`` stays inside the window, its content inside it."""
+    page = ui.page
+    page.set_viewport_size({"width": 390, "height": 844})
+    try:
+        fits = page.evaluate(
+            "id => { const box = document.getElementById(id); "
+            "return box.scrollWidth <= box.clientWidth && box.getBoundingClientRect().right <= window.innerWidth; }",
+            box_id,
+        )
+        assert fits, f"#{box_id} is wider than a 390 px window"
+        ui.check()
+    finally:
+        page.set_viewport_size({"width": 1366, "height": 860})
+
+
 def person(server: UiServer) -> tuple[str, dict[str, Any]]:
     """A fresh editor (a token name of its own) and its first token."""
     name = f"drafts-{secrets.token_hex(4)}"
@@ -92,6 +108,7 @@ def test_a_session_ended_while_typing_keeps_the_page_and_the_edits_come_back(ui:
     expect(page.locator("#msg-0-text")).to_have_value(template)
     ui.check()
     ui.shot("editor-session-ended")
+    fits_a_phone(ui, "session-ended")
 
     second = ui_server.issue(who, ["editor"])  # the same person, a new token
     alert.get_by_role("link", name="Sign in again").click()
@@ -218,6 +235,7 @@ def test_d_reopening_the_editor_offers_the_draft_and_discard_drops_it(ui: UiPage
     offer = page.locator("#draft-offer")
     expect(offer).to_contain_text(OFFER)
     expect(offer).to_be_focused()
+    fits_a_phone(ui, "draft-offer")
     expect(page.locator("#msg-0-text")).to_have_value("Hello {{ who }}")
     page.get_by_role("button", name="Discard").click()
     expect(offer).to_be_hidden()
