@@ -67,7 +67,8 @@
   // A request htmx sends after the session ended (token revoked, session expired) is answered 401
   // with the session-ended alert (registry/ui/errors.py), not a redirect: the page stays. The
   // alert goes into #session-ended where the page has one (the entry editors, whose edits
-  // drafts.js keeps); from anywhere else the browser goes to the sign-in page, as it did before.
+  // drafts.js keeps); from anywhere else the browser goes to the sign-in page, as it did before
+  // (and comes back to that page after signing in).
   document.addEventListener("htmx:beforeSwap", function (event) {
     var detail = event.detail;
     if (!detail.xhr || detail.xhr.status !== 401) { return; }
@@ -80,8 +81,9 @@
       return;
     }
     event.preventDefault();
+    // Replacing this page: Back after signing in does not return to a page whose session is gone.
     var signin = detail.xhr.getResponseHeader("X-Sign-In") || "";
-    window.location.assign(signin.indexOf("/ui/signin?") === 0 ? signin : "/ui/signin");
+    window.location.replace(signin.indexOf("/ui/signin?") === 0 ? signin : "/ui/signin");
   });
 
   document.addEventListener("DOMContentLoaded", function () {

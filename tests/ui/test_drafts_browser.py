@@ -312,3 +312,18 @@ def test_f_every_entry_editor_keeps_its_draft(ui: UiPage, ui_server: UiServer, c
     ui.check()
     expect(page.get_by_label("Name", exact=True)).to_have_value(made)
     expect(page.get_by_label("Description", exact=True)).to_have_value("Kept while I was away")
+
+
+def test_g_a_page_without_an_editor_goes_to_sign_in_when_the_session_ends_and_comes_back(
+    ui: UiPage, ui_server: UiServer
+) -> None:
+    who, mine = person(ui_server)
+    ui.sign_in(mine["token"])
+    page = ui.goto("/ui/prompts?q=summar")
+    ui_server.revoke(mine["id"])
+    page.get_by_label("Search").fill("code")  # an htmx request: 401, and ui.js goes to the sign-in page
+    expect(page.get_by_role("status").first).to_contain_text("Your session has ended")
+    ui.check()
+    sign_in_here(ui, ui_server.issue(who, ["viewer"])["token"])
+    expect(page).to_have_url(re.compile(re.escape(ui.url("/ui/prompts?q=summar")) + "$"))
+    ui.check()
