@@ -52,11 +52,13 @@ class SignInRequired(Exception):
 
 
 class UiForbidden(Exception):
-    """Signed in, but not allowed (scope or CSRF): a 403 page saying why."""
+    """Signed in, but not allowed (scope or CSRF): a 403 page saying why (and ``link``, a
+    ``{"href", "text"}`` to go on from, when there is one better than the home page)."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, link: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.link = link
 
 
 def is_https(request: Request) -> bool:
@@ -196,7 +198,17 @@ def require_form(
     ) -> tuple[SignedIn, FormData]:
         form = await read_form(request)
         field = form.get(CSRF_FIELD)
-        check_csrf(ui, request.headers.get(CSRF_HEADER) or (field if isinstance(field, str) else None))
+        try:
+            check_csrf(ui, request.headers.get(CSRF_HEADER) or (field if isinstance(field, str) else None))
+        except UiForbidden as exc:
+            if editor and request.headers.get("hx-request") != "true":
+                # Signed in again elsewhere while this editor was open: its form is the old session's.
+                raise UiForbidden(
+                    exc.message + " Your edits were not saved; they are kept in this browser, and the "
+                    "editor offers them back.",
+                    link={"href": request.url.path, "text": "Open the editor again"},
+                ) from exc
+            raise
         return ui, form
 
     return dependency

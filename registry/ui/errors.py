@@ -107,7 +107,7 @@ def install(ui: FastAPI, pages: Pages) -> None:
 
     @ui.exception_handler(UiForbidden)
     async def _forbidden(request: Request, exc: UiForbidden) -> Response:
-        return error_page(pages, request, 403, exc.message)
+        return error_page(pages, request, 403, exc.message, link=exc.link)
 
     @ui.exception_handler(CatalogError)
     async def _catalog(request: Request, exc: CatalogError) -> Response:

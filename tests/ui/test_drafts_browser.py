@@ -327,3 +327,33 @@ def test_g_a_page_without_an_editor_goes_to_sign_in_when_the_session_ends_and_co
     sign_in_here(ui, ui_server.issue(who, ["viewer"])["token"])
     expect(page).to_have_url(re.compile(re.escape(ui.url("/ui/prompts?q=summar")) + "$"))
     ui.check()
+
+
+def test_h_a_save_from_before_signing_in_again_in_another_tab_keeps_the_text(ui: UiPage, ui_server: UiServer) -> None:
+    who, first = person(ui_server)
+    name = ui_server.create_prompt("Hello {{ who }}")
+    editor_path = f"/ui/prompts/{name}/edit"
+    ui.sign_in(first["token"])
+    page = ui.goto(editor_path)
+    ui_server.revoke(first["id"])
+    page.locator("#msg-0-text").fill("Typed in the old session, {{ who }}.")
+    expect(page.locator("#session-ended")).to_contain_text("Your session ended.")
+
+    other = ui.context.new_page()  # another tab of the same browser signs in again
+    other.goto(ui.url("/ui/signin"))
+    other.get_by_label("API token").fill(ui_server.issue(who, ["editor"])["token"])
+    other.get_by_role("button", name="Sign in").click()
+    expect(other.get_by_label("API token")).to_have_count(0)
+    other.close()
+
+    # This tab's form carries the old session's CSRF token: refused, and nothing typed is lost.
+    page.get_by_role("button", name="Save version 2").click()
+    expect(page.get_by_role("alert")).to_contain_text("Your edits were not saved; they are kept in this browser")
+    ui.check()
+    page.get_by_role("link", name="Open the editor again").click()
+    expect(page.locator("#draft-offer")).to_contain_text(OFFER)
+    page.get_by_role("button", name="Restore them").click()
+    expect(page.locator("#msg-0-text")).to_have_value("Typed in the old session, {{ who }}.")
+    page.get_by_role("button", name="Save version 2").click()
+    expect(page.get_by_role("status").first).to_contain_text(f"Saved {name} v2")
+    ui.check()
