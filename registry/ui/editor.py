@@ -238,6 +238,7 @@ class EditorPages:
         name = entry.name if entry is not None else None
         action = f"/ui/{self.collection}/{name}/edit" if name else f"/ui/{self.collection}/-/new"
         ui = signed_in(request)
+        code_editor = bool(getattr(self.form, "code_editor", False))
         context = {
             **self.common,
             "title": f"Edit {self.title.lower()} {name}" if name else f"New {self.title.lower()}",
@@ -261,8 +262,10 @@ class EditorPages:
             "team_choices": team_choices(request, ui) if ui is not None and entry is None else [],
             # Labels a save does not move (the form offers a change request for them).
             "protected_labels": sorted(_registry(request).protection.names_hint()),
-            # The code editor (CodeMirror) styles itself with <style> elements carrying this nonce.
-            "style_nonce": allow_style_nonce(request),
+            # A kind whose templates get the code editor (CodeMirror): it styles itself with <style>
+            # elements, which carry this response's nonce.
+            "code_editor": code_editor,
+            "style_nonce": allow_style_nonce(request) if code_editor else None,
         }
         # What a kind's live panel needs on a full page besides ``state`` (the prompt's preview fields).
         panel_context = getattr(self.form, "panel_context", None)

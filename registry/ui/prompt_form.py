@@ -82,6 +82,8 @@ class PromptForm:
     kind = "prompt"
     fields_template = "_prompt_fields.html"
     check_template = "_prompt_check.html"
+    #: The templates are edited in the code editor (admin_ui/static/code_editor.js).
+    code_editor = True
 
     def state_from_spec(self, spec: Mapping[str, Any]) -> dict[str, Any]:
         messages = [_message_state(m) for m in spec.get("messages") or []] or [_empty_message()]

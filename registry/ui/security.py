@@ -8,8 +8,10 @@
   value or a signed-in page must not be kept by the browser or a proxy). ``Server-Timing`` says
   how long the page took to start answering (``benchmarks/ui_pages.py`` reads it). The vendored
   htmx runs under that policy: the ``htmx-config`` meta tag in ``base.html`` turns off its eval,
-  script tags in swapped content, inline indicator styles and its history cache (which would keep
-  page content, a new token's value included, in localStorage).
+  script tags in swapped content, inline indicator styles, its history cache (which would keep
+  page content, a new token's value included, in localStorage) and the settling of ``style``
+  attributes (a swap copies a replaced element's ``style`` onto its successor with
+  ``setAttribute``, which ``style-src`` refuses).
 - **Style nonce.** The editors' code editor (CodeMirror, vendored) writes its styles into
   ``<style>`` elements it creates (``style-mod``), which ``style-src 'self'`` refuses. A page that
   loads it calls ``allow_style_nonce(request)``: that response's policy adds

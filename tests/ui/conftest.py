@@ -266,6 +266,27 @@ class UiPage:
         return value
 
 
+def fill_template(page: Page, field_id: str, text: str) -> None:
+    """Replace the text of the template field ``textarea#field_id`` as a person would: in the code
+    editor drawn in front of it (the textarea is hidden and follows it), or, with JavaScript off,
+    in the textarea itself. Waits until the textarea (what the form posts) holds ``text``."""
+    from playwright.sync_api import expect
+
+    textarea = page.locator(f"#{field_id}")
+    if textarea.get_attribute("data-code-editor-on") is None:
+        textarea.fill(text)
+        return
+    content = page.locator(f"#{field_id} + .cm-editor .cm-content")
+    content.click()
+    page.keyboard.press("ControlOrMeta+a")
+    if text:
+        # One insertion, as a paste would be: typed key by key, brackets would be closed for us.
+        page.keyboard.insert_text(text)
+    else:
+        page.keyboard.press("Delete")
+    expect(textarea).to_have_value(text)
+
+
 @pytest.fixture
 def ui(browser: Browser, ui_server: UiServer, axe_source: str, screenshot_dir: Path) -> Iterator[UiPage]:
     """A fresh browser context (no cookies) at a laptop's window size."""
