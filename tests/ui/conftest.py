@@ -86,16 +86,25 @@ class UiServer:
         return {p["name"] for p in answer["result"]["prompts"]}
 
     def create_prompt(
-        self, template: str, *, versions: tuple[str, ...] = (), prefix: str = "ui-probe", title: str = "UI probe"
+        self,
+        template: str,
+        *,
+        versions: tuple[str, ...] = (),
+        prefix: str = "ui-probe",
+        title: str = "UI probe",
+        arguments: list[dict[str, Any]] | None = None,
     ) -> str:
-        """A new prompt (a fresh name) with ``template`` as v1 and each of ``versions`` saved after it."""
+        """A new prompt (a fresh name) with ``template`` as v1 and each of ``versions`` saved after it;
+        its ``arguments`` (as the API takes them) default to one required ``who``."""
         name = f"{prefix}-{secrets.token_hex(4)}"
         spec: dict[str, Any] = {
             "name": name,
             "title": title,
             "description": "A prompt the web UI tests change",
             "tags": ["ui-test"],
-            "arguments": [{"name": "who", "description": "whom to greet", "required": True}],
+            "arguments": arguments
+            if arguments is not None
+            else [{"name": "who", "description": "whom to greet", "required": True}],
         }
         with self.admin() as admin:
             created = admin.post("/api/v1/prompts", json={**spec, "template": template, "change_note": "first"})
