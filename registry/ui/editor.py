@@ -120,9 +120,9 @@ def apply_row_op(state: dict[str, Any], op: str, rows: Mapping[str, Callable[[],
 _PATTERN_REFUSED = re.compile(r"String should match pattern '.*'", re.DOTALL)
 #: What the form says instead, by where the value is (``friendly_message``).
 _PATTERN_RULES = (
-    (re.compile(r"name"), "use 1–128 of A–Z a–z 0–9 _ . - (no spaces)"),
+    (re.compile(r"name"), "use 1 to 128 characters, each a letter, a digit or one of _ . - (no spaces)"),
     (re.compile(r"arguments\.\d+\.name"), "start with a letter or _, then letters, digits or _ (at most 64)"),
-    (re.compile(r"tags\.\d+"), "use 1–64 of A–Z a–z 0–9 _ . : - (no spaces)"),
+    (re.compile(r"tags\.\d+"), "use 1 to 64 characters, each a letter, a digit or one of _ . : - (no spaces)"),
 )
 
 

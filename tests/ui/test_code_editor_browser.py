@@ -182,14 +182,14 @@ def test_a_blank_new_prompt_shows_no_error_before_input(ui: UiPage, ui_server: U
 
     page.get_by_label("Name", exact=True).fill("not a name")
     problems = page.get_by_role("list", name="Problems")
-    expect(problems).to_contain_text("use 1–128 of", timeout=10_000)
+    expect(problems).to_contain_text("use 1 to 128 characters", timeout=10_000)
     expect(problems).not_to_contain_text("pattern")
     page.get_by_label("Name", exact=True).fill("")
     expect(results).to_contain_text("No problems so far", timeout=10_000)
 
     page.get_by_role("button", name="Create").click()
     error = page.locator("#form-error")
-    expect(error).to_contain_text("name: use 1–128 of")
+    expect(error).to_contain_text("name: use 1 to 128 characters")
     expect(error).not_to_contain_text("pattern")
     ui.check()
 
@@ -216,4 +216,3 @@ def test_with_javascript_off_rows_post_back_and_the_textarea_posts(
         assert ui_server.prompt_text(name, {"who": "Ada", "topic": "tea"}) == "Hello Ada, about tea"
     finally:
         context.close()
-
