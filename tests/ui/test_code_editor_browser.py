@@ -85,7 +85,12 @@ def test_row_buttons_change_the_rows_in_place_and_move_the_focus(ui: UiPage, ui_
 def test_the_template_editor_numbers_lines_marks_problems_and_completes_arguments(
     ui: UiPage, ui_server: UiServer
 ) -> None:
-    name = ui_server.create_prompt("Hello {{ who }}\nline two\nline three")
+    arguments: list[dict[str, Any]] = [
+        {"name": "who", "required": True},
+        {"name": "tone", "enum": ["formal", "casual"], "default": "casual"},
+    ]
+    first = "Hello {{ who }},\n{% if tone == 'formal' %}We thank you.{% else %}Thanks!{% endif %}\n"
+    name = ui_server.create_prompt(first + "line three", arguments=arguments)
     ui.sign_in(ui_server.editor_token)
     page = ui.goto(f"/ui/prompts/{name}/edit")
     editor = page.get_by_role("textbox", name="Template (text messages)")
@@ -93,7 +98,7 @@ def test_the_template_editor_numbers_lines_marks_problems_and_completes_argument
     expect(page.locator("#msg-0-text")).to_be_hidden()  # the posted field, behind the editor
     expect(page.locator(".cm-lineNumbers .cm-gutterElement", has_text="3")).to_be_visible()
 
-    fill_template(page, "msg-0-text", "Hello {{ who }}\nline two\nSee {{ nobody }} here")
+    fill_template(page, "msg-0-text", first + "See {{ nobody }} about it, {{ tone | upper }}.")
     expect(page.get_by_role("list", name="Problems")).to_contain_text("Message 1, line 3", timeout=10_000)
     lines = page.locator(".cm-content .cm-line")
     expect(lines.nth(2).locator(".cm-lintRange-error")).to_have_count(1)
@@ -101,16 +106,17 @@ def test_the_template_editor_numbers_lines_marks_problems_and_completes_argument
     expect(lines.nth(1).locator(".cm-lintRange")).to_have_count(0)
     expect(page.locator(".cm-lint-marker-error")).to_have_count(1)
     ui.check()
+    page.evaluate("document.getElementById('arguments-rows').scrollIntoView()")
     ui.shot("prompt-code-editor-problem")
 
     # A problem fixed: its mark goes with the next check.
-    fill_template(page, "msg-0-text", "Hello {{ who }}\nline two\nline three")
+    fill_template(page, "msg-0-text", first + "line three")
     expect(page.locator("#check-results")).to_contain_text("No problems", timeout=10_000)
     expect(page.locator(".cm-lintRange")).to_have_count(0)
 
     # Completion of the declared arguments, as soon as a tag is open; one declared just now too.
     page.get_by_role("button", name="Add argument").click()
-    page.get_by_label("Argument 2 name").fill("topic")
+    page.get_by_label("Argument 3 name").fill("topic")
     editor.click()
     page.keyboard.press("ControlOrMeta+End")
     page.keyboard.press("Enter")
@@ -119,7 +125,7 @@ def test_the_template_editor_numbers_lines_marks_problems_and_completes_argument
     expect(offered).to_be_visible()
     expect(offered.get_by_role("option", name="topic")).to_be_visible()
     expect(offered.get_by_role("option", name="who")).to_be_visible()
-    page.keyboard.type("to")
+    page.keyboard.type("top")
     expect(offered.get_by_role("option")).to_have_count(1)
     page.keyboard.press("Enter")
     # (The braces close themselves as they are typed.)
