@@ -8,7 +8,9 @@ The rest is shared:
 - **Pages.** ``/ui/{collection}/-/new`` and ``/ui/{collection}/{name}/edit``. ``-`` cannot be
   mistaken for an entry: no entry page has a second path segment called ``new``. A form's buttons
   that add or remove a row post the whole form back (``op``) and get it again, changed, so the
-  editor works without JavaScript too; nothing is saved until "Save".
+  editor works without JavaScript too; nothing is saved until "Save". With JavaScript the same post
+  is made by htmx, which swaps in only the rows' container from the answer (``hx-select``): one
+  renderer, and the rows numbered as the next post is read.
 - **Saving** goes through the catalog service, as the REST API's PUT does: the form carries the
   version it was based on (``base_version``), sent as ``If-Match``; the change note, and which
   label the save publishes to (production, or only staging).

@@ -5,6 +5,11 @@ returns them for the sample values typed in, with the raw JSON-RPC result a togg
 Rows are numbered fields (``arg-0-name``, ``msg-1-text``, ...). The buttons that add or remove a
 row post the form back (see ``registry.ui.editor``), so the numbering is always dense when the
 page is drawn; when reading, rows are taken in the order of their numbers, whatever they are.
+
+The preview's inputs are typed from the arguments (``preview_fields``): a choice among the allowed
+values, the default filled in, required ones marked. The template fields carry ``data-where`` (the
+checker's name for them), and the problems their line (``data-line``), which the code editor
+(``admin_ui/static/code_editor.js``) marks.
 """
 
 from __future__ import annotations
