@@ -6,8 +6,10 @@
 // Progressive enhancement: the textarea stays in the form and is what posts. The editor is drawn
 // in front of it (the textarea is hidden), and every change of the editor's text is written to
 // the textarea at once and announced with a bubbling `input` event, so whatever follows the
-// form's edits (the htmx live check, draft keeping) sees it as if typed there. Without JavaScript
-// (or if this module fails to load) the textarea is the editor.
+// form's edits (the htmx live check, draft keeping) sees it as if typed there. The other way round,
+// code that sets the textarea's value (a draft offered back) dispatches an `input` event on it and
+// the editor takes the new text. Without JavaScript (or if this module fails to load) the
+// textarea is the editor.
 //
 // Tab is left to the browser (no indentWithTab): Tab and Shift-Tab move the focus on.
 // CodeMirror styles itself with <style> elements: they carry the page's CSP style nonce

@@ -136,6 +136,13 @@ def test_the_template_editor_numbers_lines_marks_problems_and_completes_argument
     page.keyboard.type(" to")
     expect(offered).to_have_count(0)
 
+    # Text set on the textarea by other code (a draft offered back), with an input event: the editor follows.
+    page.evaluate(
+        "() => { const t = document.getElementById('msg-0-text'); t.value = 'Restored {{ who }}';"
+        " t.dispatchEvent(new Event('input', {bubbles: true})); }"
+    )
+    expect(page.locator(".cm-content")).to_have_text("Restored {{ who }}")
+
     # Tab is not trapped: it moves on from the editor.
     editor.focus()
     page.keyboard.press("Tab")
