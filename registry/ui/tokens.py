@@ -97,7 +97,12 @@ def router(pages: Pages) -> APIRouter:
         return pages.render(request, "token_created.html", context, status=201)
 
     def teams_page(
-        request: Request, token: dict[str, Any], rows: list[tuple[str, str]], *, error: str | None = None, status: int = 200
+        request: Request,
+        token: dict[str, Any],
+        rows: list[tuple[str, str]],
+        *,
+        error: str | None = None,
+        status: int = 200,
     ) -> Response:
         context = {
             "title": f"Teams of token {token['name']}",
@@ -138,7 +143,8 @@ def router(pages: Pages) -> APIRouter:
         response = RedirectResponse("/ui/tokens", status_code=303)
         set_flash(
             response,
-            f"Token {info['name']} now belongs to {described}: its agents and sessions see that from their next request.",
+            f"Token {info['name']} now belongs to {described}: "
+            "its agents and sessions see that from their next request.",
             secure=is_https(request),
         )
         return response

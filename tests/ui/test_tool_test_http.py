@@ -254,8 +254,8 @@ def test_the_form_is_generated_from_the_input_schema(editor: httpx.Client, ui_se
     # An optional boolean: "leave out" (the default here), true or false; never a checkbox.
     loud = re.search(r'<select id="arg-4" name="arg.loud".*?</select>', text, re.S)
     assert loud and '<option value="" selected>(leave out)</option>' in loud.group(0)
-    assert '<option value="0" data-json=\'true\'>true</option>' in loud.group(0)
-    assert '<option value="1" data-json=\'false\'>false</option>' in loud.group(0)
+    assert "<option value=\"0\" data-json='true'>true</option>" in loud.group(0)
+    assert "<option value=\"1\" data-json='false'>false</option>" in loud.group(0)
     assert 'name="arg.loud" value="true"' not in text
     # A string: its "send an empty string" box.
     assert '<input type="checkbox" id="arg-0-empty" name="empty.text" value="true">' in text
@@ -540,7 +540,7 @@ def test_form_fields_read_back_as_arguments() -> None:
     assert set(errors) == {"text", "mode", "ratio", "tags", "count"}
     assert errors["text"] == "required: type a value, or tick “send an empty string” to send one"
     # Required fields left empty are refused at the field, whatever their kind; optional ones left out.
-    kinds = {
+    kinds: dict[str, Any] = {
         "type": "object",
         "properties": {
             "s": {"type": "string"},
@@ -554,7 +554,7 @@ def test_form_fields_read_back_as_arguments() -> None:
     optional = build_form(kinds)
     assert read_fields(optional, {}) == {} and not optional.has_errors
     assert read_fields(optional, {"empty.s": "true", "arg.n": "0", "arg.i": "0"}) == {"s": "", "n": 0, "i": 0}
-    required = build_form({**kinds, "required": list(kinds["properties"])})  # type: ignore[call-overload]
+    required = build_form({**kinds, "required": list(kinds["properties"])})
     assert read_fields(required, {}) == {"b": False}  # a required boolean stays a checkbox: unchecked is false
     assert {f.name: f.error for f in required.fields if f.error} == {
         "s": "required: type a value, or tick “send an empty string” to send one",
