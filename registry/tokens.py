@@ -72,7 +72,8 @@ SCOPE_DESCRIPTIONS = {
     "reviewer": "An editor who also approves or rejects change requests (never their own).",
     "editor": "A viewer who also creates, edits and archives entries, moves labels and runs test calls.",
     "viewer": "Reads entries, versions, diffs, the change log and usage (web UI and admin API); MCP with any label.",
-    "agent": "MCP only: an agent served its label (production if none); no web UI, no admin API.",
+    "agent": "MCP only: an agent is served its token's label (none: production, or a ?label= that "
+    "REGISTRY_AGENT_LABELS allows); no web UI, no admin API.",
 }
 
 log = logging.getLogger("registry.tokens")

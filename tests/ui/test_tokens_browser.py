@@ -47,7 +47,8 @@ def test_a_token_gets_one_role_never_admin_and_agent(ui: UiPage, ui_server: UiSe
             page.locator(f"#scope-{role}-help").inner_text()
         )
     expect(roles.get_by_role("radio", name="agent", exact=True)).to_have_accessible_description(
-        "MCP only: an agent served its label (production if none); no web UI, no admin API."
+        "MCP only: an agent is served its token's label (none: production, or a ?label= that "
+        "REGISTRY_AGENT_LABELS allows); no web UI, no admin API."
     )
     # Picking agent after admin leaves agent alone: there is no way to pick both.
     roles.get_by_role("radio", name="admin", exact=True).check()
