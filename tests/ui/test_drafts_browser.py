@@ -20,7 +20,7 @@ except ImportError:  # pragma: no cover - depends on the machine
         raise
     pytest.skip("playwright is not installed (pip install -e '.[test]')", allow_module_level=True)
 
-from tests.ui.conftest import UiPage, UiServer
+from tests.ui.conftest import UiPage, UiServer, fill_template
 from tests.waiting import wait_until
 
 OFFER = re.compile(r"You have unsaved edits from \d\d:\d\d \(version 1\)\.")
@@ -96,7 +96,7 @@ def test_a_session_ended_while_typing_keeps_the_page_and_the_edits_come_back(ui:
     ui.check()
     page.get_by_label("Argument 2 name").fill("mood")
     template = "Hello {{ who }},\nyou seem {{ mood }}."
-    page.locator("#msg-0-text").fill(template)
+    fill_template(page, "msg-0-text", template)
     expect(page.locator("#check-results")).to_contain_text("No problems")
 
     ui_server.revoke(first["id"])
@@ -146,7 +146,7 @@ def test_b_a_save_refused_for_an_ended_session_keeps_the_text(ui: UiPage, ui_ser
     name = ui_server.create_prompt("Hello {{ who }}")
     ui.sign_in(first["token"])
     page = ui.goto(f"/ui/prompts/{name}/edit")
-    page.locator("#msg-0-text").fill("Saved after all, {{ who }}.")
+    fill_template(page, "msg-0-text", "Saved after all, {{ who }}.")
     page.get_by_label("Change note").fill("after the session ended")
     ui_server.revoke(first["id"])
     page.get_by_role("button", name="Save version 2").click()
@@ -227,7 +227,7 @@ def test_d_reopening_the_editor_offers_the_draft_and_discard_drops_it(ui: UiPage
     ui.sign_in(ui_server.editor_token)
     page = ui.goto(editor_path)
     accept_leaving(page)
-    page.locator("#msg-0-text").fill("Kept for later, {{ who }}.")
+    fill_template(page, "msg-0-text", "Kept for later, {{ who }}.")
     wait_for_drafts(page, 1)
     ui.goto(f"/ui/prompts/{name}")
 
@@ -249,8 +249,8 @@ def test_d_reopening_the_editor_offers_the_draft_and_discard_drops_it(ui: UiPage
     page.get_by_label("Name", exact=True).fill(made)
     page.get_by_role("button", name="Add message").click()
     ui.check()
-    page.locator("#msg-0-text").fill("First, {{ who }}")
-    page.locator("#msg-1-text").fill("Second")
+    fill_template(page, "msg-0-text", "First, {{ who }}")
+    fill_template(page, "msg-1-text", "Second")
     wait_for_drafts(page, 1)
     ui.goto("/ui/prompts")
     ui.goto("/ui/prompts/-/new")
@@ -275,7 +275,7 @@ def test_e_nobody_else_signed_in_on_the_browser_is_offered_the_draft(ui: UiPage,
     ui.sign_in(mine["token"])
     page = ui.goto(editor_path)
     accept_leaving(page)
-    page.locator("#msg-0-text").fill("Only mine, {{ who }}.")
+    fill_template(page, "msg-0-text", "Only mine, {{ who }}.")
     wait_for_drafts(page, 1)
 
     ui.context.clear_cookies()  # my session is gone from this browser; I did not sign out
@@ -336,7 +336,7 @@ def test_h_a_save_from_before_signing_in_again_in_another_tab_keeps_the_text(ui:
     ui.sign_in(first["token"])
     page = ui.goto(editor_path)
     ui_server.revoke(first["id"])
-    page.locator("#msg-0-text").fill("Typed in the old session, {{ who }}.")
+    fill_template(page, "msg-0-text", "Typed in the old session, {{ who }}.")
     expect(page.locator("#session-ended")).to_contain_text("Your session ended.")
 
     other = ui.context.new_page()  # another tab of the same browser signs in again
