@@ -316,6 +316,11 @@ def _entry_links(collection: str) -> dict[str, Any]:
             "parameters": {**name, "number": version},
             "description": "the version just saved",
         },
+        f"Restore{kind}Version": {
+            "operationId": f"restore{kind}Version",
+            "parameters": {**name, "number": version, "header.if-match": "$response.header.ETag"},
+            "description": "save the version just saved again later, as a new version (a no-op now)",
+        },
         f"Diff{kind}Versions": {
             "operationId": f"diff{kind}Versions",
             "parameters": {**name, "from": version, "to": version},
