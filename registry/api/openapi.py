@@ -319,7 +319,7 @@ def _entry_links(collection: str) -> dict[str, Any]:
         f"Restore{kind}Version": {
             "operationId": f"restore{kind}Version",
             "parameters": {**name, "number": version, "header.if-match": "$response.header.ETag"},
-            "description": "save the version just saved again later, as a new version (a no-op now)",
+            "description": "restore the version just saved (as the newest: a no-op until later saves)",
         },
         f"Diff{kind}Versions": {
             "operationId": f"diff{kind}Versions",
