@@ -446,8 +446,9 @@ def entry_router(collection: str, kind: str) -> APIRouter:
         summary=f"Save an old version of a {kind} again, as its new version",
         description="The new version is a copy of version `number` (write-only values as that version stored them), "
         "with `change_note` (default `Restore vN`). Only `latest` moves to it: publish it by moving a label "
-        "(a change request, for a protected one). The body may be left out. Checked like any save (an old version may fail today's checks: "
-        "422); `If-Match` as for `PUT`; restoring what the newest version already says writes nothing.",
+        "(a change request, for a protected one). The body may be left out. Checked like any save (an old "
+        "version may fail today's checks: 422); `If-Match` as for `PUT`; restoring what the newest version already "
+        "says writes nothing.",
         operation_id=f"restore{title}Version",
         responses={**documented(*ALWAYS, *WITH_BODY, 404, 409, 412), 200: saved},
         response_model=entry_model,

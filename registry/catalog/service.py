@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session, selectinload
 from registry.catalog import bulk
 from registry.catalog.access import Access, check_may, check_sees
 from registry.catalog.checks import embeds
-from registry.catalog.errors import CatalogError, Conflict, Forbidden, Invalid, NotFound, PreconditionFailed, Subject
+from registry.catalog.errors import Conflict, Forbidden, Invalid, NotFound, PreconditionFailed, Subject
 from registry.catalog.listing import listing_changed
 from registry.catalog.merge_patch import merge_patch
 from registry.catalog.preconditions import IfMatch, make_etag, parse_if_match
@@ -424,15 +424,11 @@ class CatalogService:
         missing = Subject(kind=kind, name=name, missing="entry")
         if entry is None:
             raise NotFound(f"{kind} {name!r} does not exist", about=missing)
-        try:
-            if role is not None:
-                check_may(access, role, entry.team, f"{kind} {name!r}")
-            else:
-                check_sees(access, entry.team, f"{kind} {name!r}")
-        except CatalogError as exc:
-            # Hidden answers as missing does (its words and where it points); a missing role is about the entry.
-            exc.about = missing if isinstance(exc, NotFound) else Subject(kind=kind, name=name)
-            raise
+        # A hidden one answers as a missing one does: the same words, pointing the same way.
+        if role is not None:
+            check_may(access, role, entry.team, f"{kind} {name!r}", about=missing)
+        else:
+            check_sees(access, entry.team, f"{kind} {name!r}", about=missing)
         return entry
 
     @staticmethod

@@ -55,9 +55,7 @@ def test_a_missing_entry_links_its_list_and_a_search_for_the_name(ui: UiPage) ->
     assert page.url.endswith("/ui/prompts?q=no-such-prompt-here")
 
 
-def test_a_409_links_the_open_change_request_and_the_entry(
-    ui: UiPage, ui_server: UiServer, guarded_label: str
-) -> None:
+def test_a_409_links_the_open_change_request_and_the_entry(ui: UiPage, ui_server: UiServer, guarded_label: str) -> None:
     name = ui_server.create_prompt("Hello {{ who }}", versions=("Hi {{ who }}",), prefix="dead-end")
     with ui_server.admin() as admin:
         opened = admin.post(
