@@ -383,6 +383,7 @@ def editor_router(pages: Pages, collection: str, kind: str, title: str, form: En
         except PreconditionFailed:
             conflict = await run_in_threadpool(editor.conflict, request, name, int(base), draft.spec, ui)
             theirs: EntryView = conflict["theirs"]
+            conflict["source_version"] = int(source)
             # Started from an older version: masked values still mean that version's; else theirs.
             kept = int(source) if source != base else theirs.latest_version
             state = {

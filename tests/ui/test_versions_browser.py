@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -99,7 +100,9 @@ def test_a_save_made_meanwhile_is_still_a_conflict_when_editing_an_older_version
     page.locator("#msg-0-text").fill("Hello again {{ who }}")
     page.get_by_role("button", name="Save version 3").click()
     ui.check()
-    expect(page.locator(".conflict h2")).to_contain_text("saved version 3 while you were editing")
+    expect(page.locator(".conflict h2")).to_have_text(
+        "admin (REGISTRY_ADMIN_TOKEN) saved version 3 while you were editing from version 1 (version 2 was the newest)"
+    )
     expect(page.locator("#msg-0-text")).to_have_value("Hello again {{ who }}")
     assert ui_server.prompt_text(name, {"who": "Ada"}) == "Hello Ada"
 
@@ -177,3 +180,22 @@ def test_the_label_move_confirmation_names_the_products_version(ui: UiPage, ui_s
     ui.sign_in(ui_server.editor_token)
     ui.goto(f"/ui/prompts/{name}/promote?label=staging&version=1")
     expect(ui.page.locator("footer")).to_have_text(f"mcp-registry {__version__} · API reference")
+
+
+def test_the_new_pages_fit_a_phone(browser: Any, ui_server: UiServer, axe_source: str, screenshot_dir: Path) -> None:
+    """The restore confirmation and an error page's links at 390 px: axe clean (``UiPage.check``), nothing
+    wider than the viewport. (The entry page itself is item 4's: its arguments table widens it today.)"""
+    name = staged_prompt(ui_server)
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    try:
+        phone = UiPage(context, ui_server, axe_source, screenshot_dir)
+        phone.sign_in(ui_server.editor_token)
+        for path, status in (
+            (f"/ui/prompts/{name}/versions/1/restore", 200),
+            (f"/ui/prompts/{name}?version=5", 404),
+        ):
+            phone.goto(path, status=status)
+            width = phone.page.evaluate("() => document.documentElement.scrollWidth")
+            assert width <= 390, f"{path}: the page is {width} px wide at 390"
+    finally:
+        context.close()
