@@ -26,7 +26,7 @@ except ImportError:  # pragma: no cover - depends on the machine
     pytest.skip("playwright is not installed (pip install -e '.[test]')", allow_module_level=True)
 
 from registry import __version__
-from tests.ui.conftest import UiPage, UiServer
+from tests.ui.conftest import UiPage, UiServer, fill_template
 
 
 def staged_prompt(server: UiServer) -> str:
@@ -76,7 +76,7 @@ def test_edit_from_the_version_production_serves(ui: UiPage, ui_server: UiServer
     expect(page.locator("#msg-0-text")).to_have_value("Hello {{ who }}")
 
     # Saving it is no conflict (nobody saved after the editor opened): v3, from v1's text.
-    page.locator("#msg-0-text").fill("Hello there {{ who }}")
+    fill_template(page, "msg-0-text", "Hello there {{ who }}")
     page.get_by_label("Change note").fill("warmer, from production's version")
     page.get_by_role("button", name="Save version 3").click()
     ui.check()
@@ -97,7 +97,7 @@ def test_a_save_made_meanwhile_is_still_a_conflict_when_editing_an_older_version
     with ui_server.admin() as admin:  # someone saves v3 after the editor opened
         theirs = admin.patch(f"/api/v1/prompts/{name}", json={"template": "Hey {{ who }}", "labels": ["staging"]})
         assert theirs.status_code == 200, theirs.text
-    page.locator("#msg-0-text").fill("Hello again {{ who }}")
+    fill_template(page, "msg-0-text", "Hello again {{ who }}")
     page.get_by_role("button", name="Save version 3").click()
     ui.check()
     expect(page.locator(".conflict h2")).to_have_text(
