@@ -66,6 +66,17 @@ class SignedIn:
     def is_admin(self) -> bool:
         return self.principal.has("admin")
 
+    @property
+    def draft_owner(self) -> str:
+        """Whose drafts the browser keeps for this session (``admin_ui/static/drafts.js``): a
+        stable, non-secret name for the person, never the token or the session. A token's
+        principal is its name (as authorship and the audit trail are), so a new token issued
+        under the same name after a revocation finds its drafts again; a single sign-on user is
+        the issuer's subject, which outlives display-name changes."""
+        if self.principal.user is not None:
+            return "sso:" + self.principal.user
+        return "token:" + self.principal.name
+
 
 def _digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
@@ -188,6 +199,8 @@ class UiSessionStore:
         )
         if not principal.has(UI_SCOPE):
             return None
+        # The token's "last used": a write only when the stored instant is a few seconds old.
+        self.tokens.note_use(token.id, token.last_used_at)
         return SignedIn(principal, ui.csrf_token, _aware(ui.expires_at))
 
     def sign_out(self, secret: str) -> None:
