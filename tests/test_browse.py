@@ -85,8 +85,17 @@ def test_usage_order_counts_the_last_30_days(filled: Registry) -> None:
     assert page.total == len(NAMES)
     second = catalog.list_entries("prompt", limit=3, offset=3, sort="usage")
     assert len(second.items) == 3 and {i["uses"] for i in second.items} == {0}
+    # The ordered names are kept between pages, and made again after any change to the catalog.
+    before = names(catalog.list_entries("prompt", limit=50, sort="usage"))
+    assert before == names(catalog.list_entries("prompt", limit=50, sort="usage"))
+    catalog.create("prompt", {"name": "support.aaa", "template": "hi"}, actor="alice")
+    after = names(catalog.list_entries("prompt", limit=50, sort="usage"))
+    assert after[:2] == ["zeta", "support.refund-reply"] and "support.aaa" in after and len(after) == len(before) + 1
+    catalog.set_archived("prompt", "zeta", True, actor="alice")
+    assert "zeta" not in names(catalog.list_entries("prompt", limit=50, sort="usage"))
     assert names(catalog.list_entries("prompt", limit=50, sort="usage", prefix="support.")) == [
         "support.refund-reply",
+        "support.aaa",
         "support.billing.dispute",
         "support.billing.refund",
     ]

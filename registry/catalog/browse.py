@@ -33,7 +33,8 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -63,6 +64,8 @@ PREFIX_PATTERN = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
 MAX_FOLDERS = 200
 #: Age (seconds) past which the usage sums are read again (in the background).
 RANKING_TTL_S = 10.0
+#: Usage-ordered name lists kept (one per kind and set of filters, the most recently used).
+ORDERED_LISTS = 8
 
 
 def check_sort(sort: str) -> str | None:
@@ -186,6 +189,12 @@ class UsageRanking:
         self._sums: dict[str, tuple[float, dict[str, int]]] = {}
         self._reading: set[str] = set()
 
+    def read_at(self, kind: str) -> float | None:
+        """When the sums ``sums(kind)`` returns now were read (``time.monotonic()``)."""
+        with self._lock:
+            held = self._sums.get(kind)
+        return held[0] if held is not None else None
+
     def sums(self, kind: str) -> dict[str, int]:
         """The newest sums read for ``kind`` (read now, waiting, only the first time)."""
         with self._lock:
@@ -217,3 +226,31 @@ class UsageRanking:
         finally:
             with self._lock:
                 self._reading.discard(kind)
+
+
+class OrderedNames:
+    """The names a usage-ordered list shows, in order, per kind and set of filters, kept while
+    nothing they depend on changed: ``marker`` is (when the sums were read, the newest change id),
+    so a save, a new entry, an archive or a team move (each a change row) and each new reading of
+    the sums make a new list. Paging through one list then reads 50 rows, not every name again.
+    At most ``ORDERED_LISTS`` lists, the least recently used dropped first. Thread-safe."""
+
+    def __init__(self, most: int = ORDERED_LISTS) -> None:
+        self.most = most
+        self._lock = threading.Lock()
+        self._lists: OrderedDict[Hashable, tuple[Hashable, list[str]]] = OrderedDict()
+
+    def get(self, key: Hashable, marker: Hashable) -> list[str] | None:
+        with self._lock:
+            held = self._lists.get(key)
+            if held is None or held[0] != marker:
+                return None
+            self._lists.move_to_end(key)
+            return held[1]
+
+    def put(self, key: Hashable, marker: Hashable, names: list[str]) -> None:
+        with self._lock:
+            self._lists[key] = (marker, names)
+            self._lists.move_to_end(key)
+            while len(self._lists) > self.most:
+                self._lists.popitem(last=False)
