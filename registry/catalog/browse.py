@@ -65,7 +65,7 @@ MAX_FOLDERS = 200
 #: Age (seconds) past which the usage sums are read again (in the background).
 RANKING_TTL_S = 10.0
 #: Usage-ordered name lists kept (one per kind and set of filters, the most recently used).
-ORDERED_LISTS = 8
+ORDERED_LISTS = 16
 
 
 def check_sort(sort: str) -> str | None:
