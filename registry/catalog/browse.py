@@ -18,7 +18,8 @@ traffic, not with the catalog. ``UsageRanking`` keeps each kind's sums in memory
 instead, refreshed in a background thread once they are ``RANKING_TTL_S`` old (the page asking
 is served the previous sums meanwhile; only the very first one waits). A usage-ordered page then
 costs what the filtered names cost: their names in name order from the index, the used ones
-moved to the front (``usage_order``), and one query for the 50 entries shown. Uses are counted
+moved to the front (``usage_order``), and one query for the 50 entries shown; ``OrderedNames``
+keeps that order per set of filters until a change or new sums, so the next pages skip it. Uses are counted
 in memory and written every ``REGISTRY_USAGE_FLUSH_S`` (10 s) anyway, so the list is as fresh
 as the counts give or take ``RANKING_TTL_S``.
 
