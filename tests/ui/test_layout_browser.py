@@ -150,7 +150,10 @@ def stretched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stretched]:
             tool_spec = {
                 "name": tool,
                 "description": description,
-                "inputSchema": {"type": "object", "properties": {argument: {"type": "string", "description": description}}},
+                "inputSchema": {
+                    "type": "object",
+                    "properties": {argument: {"type": "string", "description": description}},
+                },
                 "webhook": {"url": "http://127.0.0.1:9/" + unbroken("hook", 300, "h")},
                 "change_note": note,
             }
