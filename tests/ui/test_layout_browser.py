@@ -302,7 +302,8 @@ def signed_out_pages(s: Stretched) -> list[Visit]:
         Visit("sign-in", "/ui/signin"),
         Visit("sign-in, session ended", f"/ui/signin?ended=1&next=/ui/prompts/{s.prompt}/edit"),
         Visit("sign-in refused", "/ui/signin", step=wrong_token),
-        Visit("signed-out not found", f"/ui/static/{s.prompt}.css", status=404),
+        Visit("signed-out not found", f"/ui/{s.prompt}", status=404),
+        Visit("signed-out bad request", "/ui/signin?next=/" + unbroken("Next", 3000, "n"), status=400),
     ]
 
 
