@@ -23,6 +23,7 @@ from starlette.responses import HTMLResponse, Response
 from registry import __version__
 from registry.catalog.service import to_yaml
 from registry.paths import admin_ui_dir
+from registry.ui.security import STYLE_NONCE_KEY
 from registry.ui.sessions import SignedIn
 
 #: A one-time notice for the next page (set before a redirect, shown once, then cleared).
@@ -114,6 +115,8 @@ class Pages:
             "csrf_token": ui.csrf_token if ui is not None else "",
             "flash": unquote(flash)[:500] if flash else None,
             "nav": "",
+            # Set when the page's handler allowed a style nonce (registry.ui.security).
+            "style_nonce": getattr(request.state, STYLE_NONCE_KEY, None),
             **(context or {}),
         }
         name = partial if partial is not None and request.headers.get("hx-request") == "true" else template

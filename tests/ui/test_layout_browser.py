@@ -247,6 +247,7 @@ def signed_in_pages(s: Stretched) -> list[Visit]:
         Visit("bundle plan", "/ui/bundles", step=upload_bundle(s)),
         Visit("tokens", "/ui/tokens"),
         Visit("token created", "/ui/tokens", step=create_token),
+        Visit("token's teams", f"/ui/tokens/{s.token_id}/teams"),
         Visit("tool test", f"/ui/tools/{t}/test"),
         Visit("not found", f"/ui/prompts/{p[:-3]}zzz", status=404),
     ]
