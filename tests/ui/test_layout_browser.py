@@ -345,6 +345,8 @@ def test_no_page_is_wider_than_the_window(
         ui = UiPage(context, stretched.server, axe_source, screenshot_dir)
         problems = walk(ui, signed_out_pages(stretched), width)
         ui.sign_in(stretched.token_value)
+        # The header shortens the signed-in name; the whole of it stays in its tooltip.
+        expect(ui.page.locator(".who-name")).to_have_attribute("title", re.compile(re.escape(stretched.token_name)))
         problems += walk(ui, signed_in_pages(stretched), width)
         ui.goto(f"/ui/prompts?q={stretched.prompt[:20]}", check=False)
         ui.shot(f"layout-list-{width}")
