@@ -47,7 +47,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from registry.catalog.access import Access, check_may, check_sees
 from registry.catalog.checks import CheckReport, run_checks
-from registry.catalog.errors import Conflict, Forbidden, Invalid, NotFound, RequestPending
+from registry.catalog.errors import Conflict, Forbidden, Invalid, NotFound, RequestPending, Subject
 from registry.catalog.protection import (
     OPEN_STATES,
     STATES,
@@ -124,7 +124,10 @@ class ChangeRequestService:
             stmt = stmt.with_for_update()
         request = session.scalar(stmt)
         if request is None:
-            raise NotFound(f"change request #{request_id} does not exist")
+            raise NotFound(
+                f"change request #{request_id} does not exist",
+                about=Subject(request_id=request_id, missing="request"),
+            )
         team = session.scalar(select(Entry.team).where(Entry.kind == request.kind, Entry.name == request.name))
         team = team if team is not None else request.team
         check_sees(access, request.team, f"change request #{request_id}")
@@ -363,19 +366,24 @@ class ChangeRequestService:
             protected = self.protection.protected_in(session, [label])
             if label not in protected:
                 raise Conflict(
-                    f"label {label!r} is not protected: move it directly (PUT /api/v1/{kind}s/{name}/labels/{label})"
+                    f"label {label!r} is not protected: move it directly (PUT /api/v1/{kind}s/{name}/labels/{label})",
+                    about=Subject(kind=kind, name=name, label=label),
                 )
             number = to_version if to_version is not None else entry.latest_version
             self.catalog.version_in(session, entry, number)  # 404 for a version it does not have
             current = next((lb.version for lb in entry.labels if lb.name == label), None)
             if current == number:
-                raise Conflict(f"{label} already serves v{number} of {kind} {name!r}")
+                raise Conflict(
+                    f"{label} already serves v{number} of {kind} {name!r}",
+                    about=Subject(kind=kind, name=name, version=number, label=label),
+                )
             pending = pending_request(session, kind, name, label, number)
             if pending is not None:
                 raise RequestPending(
                     f"change request #{pending} already asks to move {label} of {kind} {name!r} to v{number}: "
                     "review or withdraw it there",
                     request_id=pending,
+                    about=Subject(kind=kind, name=name, version=number, label=label, request_id=pending),
                 )
             request = open_request(
                 session,
@@ -441,7 +449,10 @@ class ChangeRequestService:
             if notice is not None:
                 return {**self._detail_in(session, request, viewer), "notice": notice}
             if request.state not in allowed:
-                raise Conflict(f"change request #{request_id} is {request.state}; this needs it {' or '.join(allowed)}")
+                raise Conflict(
+                    f"change request #{request_id} is {request.state}; this needs it {' or '.join(allowed)}",
+                    about=Subject(request_id=request_id),
+                )
             seen = request.state
             values = change(session, request)
             values.setdefault("updated_at", utcnow())
@@ -454,7 +465,10 @@ class ChangeRequestService:
                 .execution_options(synchronize_session=False)
             )
             if swapped.rowcount != 1:  # type: ignore[attr-defined]
-                raise Conflict(f"change request #{request_id} changed concurrently; reload it")
+                raise Conflict(
+                    f"change request #{request_id} changed concurrently; reload it",
+                    about=Subject(request_id=request_id),
+                )
             state = values.get("state", seen)
             append_event(
                 session,
@@ -542,7 +556,8 @@ class ChangeRequestService:
             if done(request) is None and request.state not in REVIEWABLE:
                 raise Conflict(
                     f"change request #{request_id} is {request.state}; only requests in review take verdicts"
-                    + (" (submit it first)" if request.state == "draft" else "")
+                    + (" (submit it first)" if request.state == "draft" else ""),
+                    about=Subject(request_id=request_id),
                 )
 
         # Authorise before the (possibly slow) checks; then run them outside the write transaction.
@@ -589,7 +604,10 @@ class ChangeRequestService:
                 # The same reviewer's twin (another replica, a retry) committed first: once more,
                 # now reading its row, answers "already" (or records a verdict that differs).
                 if attempt == 2:
-                    raise Conflict(f"change request #{request_id} changed concurrently; reload it") from None
+                    raise Conflict(
+                        f"change request #{request_id} changed concurrently; reload it",
+                        about=Subject(request_id=request_id),
+                    ) from None
         return self._finish(detail, diff, report)
 
     def approve(
@@ -680,24 +698,30 @@ class ChangeRequestService:
             if not emergency:
                 approvals, rejections = standing(request)
                 if rejections:
-                    raise Conflict(f"change request #{request_id} has a standing rejection; it cannot be published")
+                    raise Conflict(
+                        f"change request #{request_id} has a standing rejection; it cannot be published",
+                        about=Subject(request_id=request_id),
+                    )
                 if len(approvals) < request.approvals_required:
                     raise Conflict(
                         f"change request #{request_id} needs {request.approvals_required} approval(s) from reviewers "
-                        f"other than its author; it has {len(approvals)}"
+                        f"other than its author; it has {len(approvals)}",
+                        about=Subject(request_id=request_id),
                     )
                 if report.failed and checks_override(request) is None:
                     failing = "; ".join(item.title for item in report.items if item.status == "fail")
                     raise Conflict(
                         f"change request #{request_id}: pre-publish checks fail ({failing}); a reviewer must approve "
-                        "with override_checks and a reason to publish it anyway"
+                        "with override_checks and a reason to publish it anyway",
+                        about=Subject(request_id=request_id),
                     )
             entry = self.catalog.lock_entry(session, request.kind, request.name)
             current = next((lb.version for lb in entry.labels if lb.name == request.label), None)
             if current != request.from_version:
                 raise Conflict(
                     f"{request.label} moved since this request was opened (from {_v(request.from_version)} to "
-                    f"{_v(current)}); open a new change request"
+                    f"{_v(current)}); open a new change request",
+                    about=Subject(kind=request.kind, name=request.name, label=request.label, request_id=request_id),
                 )
             target = self.catalog.version_in(session, entry, request.to_version)
             published["change"] = self.catalog.move_label_in(

@@ -5,15 +5,19 @@ One router per kind; what differs by kind (the form's fields, how they become a 
 what the live panel shows) is an ``EntryForm`` (``registry.ui.prompt_form`` and its siblings).
 The rest is shared:
 
-- **Pages.** ``/ui/{collection}/-/new`` and ``/ui/{collection}/{name}/edit``. ``-`` cannot be
+- **Pages.** ``/ui/{collection}/-/new`` and ``/ui/{collection}/{name}/edit`` (``?version=N``:
+  start from version N, e.g. the one production serves, not the newest). ``-`` cannot be
   mistaken for an entry: no entry page has a second path segment called ``new``. A form's buttons
   that add or remove a row post the whole form back (``op``) and get it again, changed, so the
   editor works without JavaScript too; nothing is saved until "Save". With JavaScript the same post
   is made by htmx, which swaps in only the rows' container from the answer (``hx-select``): one
   renderer, and the rows numbered as the next post is read.
 - **Saving** goes through the catalog service, as the REST API's PUT does: the form carries the
-  version it was based on (``base_version``), sent as ``If-Match``; the change note, and which
-  label the save publishes to (production, or only staging).
+  version that was the newest when the editor opened (``base_version``), sent as ``If-Match``,
+  and the version its text started from (``source_version``; the same unless opened with
+  ``?version=N``), whose stored write-only values a masked header or secret keeps; the change
+  note, and which label the save publishes to (production, or only staging). Starting from an
+  older version is no conflict: only a save made after the editor opened is.
 - **No lost work.** When someone saved meanwhile, the save is refused (412) and the page comes
   back as a conflict view: their change as a diff against the base, and the form holding my edits
   re-applied on top of their version (``registry.catalog.drafts.reapply``), its base moved to
@@ -41,7 +45,7 @@ from starlette.datastructures import FormData
 from starlette.responses import RedirectResponse, Response
 
 from registry.catalog.drafts import DraftIssue, draft_issues, reapply
-from registry.catalog.errors import CatalogError, Invalid, NotFound, PreconditionFailed
+from registry.catalog.errors import CatalogError, Invalid, NotFound, PreconditionFailed, Subject
 from registry.catalog.preconditions import make_etag
 from registry.catalog.protection import ReviewAsk
 from registry.catalog.service import CatalogService, EntryView, WriteResult
@@ -51,7 +55,7 @@ from registry.runtime import Registry
 from registry.tokens import Principal
 from registry.ui.auth import Editor, EditorForm, UiForbidden, Viewer, is_https, signed_in
 from registry.ui.diffview import diff_specs
-from registry.ui.entries import EntryName
+from registry.ui.entries import EntryName, VersionQuery
 from registry.ui.security import allow_style_nonce
 from registry.ui.sessions import SignedIn
 from registry.ui.teams import team_choices
@@ -171,6 +175,7 @@ def _read_common(form: FormData, *, name: str | None) -> tuple[dict[str, Any], d
         "change_note": _text(form, "change_note"),
         "publish": _text(form, "publish") or "production",
         "base_version": _text(form, "base_version"),
+        "source_version": _text(form, "source_version"),
         "request_review": _text(form, "request_review") == "1",
         "team": _text(form, "team").strip(),
     }
@@ -185,7 +190,10 @@ def _read_common(form: FormData, *, name: str | None) -> tuple[dict[str, Any], d
     return state, spec
 
 
-def _common_state(spec: Mapping[str, Any], version: int | None) -> dict[str, Any]:
+def _common_state(spec: Mapping[str, Any], version: int | None, source: int | None = None) -> dict[str, Any]:
+    """The shared fields for ``spec``: ``version`` the newest when the editor opened (what a save
+    must still find), ``source`` the version the text comes from (default: that one)."""
+    source = source if source is not None else version
     return {
         "name": spec.get("name", ""),
         "title": spec.get("title") or "",
@@ -194,6 +202,7 @@ def _common_state(spec: Mapping[str, Any], version: int | None) -> dict[str, Any
         "change_note": "",
         "publish": "production",
         "base_version": str(version) if version is not None else "",
+        "source_version": str(source) if source is not None else "",
         "request_review": True,  # when the label published to is protected (the form says so)
         "team": "",
     }
@@ -264,6 +273,7 @@ class EditorPages:
             "team_choices": team_choices(request, ui) if ui is not None and entry is None else [],
             # Labels a save does not move (the form offers a change request for them).
             "protected_labels": sorted(_registry(request).protection.names_hint()),
+            "source": _source(state, entry),
             # A kind whose templates get the code editor (CodeMirror): it styles itself with <style>
             # elements, which carry this response's nonce.
             "code_editor": code_editor,
@@ -369,14 +379,20 @@ def editor_router(pages: Pages, collection: str, kind: str, title: str, form: En
         return saved(request, view.name, f"Created {view.name} v1{serves}{_held_notice(result)}")
 
     @routes.get("/{name}/edit")
-    def edit_page(request: Request, ui: Editor, name: EntryName) -> Response:
-        view = _catalog(request).get(kind, name, access=ui.principal)
+    def edit_page(request: Request, ui: Editor, name: EntryName, version: VersionQuery = None) -> Response:
+        # ``version``: the form starts from it (a 404 naming the entry and its history when it has none).
+        view = _catalog(request).get(kind, name, version=version, access=ui.principal)
         if not ui.may_edit(view.team):
             where = f"team {view.team!r}" if view.team else "global entries"
             raise UiForbidden(f"Editing {kind} {name} needs the editor role on {where}.")
         if view.archived:
-            raise Invalid(f"{kind} {name!r} is archived; restore it before editing")
-        state = {**_common_state(view.spec, view.latest_version), **form.state_from_spec(view.spec)}
+            raise Invalid(
+                f"{kind} {name!r} is archived; restore it before editing", about=Subject(kind=kind, name=name)
+            )
+        state = {
+            **_common_state(view.spec, view.latest_version, view.version),
+            **form.state_from_spec(view.spec),
+        }
         return editor.render(request, state=state, entry=view)
 
     @routes.post("/{name}/edit")
@@ -393,6 +409,9 @@ def editor_router(pages: Pages, collection: str, kind: str, title: str, form: En
         base = draft.state["base_version"]
         if not base.isdigit() or not 1 <= int(base) <= INT32_MAX:
             raise Invalid("the form does not say which version it was based on; reload the editor")
+        source = draft.state["source_version"] or base
+        if not source.isdigit() or not 1 <= int(source) <= int(base):
+            raise Invalid("the form does not say which version it started from; reload the editor")
         try:
             result = await run_in_threadpool(
                 catalog.update,
@@ -405,13 +424,17 @@ def editor_router(pages: Pages, collection: str, kind: str, title: str, form: En
                 labels=editor.labels(draft.state),
                 access=ui.principal,
                 review=_review_ask(draft.state),
+                secrets_from=int(source),
             )
         except PreconditionFailed:
             conflict = await run_in_threadpool(editor.conflict, request, name, int(base), draft.spec, ui)
             theirs: EntryView = conflict["theirs"]
+            conflict["source_version"] = int(source)
+            # Started from an older version: masked values still mean that version's; else theirs.
+            kept = int(source) if source != base else theirs.latest_version
             state = {
                 **draft.state,
-                **_common_state(conflict["merged"], theirs.latest_version),
+                **_common_state(conflict["merged"], theirs.latest_version, kept),
                 **form.state_from_spec(conflict["merged"]),
                 "change_note": draft.state["change_note"],
                 "publish": draft.state["publish"],
@@ -503,6 +526,27 @@ def editor_router(pages: Pages, collection: str, kind: str, title: str, form: En
         return EventSourceResponse(saves(), ping=PING_SECONDS, headers={"Cache-Control": "no-store"})
 
     return routes
+
+
+def _source(state: Mapping[str, Any], entry: EntryView | None) -> dict[str, Any] | None:
+    """What the editor says it starts from: the version, the labels on it, and the newest
+    version's when that is another one ("Editing from v6 (production); v9 is the newest (staging)")."""
+    raw = str(state.get("source_version") or "")
+    if entry is None or not raw.isdigit():
+        return None
+    number = int(raw)
+
+    def labels_on(version: int) -> list[str]:
+        return sorted(label for label, v in entry.labels.items() if v == version and label != "latest")
+
+    newest = entry.latest_version
+    return {
+        "version": number,
+        "labels": labels_on(number),
+        "newest": newest,
+        "newest_labels": labels_on(newest),
+        "is_newest": number == newest,
+    }
 
 
 def _review_ask(state: Mapping[str, Any]) -> ReviewAsk | None:

@@ -89,7 +89,7 @@ class Pages:
             url=lambda v: quote(str(v), safe=""),
             tojson_compact=json.dumps,
         )
-        self.env.globals.update(version=__version__, collections=COLLECTIONS, query=query)
+        self.env.globals.update(product_version=__version__, collections=COLLECTIONS, query=query)
 
     def render(
         self,
