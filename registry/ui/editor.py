@@ -24,6 +24,14 @@ The rest is shared:
   theirs, so "Save" now saves mine on top. Fields we both changed keep my text and are named.
 - **Live checks.** While someone types, htmx posts the form to ``/-/check`` and swaps in the
   kind's panel (problems with template line numbers; for prompts the rendered preview).
+- **Drafts.** The browser keeps the form as a draft while someone types (``admin_ui/static/drafts.js``,
+  per signed-in person and entry), so an ended session loses nothing: a live check answers 401 and
+  the page stays; a save is refused with a sign-in page that leads back here. A fresh editor page
+  (``fresh``) is where a stored draft is offered back; restoring posts it with ``op=restore``,
+  which renders the form from it, as a row button does (so a draft with more rows than the stored
+  entry comes back whole, its ``base_version`` with it: a save on top of a newer version goes
+  through the conflict view). A successful save leaves a marker for the next page
+  (``set_saved_marker``), which drops the draft.
 - **Banner.** ``/{name}/events`` is a server-sent event stream (``sse-starlette``) that tells an
   open page when a newer version of its entry exists, whichever replica saved it.
 """
@@ -53,13 +61,13 @@ from registry.catalog.specs import dump_spec, is_label
 from registry.limits import LimitExceeded, Limits
 from registry.runtime import Registry
 from registry.tokens import Principal
-from registry.ui.auth import Editor, EditorForm, UiForbidden, Viewer, is_https, signed_in
+from registry.ui.auth import Editor, EntryEditorForm, UiForbidden, Viewer, is_https, signed_in
 from registry.ui.diffview import diff_specs
 from registry.ui.entries import EntryName, VersionQuery
 from registry.ui.security import allow_style_nonce
 from registry.ui.sessions import SignedIn
 from registry.ui.teams import team_choices
-from registry.ui.templating import Pages, friendly_where, set_flash
+from registry.ui.templating import Pages, friendly_where, set_flash, set_saved_marker
 
 #: Where a save publishes: the label it moves besides ``latest``.
 PUBLISH_CHOICES = (("production", "production (agents get it now)"), ("staging", "staging only"))
@@ -245,7 +253,11 @@ class EditorPages:
         details: list[str] | None = None,
         conflict: dict[str, Any] | None = None,
         check: dict[str, Any] | None = None,
+        fresh: bool = False,
+        restored: bool = False,
     ) -> Response:
+        """The editor page. ``fresh``: the form holds the stored entry (or a blank one), not a
+        post, so the browser may offer a kept draft; ``restored``: it holds a draft restored."""
         name = entry.name if entry is not None else None
         action = f"/ui/{self.collection}/{name}/edit" if name else f"/ui/{self.collection}/-/new"
         ui = signed_in(request)
@@ -267,6 +279,10 @@ class EditorPages:
             "details": details or [],
             "conflict": conflict,
             "check": check,
+            "fresh": fresh,
+            "restored": restored,
+            # What drafts.js keys this form's draft by, and the page it comes back to.
+            "draft_url": action,
             "tab": "edit",
             "partial": False,
             # A new entry's owner: where this session may create entries (None: global).
@@ -325,9 +341,10 @@ def editor_router(pages: Pages, collection: str, kind: str, title: str, form: En
     routes = APIRouter(prefix=f"/{collection}")
     editor = EditorPages(pages, collection, kind, title, form)
 
-    def saved(request: Request, name: str, notice: str) -> Response:
+    def saved(request: Request, name: str, notice: str, *, created: bool = False) -> Response:
         response = RedirectResponse(f"/ui/{collection}/{name}", status_code=303)
         set_flash(response, notice, secure=is_https(request))
+        set_saved_marker(response, kind, name, created=created, secure=is_https(request))
         return response
 
     def refused(request: Request, draft: Draft, entry: EntryView | None, exc: CatalogError) -> Response:
@@ -348,10 +365,10 @@ def editor_router(pages: Pages, collection: str, kind: str, title: str, form: En
         choices = team_choices(request, ui)
         state = {**_common_state({}, None), **form.state_from_spec({})}
         state["team"] = (choices[0] or "") if choices else ""
-        return editor.render(request, state=state, entry=None)
+        return editor.render(request, state=state, entry=None, fresh=True)
 
     @routes.post("/-/new")
-    async def create(request: Request, posted: EditorForm) -> Response:
+    async def create(request: Request, posted: EntryEditorForm) -> Response:
         ui, fields = posted
         draft = editor.read(fields, _limits(request), name=None)
         op = _text(fields, "op")
@@ -376,7 +393,7 @@ def editor_router(pages: Pages, collection: str, kind: str, title: str, form: En
         view = result.view
         published = ", ".join(sorted(label for label in view.labels if label != "latest"))
         serves = f"; {published} serves it." if published else "."
-        return saved(request, view.name, f"Created {view.name} v1{serves}{_held_notice(result)}")
+        return saved(request, view.name, f"Created {view.name} v1{serves}{_held_notice(result)}", created=True)
 
     @routes.get("/{name}/edit")
     def edit_page(request: Request, ui: Editor, name: EntryName, version: VersionQuery = None) -> Response:
@@ -393,10 +410,10 @@ def editor_router(pages: Pages, collection: str, kind: str, title: str, form: En
             **_common_state(view.spec, view.latest_version, view.version),
             **form.state_from_spec(view.spec),
         }
-        return editor.render(request, state=state, entry=view)
+        return editor.render(request, state=state, entry=view, fresh=True)
 
     @routes.post("/{name}/edit")
-    async def save(request: Request, posted: EditorForm, name: EntryName) -> Response:
+    async def save(request: Request, posted: EntryEditorForm, name: EntryName) -> Response:
         ui, fields = posted
         catalog = _catalog(request)
         current = await run_in_threadpool(catalog.get, kind, name, access=ui.principal)
@@ -450,7 +467,7 @@ def editor_router(pages: Pages, collection: str, kind: str, title: str, form: En
         return saved(request, name, f"Saved {name} v{view.version} ({published}).{_held_notice(result)}")
 
     @routes.post("/-/check")
-    async def check(request: Request, posted: EditorForm) -> Response:
+    async def check(request: Request, posted: EntryEditorForm) -> Response:
         _ui, fields = posted
         editing = _text(fields, "editing").strip()
         draft = editor.read(fields, _limits(request), name=editing or None)
@@ -460,13 +477,14 @@ def editor_router(pages: Pages, collection: str, kind: str, title: str, form: En
 
     async def _apply_op(request: Request, draft: Draft, fields: FormData, entry: EntryView | None, op: str) -> Response:
         # Besides "check", a kind may name buttons that are checks too (a resource's "fetch").
-        checking = op == "check" or op in getattr(form, "check_ops", frozenset())
+        # "restore" is drafts.js posting a kept draft back: the form rendered from it, checked.
+        checking = op in ("check", "restore") or op in getattr(form, "check_ops", frozenset())
         if not checking and not form.apply_op(draft.state, op):
             raise Invalid(f"unknown form action {op[:40]!r}")
         values = (
             await run_in_threadpool(editor.run_check, request, draft, fields, new=entry is None) if checking else None
         )
-        return editor.render(request, state=draft.state, entry=entry, check=values)
+        return editor.render(request, state=draft.state, entry=entry, check=values, restored=op == "restore")
 
     def _problems_page(request: Request, draft: Draft, entry: EntryView | None) -> Response:
         messages = [f"{p.where}: {p.message}" for p in draft.problems]

@@ -89,16 +89,35 @@ def error_page(pages: Pages, request: Request, status: int, message: str, **extr
     )
 
 
-def sign_in_redirect(request: Request, next_path: str, reason: str | None) -> Response:
-    from urllib.parse import urlencode
+#: The response header naming the sign-in page, on the 401 an htmx request gets without a session.
+SIGN_IN_HEADER = "X-Sign-In"
 
+
+def sign_in_redirect(
+    pages: Pages, request: Request, next_path: str, reason: str | None, *, unsaved: bool = False
+) -> Response:
+    """Where a request without a live session goes: a page is redirected to the sign-in page
+    (then back to ``next_path``). An htmx request (a live check while someone types) is not:
+    navigating would throw away the page and what was typed into it. It gets a 401 with the
+    session-ended alert as its body and the sign-in page in ``X-Sign-In``; ``ui.js`` shows the
+    alert where the page has room for it (``#session-ended``, the entry editors) and goes to the
+    sign-in page from anywhere else. ``unsaved``: an editor's save was refused (its edits are
+    kept in the browser; the sign-in page says so)."""
     params = {"next": next_path}
     if reason:
         params["ended"] = "1"
+    if unsaved:
+        params["unsaved"] = "1"
     target = "/ui/signin?" + urlencode(params)
     response: Response
     if request.headers.get("hx-request") == "true":
-        response = Response(status_code=200, headers={"HX-Redirect": target})
+        response = pages.render(
+            request,
+            "_session_ended.html",
+            {"signin_url": target},
+            status=401,
+            headers={SIGN_IN_HEADER: target, "Cache-Control": "no-store"},
+        )
     else:
         response = RedirectResponse(target, status_code=303)
     if reason:
@@ -122,11 +141,11 @@ def refusal_app(pages: Pages) -> Any:
 def install(ui: FastAPI, pages: Pages) -> None:
     @ui.exception_handler(SignInRequired)
     async def _sign_in(request: Request, exc: SignInRequired) -> Response:
-        return sign_in_redirect(request, exc.next_path, exc.reason)
+        return sign_in_redirect(pages, request, exc.next_path, exc.reason, unsaved=exc.unsaved)
 
     @ui.exception_handler(UiForbidden)
     async def _forbidden(request: Request, exc: UiForbidden) -> Response:
-        return error_page(pages, request, 403, exc.message)
+        return error_page(pages, request, 403, exc.message, links=[exc.link] if exc.link else [])
 
     @ui.exception_handler(CatalogError)
     async def _catalog(request: Request, exc: CatalogError) -> Response:
