@@ -2,7 +2,7 @@
 390 px (a phone) or 1280 px (a laptop), however long the names and words in it.
 
 A server of its own holds entries made to stretch every page: a 125-character name (names allow
-1-128 of [A-Za-z0-9_.-]), an unbroken 300-character description, a 64-character tag and team,
+1-128 of [A-Za-z0-9_.-]), an unbroken 300-character description, a 64-character tag, label and team,
 long change notes and URIs, three versions, a change request, a tool, a resource; the browser
 signs in with a token whose name is 128 unbroken characters (the header shows it on every page).
 Then each page is visited at each width in one browser context per width: the document may not
@@ -135,6 +135,9 @@ def stretched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stretched]:
                 saved = admin.put(f"/api/v1/prompts/{prompt}", json={**spec, "template": text, "change_note": note})
                 assert saved.status_code == 200, saved.text
             moved = admin.put(f"/api/v1/prompts/{prompt}/labels/production", json={"version": 2})
+            assert moved.status_code == 200, moved.text
+            long_label = unbroken("label", 64, "w").lower()  # labels allow 1-64 of [a-z0-9_.-]
+            moved = admin.put(f"/api/v1/prompts/{prompt}/labels/{long_label}", json={"version": 1})
             assert moved.status_code == 200, moved.text
             resource_spec = {
                 "name": resource,
