@@ -870,7 +870,8 @@ def test_requests_waiting_for_a_reviewer(setup: Setup) -> None:
             201,
         )["token"]
         name = fresh("waiting")
-        ok(admin.post("/api/v1/prompts", json={"name": name, **GREETING, "template": "Hi {{ who }}", "team": team}), 201)
+        body = {"name": name, **GREETING, "template": "Hi {{ who }}", "team": team}
+        ok(admin.post("/api/v1/prompts", json=body), 201)
     with s.http(author) as a:
         saved = ok(
             a.put(f"/api/v1/prompts/{name}", json={**GREETING, "template": "Yo {{ who }}", "request_review": True})

@@ -74,6 +74,8 @@ from registry.db.models import ChangeRequest, ChangeRequestReview, Entry, EntryV
 
 #: Most requests one list page shows.
 MAX_PAGE = 100
+#: Most waiting requests counted: more show as "99+" (the count stays cheap however long the queue).
+WAITING_COUNTED = 99
 #: States a reviewer's verdict may still change.
 REVIEWABLE = ("in_review", "approved", "rejected")
 
@@ -222,13 +224,16 @@ class ChangeRequestService:
         return {"items": items, "total": total, "limit": limit, "offset": offset}
 
     def waiting_count(self, access: Access, viewer: Actor) -> int | None:
-        """How many requests wait for ``viewer``'s review (``waiting_terms``): one indexed COUNT
-        (cheap enough for every page's navigation); None, without a query, when they review nothing."""
+        """How many requests wait for ``viewer``'s review (``waiting_terms``), up to
+        ``WAITING_COUNTED + 1`` (meaning "more than WAITING_COUNTED"): one indexed COUNT over at
+        most that many rows, cheap enough for every page's navigation even when an import left
+        thousands in review. None, without a query, when they review nothing."""
         terms = waiting_terms(access, viewer.key)
         if terms is None:
             return None
+        found = select(ChangeRequest.id).where(*terms).limit(WAITING_COUNTED + 1).subquery()
         with self.db.session() as session:
-            return session.scalar(select(func.count()).select_from(ChangeRequest).where(*terms)) or 0
+            return session.scalar(select(func.count()).select_from(found)) or 0
 
     def for_entry(self, kind: str, name: str, *, access: Access | None = None) -> list[dict[str, Any]]:
         """The open requests of one entry (its page lists them)."""
