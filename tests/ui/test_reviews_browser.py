@@ -373,3 +373,5 @@ def test_the_editors_save_options_say_what_happens(editor_page: UiPage, guarded:
     expect(page.get_by_role("radio", name=re.compile("^staging"))).to_have_accessible_name(
         "staging only — agents reading staging get it at once; production keeps serving its current version"
     )
+    page.locator("fieldset.save").scroll_into_view_if_needed()
+    ui.shot("editor-save-options")
