@@ -1,15 +1,24 @@
 """API tokens: issued once, stored as SHA-256 hashes, scoped, revocable, optionally expiring.
 
 Scopes: ``admin`` > ``reviewer`` > ``editor`` > ``viewer`` for the admin API; ``agent`` for MCP
-only. Admin-API scopes also open MCP (an editor can try the endpoint with their own token).
+only. Admin-API scopes also open MCP (an editor can try the endpoint with their own token), so
+``agent`` beside any of them is a contradiction ("MCP only", and more): new tokens may not mix them
+(``check_scopes``); tokens made before that rule keep working as the stronger scope says.
 
 Teams: a token (or a single-sign-on user) may belong to teams, each with a role (``viewer`` <
 ``editor`` < ``reviewer`` < ``admin``). Scopes apply to global entries; a team role to that
 team's entries. Everyone but an ``admin`` sees global entries plus their own teams' only.
 
-Verified tokens are cached for a few seconds per process; a revocation clears that cache on the
-replica that made it at once, and on the others through ``TOKEN_REVOKED_CHANNEL`` (PostgreSQL
-NOTIFY), whose listeners also close the revoked token's open MCP streams.
+Verified tokens are cached for a few seconds per process; a revocation or a change of a token's
+teams clears that cache on the replica that made it at once, and on the others through
+``TOKEN_REVOKED_CHANNEL`` / ``TOKEN_CHANGED_CHANNEL`` (PostgreSQL NOTIFY), whose listeners also close
+the token's open MCP streams (a stream keeps what its opener saw: the agent reconnects and is
+served as the token is now).
+
+"Last used" (``last_used_at``) is written when a use is verified: an MCP or admin-API request
+whose token is not in that cache (so at most once per ``CACHE_SECONDS`` per process), a web UI
+sign-in, and a web UI request once the stored instant is more than ``CACHE_SECONDS`` old
+(``note_use``): never a write per request.
 """
 
 from __future__ import annotations
@@ -23,13 +32,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from sqlalchemy import select, text
+from sqlalchemy import or_, select, text, update
 from sqlalchemy.orm import Session
 
-from registry.catalog.errors import Invalid, NotFound
+from registry.catalog.errors import Conflict, Invalid, NotFound
 from registry.catalog.specs import LABEL_PATTERN
 from registry.catalog.teams import TEAM_PATTERN as TEAM_PATTERN  # re-exported (registry.oidc)
 from registry.catalog.teams import missing_teams
@@ -55,6 +64,17 @@ TOKEN_PREFIX = "mcpr_"
 #: PostgreSQL channel on which a replica announces a token it revoked (payload: the token id), so
 #: every replica forgets it at once and closes the streams opened with it.
 TOKEN_REVOKED_CHANNEL = "registry_token_revoked"
+#: The same for a token whose teams changed (payload: the token id): forget, and close its streams.
+TOKEN_CHANGED_CHANNEL = "registry_token_changed"
+#: One sentence per scope, as the token form offers them (strongest first, ``agent`` last).
+SCOPE_DESCRIPTIONS = {
+    "admin": "Everything: entries, tokens, teams, protected labels and emergency overrides.",
+    "reviewer": "An editor who also approves or rejects change requests (never their own).",
+    "editor": "A viewer who also creates, edits and archives entries, moves labels and runs test calls.",
+    "viewer": "Reads entries, versions, diffs, the change log and usage (web UI and admin API); MCP with any label.",
+    "agent": "MCP only: an agent is served its token's label (none: production, or a ?label= that "
+    "REGISTRY_AGENT_LABELS allows); no web UI, no admin API.",
+}
 
 log = logging.getLogger("registry.tokens")
 
@@ -199,6 +219,31 @@ def check_teams(teams: Mapping[str, str] | None) -> dict[str, str]:
     return result
 
 
+def check_scopes(scopes: Iterable[str]) -> list[str]:
+    """Validated scopes, sorted: a non-empty subset of ``SCOPES`` without a contradiction.
+
+    ``agent`` means "MCP only" and every other scope opens the admin API (and MCP too), so a
+    token with both would be both; it is refused, naming the two. A weaker scope beside a
+    stronger one (``admin`` + ``viewer``) is only redundant and is accepted, as before."""
+    chosen = sorted(set(scopes))
+    if not chosen or any(s not in SCOPES for s in chosen):
+        raise Invalid(f"scopes must be a non-empty subset of {', '.join(SCOPES)}")
+    others = [s for s in SCOPES if s in chosen and s != "agent"]
+    if "agent" in chosen and others:
+        raise Invalid(
+            f"scopes agent and {others[0]} contradict each other: agent means MCP only, while {others[0]} opens "
+            f"the admin API (and MCP too). Give one: {others[0]} alone, or agent alone"
+        )
+    return chosen
+
+
+def acts_as(scopes: Iterable[str]) -> str | None:
+    """The one role a token's scopes amount to: its strongest scope (``agent`` when it has no
+    other). For listing tokens made before ``check_scopes``, whose scopes may be mixed."""
+    held = set(scopes)
+    return next((s for s in SCOPES if s in held), None)
+
+
 def _aware(value: datetime) -> datetime:
     """A UTC-aware datetime (a naive one is taken to be UTC)."""
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
@@ -235,12 +280,10 @@ class TokenService:
         """A new token (its value is returned only here). ``expires_at``: when it stops working;
         ``teams``: team -> role memberships. ``actor``: who creates it, for the audit trail's
         ``token_created`` event (default: ``created_by``)."""
-        scopes = sorted(set(scopes))
         memberships = check_teams(teams)
         if not name or len(name) > 128:
             raise Invalid("token name must be 1-128 characters")
-        if not scopes or any(s not in SCOPES for s in scopes):
-            raise Invalid(f"scopes must be a non-empty subset of {', '.join(SCOPES)}")
+        scopes = check_scopes(scopes)
         if label is not None and not re.fullmatch(LABEL_PATTERN, label):
             raise Invalid(f"invalid label {label!r}")
         if expires_at is not None:
@@ -326,7 +369,8 @@ class TokenService:
             return [token_as_dict(t) for t in session.scalars(select(ApiToken).order_by(ApiToken.id))]
 
     def on_revoke(self, listener: Callable[[int], None]) -> None:
-        """Call ``listener(token_id)`` after this process revokes a token (in the revoking thread)."""
+        """Call ``listener(token_id)`` after this process revokes a token or changes its teams (in
+        that thread): either way what the token's open streams were opened with no longer holds."""
         self._revoke_listeners.append(listener)
 
     def revoke(self, token_id: int, *, actor: Actor | str = "system") -> dict[str, Any]:
@@ -345,13 +389,80 @@ class TokenService:
                 session.execute(
                     text("SELECT pg_notify(:channel, :id)"), {"channel": TOKEN_REVOKED_CHANNEL, "id": str(token_id)}
                 )
+        self._changed(token_id)
+        return info
+
+    def _changed(self, token_id: int) -> None:
+        """After this process revoked a token or changed its teams: forget cached verifications
+        and tell the listeners (which close the token's MCP streams)."""
         self.forget_cached()
         for listener in self._revoke_listeners:
             try:
                 listener(token_id)
             except Exception:
                 log.exception("token revocation listener failed")
+
+    def set_teams(
+        self, token_id: int, teams: Mapping[str, str] | None, *, actor: Actor | str = "system"
+    ) -> dict[str, Any]:
+        """Replace token ``token_id``'s team memberships (team -> role; empty: none) and answer
+        the token as it is now.
+
+        Audited as ``token_teams_changed`` (the note says before and after; the digest covers the
+        new memberships). It takes effect at once, as a revocation does: the verification cache
+        is cleared here and, through ``TOKEN_CHANGED_CHANNEL``, on every replica, and the token's
+        MCP streams are closed (a stream keeps the view it was opened with; the agent reconnects
+        and sees the new one). Web UI sessions read the token's row on every request anyway.
+        A revoked or expired token is refused (``Conflict``): it can never be used again. The
+        same memberships again write nothing."""
+        memberships = check_teams(teams)
+        with self.db.session() as session:
+            row = session.get(ApiToken, token_id, with_for_update=True)
+            if row is None:
+                raise NotFound(f"token {token_id} does not exist")
+            if row.revoked_at is not None:
+                raise Conflict(f"token {token_id} ({row.name}) is revoked: its teams can no longer change")
+            if row.expires_at is not None and _aware(row.expires_at) <= datetime.now(UTC):
+                raise Conflict(f"token {token_id} ({row.name}) has expired: its teams can no longer change")
+            unknown = missing_teams(session, memberships)
+            if unknown:
+                raise Invalid(f"unknown team {unknown[0]!r}: teams must exist before tokens join them")
+            before = dict(row.teams or {})
+            if before == memberships:
+                return token_as_dict(row)
+            row.teams = memberships
+            info = token_as_dict(row)
+            note = f"token #{token_id} teams: {_describe_teams(before)} -> {_describe_teams(memberships)}"
+            _token_event(session, "token_teams_changed", info, actor=actor, note=note)
+            if self.db.is_postgres:
+                session.execute(
+                    text("SELECT pg_notify(:channel, :id)"), {"channel": TOKEN_CHANGED_CHANNEL, "id": str(token_id)}
+                )
+        self._changed(token_id)
         return info
+
+    def note_use(self, token_id: int, last_used_at: datetime | None) -> None:
+        """Note a web UI request of token ``token_id`` as its last use, when the stored instant
+        (``last_used_at``, as the caller just read it) is more than ``CACHE_SECONDS`` old: the
+        resolution MCP and admin-API use get from the verification cache, without a write per
+        page. A database whose disk is full only misses the note."""
+        now = utcnow()
+        if last_used_at is not None and (now - _aware(last_used_at)).total_seconds() < self.CACHE_SECONDS:
+            return
+        stale = now - timedelta(seconds=self.CACHE_SECONDS)
+        try:
+            with self.db.session() as session:
+                session.execute(
+                    update(ApiToken)
+                    .where(
+                        ApiToken.id == token_id,
+                        or_(ApiToken.last_used_at.is_(None), ApiToken.last_used_at < stale),
+                    )
+                    .values(last_used_at=now)
+                )
+        except Exception as exc:
+            if not is_full(exc):
+                raise
 
     def forget_cached(self) -> None:
         """Drop every cached verification (a token was revoked here or on another replica)."""
@@ -453,8 +564,12 @@ def _audited_fields(info: Mapping[str, Any]) -> dict[str, Any]:
     return {key: info.get(key) for key in ("id", "name", "scopes", "label", "teams", "expires_at", "revoked_at")}
 
 
+def _describe_teams(teams: Mapping[str, str] | None) -> str:
+    return ", ".join(f"{team}:{role}" for team, role in sorted((teams or {}).items())) or "none"
+
+
 def _describe_token(info: Mapping[str, Any]) -> str:
-    teams = ", ".join(f"{team}:{role}" for team, role in sorted((info.get("teams") or {}).items())) or "none"
+    teams = _describe_teams(info.get("teams"))
     return (
         f"token #{info['id']}: scopes {', '.join(info.get('scopes') or [])}; teams {teams}; "
         f"label {info.get('label') or '-'}; expires {info.get('expires_at') or 'never'}"

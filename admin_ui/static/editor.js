@@ -16,12 +16,20 @@
     });
   }
 
-  document.addEventListener("DOMContentLoaded", function () {
-    document.querySelectorAll("fieldset.message-edit").forEach(function (message) {
-      showFieldsOf(message);
-      var select = message.querySelector("select.content-type");
-      if (select) { select.addEventListener("change", function () { showFieldsOf(message); }); }
-    });
+  function showAll(root) {
+    root.querySelectorAll("fieldset.message-edit").forEach(showFieldsOf);
+  }
+
+  document.addEventListener("DOMContentLoaded", function () { showAll(document); });
+  // Messages swapped in by a row button (htmx) are drawn with every field: show theirs.
+  document.addEventListener("htmx:load", function (event) {
+    if (event.target && event.target.querySelectorAll) { showAll(event.target); }
+  });
+  document.addEventListener("change", function (event) {
+    var target = event.target;
+    if (target && target.matches && target.matches("fieldset.message-edit select.content-type")) {
+      showFieldsOf(target.closest("fieldset.message-edit"));
+    }
   });
 })();
 
@@ -137,5 +145,75 @@
         if (event.target.name === "secret_action") { syncSecret(fieldset); }
       });
     });
+  });
+})();
+
+// Row buttons (add or remove an argument, a message, a header) in place. Each row container
+// ([data-rows], with an id) carries hx-target/hx-select/hx-swap and its buttons hx-post the form to
+// its own address, as the no-JavaScript post-back does: the server renders the rows (one renderer,
+// numbers as it reads them) and htmx swaps just that container. Here: where the focus goes after
+// the swap (the new row's first field; after a removal the previous row, else the next, else the
+// add button), and an `input` event from the new rows so that the live check and anything else
+// following the form's edits hears of the change.
+(function () {
+  "use strict";
+
+  var pending = null;
+
+  function firstField(row) {
+    var fields = row.querySelectorAll("input:not([type=hidden]), select, textarea, [contenteditable=true]");
+    for (var i = 0; i < fields.length; i++) {
+      if (!fields[i].disabled && !fields[i].closest("[hidden]") && fields[i].getClientRects().length) {
+        return fields[i];
+      }
+    }
+    return null;
+  }
+
+  function rowOf(container, index) {
+    var rows = container.querySelectorAll("[data-row]");
+    var found = null;
+    rows.forEach(function (row) {
+      if (row.closest("[data-rows]") === container && row.getAttribute("data-row") === String(index)) { found = row; }
+    });
+    return found;
+  }
+
+  function rowCount(container) {
+    var count = 0;
+    container.querySelectorAll("[data-row]").forEach(function (row) {
+      if (row.closest("[data-rows]") === container) { count++; }
+    });
+    return count;
+  }
+
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var button = event.detail.elt;
+    if (!button || button.tagName !== "BUTTON" || button.name !== "op") { return; }
+    var container = button.closest("[data-rows]");
+    if (!container || !container.id) { return; }
+    var removed = /^remove-[a-z]+-(\d+)$/.exec(button.value);
+    pending = { id: container.id, removed: removed ? parseInt(removed[1], 10) : null };
+  });
+
+  document.addEventListener("htmx:afterSettle", function () {
+    if (!pending) { return; }
+    var done = pending;
+    pending = null;
+    var container = document.getElementById(done.id);
+    if (!container) { return; }
+    var count = rowCount(container);
+    var row = null;
+    if (done.removed === null) {
+      row = rowOf(container, count - 1);
+    } else if (done.removed > 0) {
+      row = rowOf(container, done.removed - 1);
+    } else {
+      row = rowOf(container, 0);
+    }
+    var target = row ? firstField(row) : null;
+    if (!target) { target = container.querySelector("[data-add-row]"); }
+    if (target) { target.focus(); }
+    container.dispatchEvent(new Event("input", { bubbles: true }));
   });
 })();

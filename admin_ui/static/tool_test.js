@@ -43,11 +43,84 @@
       return number;
     }
     if (widget === "text") {
-      if (raw === "" && control.getAttribute("aria-required") !== "true") { return undefined; }
+      var empty = field.querySelector(".send-empty input");
+      if (raw === "" && !(empty && empty.checked)) { return undefined; }
       return raw;
     }
     if (raw.trim() === "") { return undefined; }
     return JSON.parse(raw);
+  }
+
+  // ------------------------------------------------------------------ required fields, before sending
+
+  // The message of a required field left empty (the server's own words, from data-required-message),
+  // or "" when the field has a value (or is not required). The server checks the same again.
+  function missing(field) {
+    var message = field.getAttribute("data-required-message");
+    if (!message) { return ""; }
+    var widget = field.getAttribute("data-widget");
+    var control = field.querySelector("input, select, textarea");
+    if (!control || widget === "checkbox") { return ""; }
+    if (widget === "text") {
+      var empty = field.querySelector(".send-empty input");
+      return control.value === "" && !(empty && empty.checked) ? message : "";
+    }
+    return control.value.trim() === "" ? message : "";
+  }
+
+  function clearFieldError(field) {
+    var control = field.querySelector("input, select, textarea");
+    var old = field.querySelector(".field-error");
+    if (old) { old.remove(); }
+    if (!control) { return; }
+    control.removeAttribute("aria-invalid");
+    var ids = (control.getAttribute("aria-describedby") || "").split(" ").filter(function (id) {
+      return id && id !== control.id + "-error";
+    });
+    if (ids.length) { control.setAttribute("aria-describedby", ids.join(" ")); }
+    else { control.removeAttribute("aria-describedby"); }
+  }
+
+  function markFieldError(field, message) {
+    var control = field.querySelector("input, select, textarea");
+    var note = el("p", "field-error", field.getAttribute("data-label") + ": " + message);
+    note.id = control.id + "-error";
+    field.appendChild(note);
+    control.setAttribute("aria-invalid", "true");
+    var described = control.getAttribute("aria-describedby");
+    control.setAttribute("aria-describedby", (described ? described + " " : "") + note.id);
+  }
+
+  // Marks every required field left empty at the field, says so above the form and focuses the
+  // first; true when the form may be sent.
+  function checkRequired(form) {
+    var formPart = document.getElementById("args-form");
+    var mode = form.querySelector('input[name="mode"]:checked');
+    var fields = formPart.querySelectorAll("[data-arg-name]");
+    var first = null;
+    fields.forEach(function (field) {
+      clearFieldError(field);
+      if (mode && mode.value === "json") { return; }
+      var message = missing(field);
+      if (message) {
+        markFieldError(field, message);
+        if (!first) { first = field.querySelector("input, select, textarea"); }
+      }
+    });
+    var alert = document.getElementById("form-error");
+    if (!first) {
+      if (alert) { alert.remove(); }
+      return true;
+    }
+    if (!alert) {
+      alert = el("p", "error");
+      alert.id = "form-error";
+      alert.setAttribute("role", "alert");
+      document.getElementById("arguments-heading").after(alert);
+    }
+    alert.textContent = "Some fields need attention (see the messages below them): nothing was sent.";
+    first.focus();
+    return false;
   }
 
   function formArguments(container) {
@@ -260,6 +333,7 @@
     form.addEventListener("submit", async function (event) {
       event.preventDefault();
       if (controller) { return; }
+      if (!checkRequired(form)) { return; }
       var csrf = form.querySelector('input[name="csrf_token"]').value;
       controller = new AbortController();
       run.disabled = true;

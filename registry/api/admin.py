@@ -16,6 +16,7 @@ from registry.api.models import (
     TokenInfo,
     TokenList,
     TokenRequest,
+    TokenTeams,
 )
 from registry.api.problems import ALWAYS, WITH_BODY, documented
 from registry.catalog.agents import MAX_AGENTS, connected_agents
@@ -84,6 +85,23 @@ def revoke_token(
     request: Request, token_id: Annotated[int, Path(ge=1, le=INT64_MAX)], principal: AdminPrincipal
 ) -> dict[str, Any]:
     return _tokens(request).revoke(token_id, actor=principal.actor())
+
+
+@router.put(
+    "/tokens/{token_id}/teams",
+    tags=["tokens"],
+    summary="Replace a token's team memberships (audited; seen at once by its MCP and web UI sessions)",
+    operation_id="setTokenTeams",
+    response_model=TokenInfo,
+    responses=documented(*ALWAYS, *WITH_BODY, 404, 409),
+)
+def set_token_teams(
+    request: Request,
+    token_id: Annotated[int, Path(ge=1, le=INT64_MAX)],
+    body: TokenTeams,
+    principal: AdminPrincipal,
+) -> dict[str, Any]:
+    return _tokens(request).set_teams(token_id, body.teams, actor=principal.actor())
 
 
 @router.get(

@@ -906,8 +906,9 @@ class TokenRequest(BaseModel):
     scopes: list[str] = Field(
         min_length=1,
         max_length=4,
-        description="admin (everything) > editor (write entries) > viewer (read); agent: MCP only",
-        json_schema_extra={"items": {"enum": ["admin", "editor", "viewer", "agent"]}},
+        description="admin (everything) > reviewer (approve change requests) > editor (write entries) > viewer "
+        "(read); agent: MCP only, so it cannot be given with another scope (422)",
+        json_schema_extra={"items": {"enum": ["admin", "reviewer", "editor", "viewer", "agent"]}},
     )
     label: str | None = Field(
         default=None,
@@ -925,6 +926,20 @@ class TokenRequest(BaseModel):
         max_length=256,
         description="team memberships: team name -> role in it (the teams must exist). Members see their "
         "teams' entries besides global ones; scopes apply to global entries, a team role to that team's",
+        json_schema_extra={"propertyNames": {"pattern": "^" + TEAM_PATTERN + "$", "maxLength": 64}},
+    )
+
+
+class TokenTeams(BaseModel):
+    """A token's team memberships, replacing the ones it has."""
+
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"teams": {"payments": "editor", "support": "viewer"}}]}
+    )
+
+    teams: dict[str, Literal["viewer", "editor", "reviewer", "admin"]] = Field(
+        max_length=256,
+        description="team name -> role in it (the teams must exist); {} leaves every team",
         json_schema_extra={"propertyNames": {"pattern": "^" + TEAM_PATTERN + "$", "maxLength": 64}},
     )
 

@@ -416,6 +416,12 @@ def _add_links(document: dict[str, Any]) -> None:
                 "description": "revoke the token just created",
             }
         }
+        if "setTokenTeams" in operations:
+            create_token["responses"]["201"]["links"]["SetTokenTeams"] = {
+                "operationId": "setTokenTeams",
+                "parameters": {"token_id": "$response.body#/id"},
+                "description": "change the teams of the token just created",
+            }
 
 
 # ------------------------------------------------------------------ cleanup

@@ -23,7 +23,7 @@ from registry.mcp.sessions import SESSION_END_CHANNEL, ClientState, Session, Ses
 from registry.mcp.streams import StreamHub
 from registry.metrics import RegistryMetrics
 from registry.runtime import Registry
-from registry.tokens import TOKEN_REVOKED_CHANNEL
+from registry.tokens import TOKEN_CHANGED_CHANNEL, TOKEN_REVOKED_CHANNEL
 
 log = logging.getLogger("registry.mcp")
 audit_log = logging.getLogger("registry.audit")
@@ -70,6 +70,8 @@ class McpRuntime:
         self.feed = ChangeFeed(registry.db, self._dispatch)
         self.feed.extra_channels[SESSION_END_CHANNEL] = self._session_ended_elsewhere
         self.feed.extra_channels[TOKEN_REVOKED_CHANNEL] = self._token_revoked_elsewhere
+        # A token whose teams changed is treated alike: forgotten, its streams closed.
+        self.feed.extra_channels[TOKEN_CHANGED_CHANNEL] = self._token_revoked_elsewhere
         registry.tokens.on_revoke(self._token_revoked_here)
         registry.catalog.on_change(lambda _change_id: self.feed.poke())
         self.server.on_state_change = self._save_state
@@ -109,8 +111,8 @@ class McpRuntime:
         self.hub.close_session(session_id)
 
     def _token_revoked_here(self, token_id: int) -> None:
-        """A revocation made by this process (any thread): close the token's streams here now
-        (other replicas hear of it on TOKEN_REVOKED_CHANNEL)."""
+        """A revocation or a change of teams made by this process (any thread): close the token's
+        streams here now (other replicas hear of it on TOKEN_REVOKED_CHANNEL / TOKEN_CHANGED_CHANNEL)."""
         loop = self._loop
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._close_token, token_id)
@@ -120,8 +122,8 @@ class McpRuntime:
         self.listen.close_token(token_id)
 
     def _token_revoked_elsewhere(self, payload: str) -> None:
-        """A revocation announced on PostgreSQL (by any replica): forget cached verifications, so
-        the token is refused at once, and close the streams it holds here."""
+        """A revocation or a change of teams announced on PostgreSQL (by any replica): forget cached
+        verifications, so the token is refused or seen anew at once, and close its streams here."""
         self.registry.tokens.forget_cached()
         try:
             token_id = int(payload)

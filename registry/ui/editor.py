@@ -8,7 +8,9 @@ The rest is shared:
 - **Pages.** ``/ui/{collection}/-/new`` and ``/ui/{collection}/{name}/edit``. ``-`` cannot be
   mistaken for an entry: no entry page has a second path segment called ``new``. A form's buttons
   that add or remove a row post the whole form back (``op``) and get it again, changed, so the
-  editor works without JavaScript too; nothing is saved until "Save".
+  editor works without JavaScript too; nothing is saved until "Save". With JavaScript the same post
+  is made by htmx, which swaps in only the rows' container from the answer (``hx-select``): one
+  renderer, and the rows numbered as the next post is read.
 - **Saving** goes through the catalog service, as the REST API's PUT does: the form carries the
   version it was based on (``base_version``), sent as ``If-Match``; the change note, and which
   label the save publishes to (production, or only staging).
@@ -27,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Protocol
@@ -49,6 +52,7 @@ from registry.tokens import Principal
 from registry.ui.auth import Editor, EditorForm, UiForbidden, Viewer, is_https, signed_in
 from registry.ui.diffview import diff_specs
 from registry.ui.entries import EntryName
+from registry.ui.security import allow_style_nonce
 from registry.ui.sessions import SignedIn
 from registry.ui.teams import team_choices
 from registry.ui.templating import Pages, friendly_where, set_flash
@@ -136,6 +140,26 @@ def apply_row_op(state: dict[str, Any], op: str, rows: Mapping[str, Callable[[],
             del state[row + "s"][int(index)]
             return True
     return False
+
+
+#: Pydantic's words for a value its field's pattern refuses: they quote the regular expression.
+_PATTERN_REFUSED = re.compile(r"String should match pattern '.*'", re.DOTALL)
+#: What the form says instead, by where the value is (``friendly_message``).
+_PATTERN_RULES = (
+    (re.compile(r"name"), "use 1 to 128 characters, each a letter, a digit or one of _ . - (no spaces)"),
+    (re.compile(r"arguments\.\d+\.name"), "start with a letter or _, then letters, digits or _ (at most 64)"),
+    (re.compile(r"tags\.\d+"), "use 1 to 64 characters, each a letter, a digit or one of _ . : - (no spaces)"),
+)
+
+
+def friendly_message(where: str, message: str) -> str:
+    """``message`` (a problem at ``where``) with a refused pattern said in words, not as the regex."""
+    if not _PATTERN_REFUSED.search(message):
+        return message
+    for pattern, rule in _PATTERN_RULES:
+        if pattern.fullmatch(where):
+            return _PATTERN_REFUSED.sub(rule, message)
+    return _PATTERN_REFUSED.sub("has characters it may not have", message)
 
 
 def _registry(request: Request) -> Registry:
@@ -249,6 +273,7 @@ class EditorPages:
         action = f"/ui/{self.collection}/{name}/edit" if name else f"/ui/{self.collection}/-/new"
         ui = signed_in(request)
         protected = sorted(_registry(request).protection.names_hint())
+        code_editor = bool(getattr(self.form, "code_editor", False))
         context = {
             **self.common,
             "title": f"Edit {self.title.lower()} {name}" if name else f"New {self.title.lower()}",
@@ -272,12 +297,29 @@ class EditorPages:
             "team_choices": team_choices(request, ui) if ui is not None and entry is None else [],
             # Labels a save does not move (the form offers a change request for them).
             "protected_labels": protected,
+            # A kind whose templates get the code editor (CodeMirror): it styles itself with <style>
+            # elements, which carry this response's nonce.
+            "code_editor": code_editor,
+            "style_nonce": allow_style_nonce(request) if code_editor else None,
         }
+        # What a kind's live panel needs on a full page besides ``state`` (the prompt's preview fields).
+        panel_context = getattr(self.form, "panel_context", None)
+        if panel_context is not None:
+            context.update(panel_context(state))
         return self.pages.render(request, "editor.html", context, status=status)
 
-    def run_check(self, request: Request, draft: Draft, form: FormData) -> dict[str, Any]:
+    def run_check(self, request: Request, draft: Draft, form: FormData, *, new: bool = False) -> dict[str, Any]:
+        """The live panel's values. For a ``new`` entry an empty name is not listed as a problem
+        (a blank form is checked on load, before anyone typed): the panel says it is still needed
+        (``name_pending``), and a save without one is refused as ever."""
         issues = list(draft.problems) or draft_issues(_catalog(request), self.kind, draft.spec)
-        return self.form.check(request, draft, form, issues)
+        pending = new and not draft.state["name"] and any(issue.where == "name" for issue in issues)
+        if pending:
+            issues = [issue for issue in issues if issue.where != "name"]
+        issues = [DraftIssue(i.where, friendly_message(i.where, i.message), i.line) for i in issues]
+        values = self.form.check(request, draft, form, issues)
+        values["name_pending"] = pending
+        return values
 
     # ------------------------------------------------------------------ conflict view
     def conflict(self, request: Request, name: str, base: int, mine: dict[str, Any], ui: SignedIn) -> dict[str, Any]:
@@ -313,11 +355,15 @@ def editor_router(pages: Pages, collection: str, kind: str, title: str, form: En
 
     def refused(request: Request, draft: Draft, entry: EntryView | None, exc: CatalogError) -> Response:
         details = [
-            f"{friendly_where(str(e['loc']))}: {e.get('msg', '')}" if e.get("loc") else str(e.get("msg", e))
+            f"{friendly_where(str(e['loc']))}: {friendly_message(str(e['loc']), str(e.get('msg', '')))}"
+            if e.get("loc")
+            else str(e.get("msg", e))
             for e in exc.errors or []
         ]
+        # The headline repeats the first problem as the API words it (a regex, for a refused name).
+        error = "The form has problems." if details and _PATTERN_REFUSED.search(exc.detail) else exc.detail
         return editor.render(
-            request, state=draft.state, entry=entry, status=exc.status, error=exc.detail, details=details[:20]
+            request, state=draft.state, entry=entry, status=exc.status, error=error, details=details[:20]
         )
 
     @routes.get("/-/new")
@@ -419,7 +465,7 @@ def editor_router(pages: Pages, collection: str, kind: str, title: str, form: En
         _ui, fields = posted
         editing = _text(fields, "editing").strip()
         draft = editor.read(fields, _limits(request), name=editing or None)
-        values = await run_in_threadpool(editor.run_check, request, draft, fields)
+        values = await run_in_threadpool(editor.run_check, request, draft, fields, new=not editing)
         context = {**editor.common, "state": draft.state, "check": values, "partial": True}
         return pages.render(request, form.check_template, context)
 
@@ -428,7 +474,9 @@ def editor_router(pages: Pages, collection: str, kind: str, title: str, form: En
         checking = op == "check" or op in getattr(form, "check_ops", frozenset())
         if not checking and not form.apply_op(draft.state, op):
             raise Invalid(f"unknown form action {op[:40]!r}")
-        values = await run_in_threadpool(editor.run_check, request, draft, fields) if checking else None
+        values = (
+            await run_in_threadpool(editor.run_check, request, draft, fields, new=entry is None) if checking else None
+        )
         return editor.render(request, state=draft.state, entry=entry, check=values)
 
     def _problems_page(request: Request, draft: Draft, entry: EntryView | None) -> Response:

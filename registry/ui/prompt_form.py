@@ -5,6 +5,11 @@ returns them for the sample values typed in, with the raw JSON-RPC result a togg
 Rows are numbered fields (``arg-0-name``, ``msg-1-text``, ...). The buttons that add or remove a
 row post the form back (see ``registry.ui.editor``), so the numbering is always dense when the
 page is drawn; when reading, rows are taken in the order of their numbers, whatever they are.
+
+The preview's inputs are typed from the arguments (``preview_fields``): a choice among the allowed
+values, the default filled in, required ones marked. The template fields carry ``data-where`` (the
+checker's name for them), and the problems their line (``data-line``), which the code editor
+(``admin_ui/static/code_editor.js``) marks.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ CONTENT_TYPES = (("text", "Text template"), ("image", "Image"), ("audio", "Audio
 _ROW = re.compile(r"(arg|msg)-(\d{1,4})-([a-z]+)")
 #: Sample values for the preview: ``sample-<argument name>``.
 SAMPLE_PREFIX = "sample-"
+#: The hidden field saying what the page's preview inputs were drawn for (``fields_shape``).
+PREVIEW_SHAPE = "preview-shape"
 #: The JSON-RPC id shown in the raw result (any would do: the preview is not a real request).
 PREVIEW_ID = 1
 
@@ -80,6 +87,8 @@ class PromptForm:
     kind = "prompt"
     fields_template = "_prompt_fields.html"
     check_template = "_prompt_check.html"
+    #: The templates are edited in the code editor (admin_ui/static/code_editor.js).
+    code_editor = True
 
     def state_from_spec(self, spec: Mapping[str, Any]) -> dict[str, Any]:
         messages = [_message_state(m) for m in spec.get("messages") or []] or [_empty_message()]
@@ -131,7 +140,7 @@ class PromptForm:
         samples = {
             key.removeprefix(SAMPLE_PREFIX): value
             for key, value in form.multi_items()
-            if key.startswith(SAMPLE_PREFIX) and key != "sample-names" and isinstance(value, str)
+            if key.startswith(SAMPLE_PREFIX) and isinstance(value, str)
         }
         stored_text = form.get("stored_samples")
         stored_text = stored_text.strip() if isinstance(stored_text, str) else ""
@@ -157,9 +166,16 @@ class PromptForm:
     def apply_op(self, state: dict[str, Any], op: str) -> bool:
         return apply_row_op(state, op, {"argument": _empty_argument, "message": _empty_message})
 
+    def panel_context(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """The preview's inputs on a full page (a check sends its own, ``check.fields``)."""
+        named = [_argument_spec(a) for a in state.get("arguments") or [] if a.get("name")]
+        fields = preview_fields(named)
+        return {"preview_fields": fields, "preview_shape": fields_shape(fields)}
+
     def check(self, request: Request, draft: Draft, form: FormData, issues: list[DraftIssue]) -> dict[str, Any]:
         catalog: CatalogService = request.app.state.registry.catalog
         declared = [a["name"] for a in draft.spec["arguments"] if isinstance(a.get("name"), str)]
+        fields = preview_fields(draft.spec["arguments"])
         samples = {name: draft.state["samples"].get(name, "") for name in declared}
         result: dict[str, Any] | None = None
         preview_error = None
@@ -174,13 +190,43 @@ class PromptForm:
         return {
             "issues": issues,
             "declared": declared,
+            "fields": fields,
+            "shape": fields_shape(fields),
             "samples": samples,
             "result": result,
             "raw": raw if result is not None else "",
             "preview_error": preview_error,
-            # The page's sample fields are for other arguments: send new ones along.
-            "samples_changed": form.get("sample-names") != ",".join(declared),
+            # The page's sample fields are for other arguments (or other allowed values, defaults,
+            # requirements): send new ones along.
+            "samples_changed": form.get(PREVIEW_SHAPE) != fields_shape(fields),
         }
+
+
+def preview_fields(arguments: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One preview input per declared argument (``arguments`` as the spec has them): a choice
+    among its allowed values when it has some, pre-filled with its default, marked when required."""
+    fields = []
+    for argument in arguments:
+        name = argument.get("name")
+        if not isinstance(name, str) or not name:
+            continue
+        values = argument.get("enum")
+        default = argument.get("default")
+        fields.append(
+            {
+                "name": name,
+                "allowed": [v for v in values if isinstance(v, str)] if isinstance(values, list) else [],
+                "default": default if isinstance(default, str) else "",
+                "required": argument.get("required") is True,
+            }
+        )
+    return fields
+
+
+def fields_shape(fields: list[dict[str, Any]]) -> str:
+    """What the page's preview inputs were drawn for (a hidden field): a check redraws them when
+    the arguments' shape differs."""
+    return json.dumps([[f["name"], f["allowed"], f["default"], f["required"]] for f in fields], ensure_ascii=False)
 
 
 def _filled(value: Any) -> bool:

@@ -3,19 +3,23 @@
 The test-call page (``registry.ui.tool_test``) lets a person fill a form instead of writing JSON.
 Only what a form expresses well is generated, one field per top-level property:
 
-- ``string`` → a text input; anything with ``enum`` (or ``const``) of plain values → a select;
+- ``string`` → a text input, with a "send an empty string" box (an empty field is otherwise not
+  sent); anything with ``enum`` (or ``const``) of plain values → a select;
 - ``number`` / ``integer`` → a number input with ``minimum``/``maximum``;
-- ``boolean`` → a checkbox (unchecked sends ``false``);
+- ``boolean`` → a checkbox when required (unchecked: ``false``), else a select of "leave out" /
+  true / false, so an optional boolean can be left out (its default chosen when it has one);
 - everything else (arrays, objects, unions, ``$ref``, no type) → a JSON text area for that property.
 
 Titles label the fields, descriptions are their help, defaults fill them, ``required`` marks
 them. Schemas a form cannot express as a whole (not an object, combinators at the top, too many
 properties) are left to the page's raw JSON text area, which is always offered besides.
 
-Reading the form back never guesses: a field left empty is not sent (a required text field is
-sent empty, so the schema's own ``minLength`` or the like speaks), a number that is not one is a
-form error naming the field. The tool's validator then judges the arguments exactly as it judges
-an agent's, so the form adds no rules of its own.
+Reading the form back never guesses: a field left empty (or "leave out" chosen) is not sent, and
+a required field left so is a form error at that field, before anything is sent (an empty string
+is sent only when its box says so); a number that is not one is a form error naming the field.
+Why refuse rather than send ``""`` and let the tool's validator speak: a required string accepts
+``""`` unless its schema says ``minLength``, so the call would go out with a value nobody typed.
+Otherwise the tool's validator judges the arguments exactly as it judges an agent's.
 """
 
 from __future__ import annotations
@@ -39,6 +43,20 @@ _TOP_COMBINATORS = ("oneOf", "anyOf", "allOf", "not", "if", "dependentSchemas", 
 ARGUMENTS_FIELD = "arguments_json"
 MODE_FIELD = "mode"
 FIELD_PREFIX = "arg."
+#: The "send an empty string" box of a text field (another prefix: property names are any string).
+EMPTY_PREFIX = "empty."
+#: An optional boolean's choices (the select's option values are their indexes).
+BOOLEAN_CHOICES: list[tuple[str, str, Any]] = [("0", "true", True), ("1", "false", False)]
+
+
+#: What a required field left empty is told, per widget.
+_REQUIRED = {
+    "text": "required: type a value, or tick “send an empty string” to send one",
+    "select": "required: choose a value",
+    "number": "required: enter a number",
+    "integer": "required: enter a whole number",
+    "json": "required: enter a JSON value",
+}
 
 
 @dataclass
@@ -48,7 +66,7 @@ class FormField:
     name: str  # the property name (any string)
     key: str  # the form field's name
     id: str  # the HTML id (property names may hold characters ids should not)
-    widget: str  # text | select | number | integer | checkbox | json
+    widget: str  # text | select | number | integer | checkbox | json (an optional boolean: a select)
     label: str
     description: str
     required: bool
@@ -60,6 +78,19 @@ class FormField:
     maximum: str | None = None
     max_length: int | None = None
     error: str | None = None
+    #: A text field's "send an empty string" box, ticked.
+    send_empty: bool = False
+
+    @property
+    def required_message(self) -> str:
+        """What this field says when it is required and left empty (the page's script says the
+        same before sending)."""
+        return _REQUIRED.get(self.widget, "") if self.required else ""
+
+    @property
+    def empty_key(self) -> str:
+        """The form field of a text field's "send an empty string" box."""
+        return EMPTY_PREFIX + self.name
 
     @property
     def described_by(self) -> str:
@@ -154,9 +185,13 @@ def _field_for(index: int, name: str, schema: Any, required: bool) -> FormField:
         built.value = _number_text(default) or ""
         built.minimum = _number_text(spec.get("minimum"))
         built.maximum = _number_text(spec.get("maximum"))
-    elif kind == "boolean":
+    elif kind == "boolean" and required:
         built.widget = "checkbox"
         built.checked = default is True
+    elif kind == "boolean":  # optional: left out unless chosen, so a select with "leave out"
+        built.widget = "select"
+        built.options = list(BOOLEAN_CHOICES)
+        built.value = next((i for i, _text, c in BOOLEAN_CHOICES if default is c), "")
     else:
         built.value = json.dumps(default, indent=2, ensure_ascii=False) if has_default else ""
     return built
@@ -227,7 +262,8 @@ def _number(raw: str, integer: bool) -> int | float:
 
 def read_fields(form: SchemaForm, submitted: Mapping[str, Any], limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:
     """The arguments the generated form's fields hold. Each field shows what was sent (for the
-    page shown again); a field that cannot be read gets its ``error`` and is left out."""
+    page shown again); a field that cannot be read, or a required one left empty, gets its
+    ``error`` and is left out."""
     arguments: dict[str, Any] = {}
     for item in form.fields:
         item.error = None
@@ -239,6 +275,7 @@ def read_fields(form: SchemaForm, submitted: Mapping[str, Any], limits: Limits =
                 arguments[item.name] = item.checked
             elif item.widget == "select":
                 if raw == "":
+                    _left_out(item)
                     continue
                 values = {index: value for index, _label, value in item.options}
                 if raw not in values:
@@ -246,19 +283,29 @@ def read_fields(form: SchemaForm, submitted: Mapping[str, Any], limits: Limits =
                 arguments[item.name] = values[raw]
             elif item.widget in ("number", "integer"):
                 if raw.strip() == "":
+                    _left_out(item)
                     continue
                 arguments[item.name] = _number(raw, item.widget == "integer")
             elif item.widget == "text":
-                if raw == "" and not item.required:
+                item.send_empty = _text(submitted, item.empty_key) != ""
+                if raw == "" and not item.send_empty:
+                    _left_out(item)
                     continue
                 arguments[item.name] = raw
             else:
                 if raw.strip() == "":
+                    _left_out(item)
                     continue
                 arguments[item.name] = _read_json(raw, limits)
         except FormInputError as exc:
             item.error = str(exc)
     return arguments
+
+
+def _left_out(item: FormField) -> None:
+    """A field left empty is not sent; a required one is a form error saying what to do."""
+    if item.required:
+        raise FormInputError(_REQUIRED[item.widget])
 
 
 def read_raw_json(text: str, limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:

@@ -188,6 +188,8 @@ class UiSessionStore:
         )
         if not principal.has(UI_SCOPE):
             return None
+        # The token's "last used": a write only when the stored instant is a few seconds old.
+        self.tokens.note_use(token.id, token.last_used_at)
         return SignedIn(principal, ui.csrf_token, _aware(ui.expires_at))
 
     def sign_out(self, secret: str) -> None:

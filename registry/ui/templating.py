@@ -24,6 +24,7 @@ from starlette.responses import HTMLResponse, Response
 from registry import __version__
 from registry.catalog.service import to_yaml
 from registry.paths import admin_ui_dir
+from registry.ui.security import STYLE_NONCE_KEY
 from registry.ui.sessions import SignedIn
 
 log = logging.getLogger(__name__)
@@ -143,6 +144,8 @@ class Pages:
             "flash": unquote(flash)[:500] if flash else None,
             "nav": "",
             "reviews_waiting": ReviewsWaiting(request, ui),
+            # Set when the page's handler allowed a style nonce (registry.ui.security).
+            "style_nonce": getattr(request.state, STYLE_NONCE_KEY, None),
             **(context or {}),
         }
         name = partial if partial is not None and request.headers.get("hx-request") == "true" else template

@@ -1,7 +1,12 @@
-"""``/ui/tokens`` (admin): create a token (its value shown once), list them, revoke one.
+"""``/ui/tokens`` (admin): create a token (its value shown once), list them, change a token's
+teams, revoke one.
 
 The value of a new token is on the answer to the POST only: it is never stored (only its hash)
 and the page is ``no-store``, so going back or reloading does not show it again.
+
+The form offers one role (a radio group sent as the one ``scopes`` value): the API's scope list
+allows mixes, of which ``agent`` + anything is a contradiction the service refuses; a token made
+before that rule is listed with the role it acts as and its scopes as stored.
 """
 
 from __future__ import annotations
@@ -13,9 +18,9 @@ from fastapi import APIRouter, Path, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import RedirectResponse, Response
 
-from registry.catalog.errors import CatalogError, Invalid
+from registry.catalog.errors import CatalogError, Invalid, NotFound
 from registry.catalog.teams import TeamService
-from registry.tokens import SCOPES, TEAM_ROLES, TokenService
+from registry.tokens import SCOPE_DESCRIPTIONS, SCOPES, TEAM_ROLES, TokenService, acts_as
 from registry.ui.auth import Admin, AdminForm, is_https
 from registry.ui.templating import Pages, set_flash
 
@@ -41,12 +46,16 @@ def router(pages: Pages) -> APIRouter:
     ) -> Response:
         items = _tokens(request).list_tokens()
         items.reverse()  # newest first
+        for item in items:
+            item["acts_as"] = acts_as(item["scopes"])
         shown = values or {"name": "", "scopes": [], "label": "", "expires_in_days": "", "teams": []}
         context = {
             "title": "Tokens",
             "nav": "tokens",
             "tokens": items,
             "scopes": SCOPES,
+            "scope_descriptions": SCOPE_DESCRIPTIONS,
+            "cache_seconds": TokenService.CACHE_SECONDS,
             "values": shown,
             "error": error,
             "max_days": MAX_EXPIRY_DAYS,
@@ -87,16 +96,72 @@ def router(pages: Pages) -> APIRouter:
         context = {"title": "Token created", "nav": "tokens", "token": token, "info": info}
         return pages.render(request, "token_created.html", context, status=201)
 
+    def teams_page(
+        request: Request,
+        token: dict[str, Any],
+        rows: list[tuple[str, str]],
+        *,
+        error: str | None = None,
+        status: int = 200,
+    ) -> Response:
+        context = {
+            "title": f"Teams of token {token['name']}",
+            "nav": "tokens",
+            "token": token,
+            "error": error,
+            "team_names": _teams(request).names(),
+            "team_roles": TEAM_ROLES,
+            "team_rows": [*rows, *([("", "viewer")] * BLANK_TEAM_ROWS)],
+        }
+        return pages.render(request, "token_teams.html", context, status=status)
+
+    @routes.get("/{token_id}/teams")
+    def teams_form(request: Request, ui: Admin, token_id: TokenId) -> Response:
+        found = _find(request, token_id)
+        if found is None:
+            return not_found(request, token_id)
+        return teams_page(request, found, sorted(found["teams"].items()))
+
+    @routes.post("/{token_id}/teams")
+    async def set_teams(request: Request, form: AdminForm, token_id: TokenId) -> Response:
+        ui, fields = form
+        rows = _team_rows(fields.getlist("team"), fields.getlist("role"))
+        try:
+            teams = _memberships(rows)
+            info = await run_in_threadpool(
+                lambda: _tokens(request).set_teams(token_id, teams, actor=ui.principal.actor())
+            )
+        except NotFound:
+            return await run_in_threadpool(not_found, request, token_id)
+        except CatalogError as exc:
+            detail, status = exc.detail, exc.status
+            found = await run_in_threadpool(_find, request, token_id)
+            if found is None:
+                return await run_in_threadpool(not_found, request, token_id)
+            return await run_in_threadpool(lambda: teams_page(request, found, rows, error=detail, status=status))
+        described = ", ".join(f"{team} ({role})" for team, role in sorted(info["teams"].items())) or "no team"
+        response = RedirectResponse("/ui/tokens", status_code=303)
+        set_flash(
+            response,
+            f"Token {info['name']} now belongs to {described}: "
+            "its agents and sessions see that from their next request.",
+            secure=is_https(request),
+        )
+        return response
+
+    def not_found(request: Request, token_id: int) -> Response:
+        return pages.render(
+            request,
+            "error.html",
+            {"title": "Not found", "status": 404, "message": f"There is no token {token_id}.", "details": []},
+            status=404,
+        )
+
     @routes.get("/{token_id}/revoke")
     def revoke_confirm(request: Request, ui: Admin, token_id: TokenId) -> Response:
-        found = next((t for t in _tokens(request).list_tokens() if t["id"] == token_id), None)
+        found = _find(request, token_id)
         if found is None:
-            return pages.render(
-                request,
-                "error.html",
-                {"title": "Not found", "status": 404, "message": f"There is no token {token_id}.", "details": []},
-                status=404,
-            )
+            return not_found(request, token_id)
         context = {
             "title": f"Revoke token {found['name']}?",
             "nav": "tokens",
@@ -114,6 +179,10 @@ def router(pages: Pages) -> APIRouter:
         return response
 
     return routes
+
+
+def _find(request: Request, token_id: int) -> dict[str, Any] | None:
+    return next((t for t in _tokens(request).list_tokens() if t["id"] == token_id), None)
 
 
 def _text(value: object) -> str:

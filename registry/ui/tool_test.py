@@ -402,7 +402,7 @@ def router(pages: Pages) -> APIRouter:
         else:
             arguments = read_fields(form, fields, limits)
             if form.has_errors:
-                error = "Some fields could not be read: see the messages below them."
+                error = "Some fields need attention (see the messages below them): nothing was sent."
 
         def again(**extra: Any) -> Response:
             return page(

@@ -147,6 +147,30 @@ def test_ending_a_session_on_one_replica_ends_it_on_the_other(replicas: tuple[Re
     )
 
 
+def test_a_tokens_teams_changed_on_one_replica_apply_at_once_on_the_other(replicas: tuple[Replica, Replica]) -> None:
+    """Issue 25, item 8: the change is announced (TOKEN_CHANGED_CHANNEL), so the other replica
+    forgets the token's cached verification well before that cache would expire (5 s)."""
+    a, b = replicas
+    suffix = secrets.token_hex(3)
+    team, prompt = f"rteam-{suffix}", f"rprompt-{suffix}"
+    with httpx.Client(base_url=b.url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=15) as admin:
+        assert admin.post("/api/v1/teams", json={"name": team}).status_code == 201
+        made = admin.post("/api/v1/prompts", json={"name": prompt, "template": "Hi", "team": team})
+        assert made.status_code == 201, made.text
+        token = admin.post("/api/v1/tokens", json={"name": f"ragent-{suffix}", "scopes": ["agent"]}).json()
+        agent = a.mcp()
+        agent.extra_headers = {"Authorization": f"Bearer {token['token']}"}
+        agent.initialize("2025-11-25")
+
+        def listed() -> set[str]:
+            return {p["name"] for p in agent.request("prompts/list", {})["result"]["prompts"]}
+
+        assert prompt not in listed()  # the token is verified (and cached) on a
+        changed = admin.put(f"/api/v1/tokens/{token['id']}/teams", json={"teams": {team: "viewer"}})
+        assert changed.status_code == 200, changed.text
+        wait_until(lambda: prompt in listed(), "a to see the token's new team", timeout=3, interval=0.1)
+
+
 class RoundRobinBalancer:
     """A plain TCP load balancer: each new connection goes to the next replica (no affinity)."""
 

@@ -86,16 +86,25 @@ class UiServer:
         return {p["name"] for p in answer["result"]["prompts"]}
 
     def create_prompt(
-        self, template: str, *, versions: tuple[str, ...] = (), prefix: str = "ui-probe", title: str = "UI probe"
+        self,
+        template: str,
+        *,
+        versions: tuple[str, ...] = (),
+        prefix: str = "ui-probe",
+        title: str = "UI probe",
+        arguments: list[dict[str, Any]] | None = None,
     ) -> str:
-        """A new prompt (a fresh name) with ``template`` as v1 and each of ``versions`` saved after it."""
+        """A new prompt (a fresh name) with ``template`` as v1 and each of ``versions`` saved after it;
+        its ``arguments`` (as the API takes them) default to one required ``who``."""
         name = f"{prefix}-{secrets.token_hex(4)}"
         spec: dict[str, Any] = {
             "name": name,
             "title": title,
             "description": "A prompt the web UI tests change",
             "tags": ["ui-test"],
-            "arguments": [{"name": "who", "description": "whom to greet", "required": True}],
+            "arguments": arguments
+            if arguments is not None
+            else [{"name": "who", "description": "whom to greet", "required": True}],
         }
         with self.admin() as admin:
             created = admin.post("/api/v1/prompts", json={**spec, "template": template, "change_note": "first"})
@@ -264,6 +273,27 @@ class UiPage:
         value = self.page.locator('input[name="csrf_token"]').first.get_attribute("value")
         assert value
         return value
+
+
+def fill_template(page: Page, field_id: str, text: str) -> None:
+    """Replace the text of the template field ``textarea#field_id`` as a person would: in the code
+    editor drawn in front of it (the textarea is hidden and follows it), or, with JavaScript off,
+    in the textarea itself. Waits until the textarea (what the form posts) holds ``text``."""
+    from playwright.sync_api import expect
+
+    textarea = page.locator(f"#{field_id}")
+    if textarea.get_attribute("data-code-editor-on") is None:
+        textarea.fill(text)
+        return
+    content = page.locator(f"#{field_id} + .cm-editor .cm-content")
+    content.click()
+    page.keyboard.press("ControlOrMeta+a")
+    if text:
+        # One insertion, as a paste would be: typed key by key, brackets would be closed for us.
+        page.keyboard.insert_text(text)
+    else:
+        page.keyboard.press("Delete")
+    expect(textarea).to_have_value(text)
 
 
 @pytest.fixture

@@ -227,7 +227,7 @@ def test_token_created_shown_once_works_on_mcp_then_revoked(ui: UiPage, ui_serve
     ui.goto("/ui/tokens")
     ui.shot("tokens")
     ui.page.get_by_label("Name").fill("ui-agent")
-    ui.page.get_by_role("checkbox", name="agent").check()
+    ui.page.get_by_role("radio", name="agent", exact=True).check()
     ui.page.get_by_label("Label (agent tokens)").fill("staging")
     ui.page.get_by_label("Expires in (days)").fill("7")
     ui.page.get_by_role("button", name="Create token").click()
@@ -273,14 +273,21 @@ def test_token_created_shown_once_works_on_mcp_then_revoked(ui: UiPage, ui_serve
         )
     assert refused.status_code == 401, refused.text
 
-    # Bad input: a clear message, nothing written.
+    # Bad input: a clear message, nothing written (a role is required: the browser asks for one
+    # first; the server refuses a form without one too, keeping what was typed).
     before = ui.page.locator("table.tokens tbody tr").count()
+    expect(ui.page.get_by_role("radio", name="viewer", exact=True)).to_have_attribute("required", "")
     ui.page.get_by_label("Name").fill("no-scope")
+    ui.page.get_by_label("Label (agent tokens)").fill("Not A Label")
+    ui.page.get_by_role("radio", name="viewer", exact=True).check()
     ui.page.get_by_role("button", name="Create token").click()
     ui.check()
-    expect(ui.page.get_by_role("alert")).to_contain_text("scopes")
+    expect(ui.page.get_by_role("alert")).to_contain_text("invalid label")
     expect(ui.page.get_by_label("Name")).to_have_value("no-scope")
+    expect(ui.page.get_by_role("radio", name="viewer", exact=True)).to_be_checked()
     assert ui.page.locator("table.tokens tbody tr").count() == before
+    no_role = ui.page.request.post(ui.url("/ui/tokens"), form={"csrf_token": ui.csrf_token(), "name": "no-scope"})
+    assert no_role.status == 422 and "scopes must be a non-empty subset" in no_role.text()
 
 
 def test_viewer_sees_no_edit_controls_and_its_forged_post_is_refused(ui: UiPage, ui_server: UiServer) -> None:

@@ -22,7 +22,7 @@ except ImportError:  # pragma: no cover - depends on the machine
     pytest.skip("playwright is not installed (pip install -e '.[test]')", allow_module_level=True)
 
 from tests.interop.mcp_wire import iter_sse
-from tests.ui.conftest import UiPage, UiServer
+from tests.ui.conftest import UiPage, UiServer, fill_template
 from tests.waiting import wait_until
 
 
@@ -73,7 +73,7 @@ def test_create_then_edit_a_prompt_with_live_checks_and_preview(ui: UiPage, ui_s
     assert page.get_by_label("Name", exact=True).input_value() == name, "the row button keeps what was typed"
     page.get_by_label("Argument 1 name").fill("who")
     page.get_by_label("Argument 1 required").check()
-    page.locator("#msg-0-text").fill("Hello {{ who }}")
+    fill_template(page, "msg-0-text", "Hello {{ who }}")
     expect(page.locator("#check-results")).to_contain_text("No problems", timeout=10_000)
     page.get_by_role("button", name="Create").click()
     ui.check()
@@ -83,16 +83,15 @@ def test_create_then_edit_a_prompt_with_live_checks_and_preview(ui: UiPage, ui_s
     with mcp_listener(ui_server) as notifications:
         page.get_by_role("link", name="Edit", exact=True).click()
         ui.check()
-        template = page.locator("#msg-0-text")
-        template.fill("Good day,\n{{ who ")
+        fill_template(page, "msg-0-text", "Good day,\n{{ who ")
         expect(page.locator("#check-results")).to_contain_text("Message 1, line 2", timeout=10_000)
-        template.fill("Good day, {{ who }}.\nSee {{ whom }}")
+        fill_template(page, "msg-0-text", "Good day, {{ who }}.\nSee {{ whom }}")
         issues = page.get_by_role("list", name="Problems")
         expect(issues).to_contain_text("whom", timeout=10_000)
         expect(issues).to_contain_text("line 2")
         ui.shot("prompt-editor-problem")
         page.get_by_label("Description", exact=True).fill("Second description")
-        template.fill("Good day, {{ who }}.\n{% if who == 'Ada' %}Welcome back!{% endif %}")
+        fill_template(page, "msg-0-text", "Good day, {{ who }}.\n{% if who == 'Ada' %}Welcome back!{% endif %}")
         expect(page.locator("#check-results")).to_contain_text("No problems", timeout=10_000)
         page.get_by_label("who", exact=True).fill("Ada")
         preview = page.get_by_label("Rendered message 1")
@@ -135,7 +134,7 @@ def test_two_people_editing_one_prompt_see_the_banner_then_the_conflict(
     expect(banner).to_be_hidden()
 
     # The other person saves first.
-    second_ui.page.locator("#msg-0-text").fill("Their text for {{ who }}")
+    fill_template(second_ui.page, "msg-0-text", "Their text for {{ who }}")
     second_ui.page.get_by_label("Change note").fill("their edit")
     second_ui.page.get_by_role("button", name="Save version 2").click()
     second_ui.check()
@@ -147,7 +146,7 @@ def test_two_people_editing_one_prompt_see_the_banner_then_the_conflict(
 
     # I had typed meanwhile; my save is refused and my text is kept.
     mine = "My own words for {{ who }}"
-    ui.page.locator("#msg-0-text").fill(mine)
+    fill_template(ui.page, "msg-0-text", mine)
     ui.page.get_by_label("Title", exact=True).fill("My title")
     ui.page.get_by_role("button", name="Save version 2").click()
     ui.check()

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from registry.ui.security import CONTENT_SECURITY_POLICY
 from tests.ui.conftest import CSRF, UiServer, csrf_of, sign_in
 
 BASE = re.compile(r'name="base_version" value="(\d+)"')
@@ -364,3 +365,20 @@ def test_deeply_nested_stored_samples_are_a_problem_on_the_form(editor: httpx.Cl
     assert saved.status_code in (200, 422), saved.text[:500]
     assert "sample argument sets: JSON nested deeper than 64 levels" in html.unescape(saved.text)
     assert editor.get(f"/ui/prompts/{name}").status_code == 404  # nothing saved
+
+
+def test_only_the_code_editor_pages_allow_a_style_nonce_a_fresh_one_each_time(editor: httpx.Client) -> None:
+    nonces = []
+    for _ in range(2):
+        page = editor.get("/ui/prompts/-/new")
+        found = re.search(r'<meta property="csp-nonce" nonce="([^"]+)">', page.text)
+        assert found, page.text[:2000]
+        nonce = found.group(1)
+        strict_but_the_nonce = CONTENT_SECURITY_POLICY.replace("style-src 'self'", f"style-src 'self' 'nonce-{nonce}'")
+        assert page.headers["content-security-policy"] == strict_but_the_nonce
+        nonces.append(nonce)
+    assert nonces[0] != nonces[1]
+    for path in ("/ui/prompts", "/ui/tools/-/new", "/ui/resources/-/new"):
+        page = editor.get(path)
+        assert page.headers["content-security-policy"] == CONTENT_SECURITY_POLICY, path
+        assert "csp-nonce" not in page.text, path

@@ -24,7 +24,7 @@ except ImportError:  # pragma: no cover - depends on the machine
     pytest.skip("playwright is not installed (pip install -e '.[test]')", allow_module_level=True)
 
 from tests.serve_process import ServerProcess, issue_token
-from tests.ui.conftest import UiPage, UiServer
+from tests.ui.conftest import UiPage, UiServer, fill_template
 
 
 class GuardedServer(UiServer):
@@ -86,7 +86,7 @@ def test_an_editor_save_is_reviewed_and_published_by_someone_else(
     expect(page.locator("#f-protected-help")).to_contain_text("production is protected")
     review_box = page.get_by_label("Request review to move production")
     expect(review_box).to_be_checked()
-    page.locator("#msg-0-text").fill("Good day, {{ who }}!")
+    fill_template(page, "msg-0-text", "Good day, {{ who }}!")
     page.get_by_label("Change note").fill("friendlier")
     page.get_by_role("button", name="Save version 2").click()
     ui.check()

@@ -18,7 +18,7 @@ except ImportError:  # pragma: no cover - depends on the machine
         raise
     pytest.skip("playwright is not installed (pip install -e '.[test]')", allow_module_level=True)
 
-from tests.ui.conftest import UiPage, UiServer, csrf_of, sign_in
+from tests.ui.conftest import UiPage, UiServer, csrf_of, fill_template, sign_in
 
 
 def _prompt(name: str, team: str | None) -> dict[str, object]:
@@ -100,7 +100,7 @@ def test_a_team_editor_sees_and_edits_only_global_and_own_entries(
     page = member.page
     assert page.get_by_label("Team", exact=True).locator("option").all_inner_texts() == [team]
     page.get_by_label("Name", exact=True).fill(created)
-    page.locator("#msg-0-text").fill("Hello from the team")
+    fill_template(page, "msg-0-text", "Hello from the team")
     page.get_by_role("button", name="Create").click()
     member.check()
     expect(page.get_by_role("status").first).to_contain_text(f"Created {created} v1")

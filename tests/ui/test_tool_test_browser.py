@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -58,7 +59,7 @@ def test_fill_the_generated_form_run_and_watch_progress_before_the_result(
     page.get_by_label("Text (required) string").fill("from the browser")
     page.get_by_label("mode").select_option("fast")
     page.get_by_label("count (required) integer").fill("5")
-    page.get_by_label("loud").check()
+    page.get_by_label("loud").select_option(label="true")  # an optional boolean: a choice, not a checkbox
     page.get_by_label("tags").fill('["x", "y"]')
     ui.shot("tool-test-form")
 
@@ -157,5 +158,103 @@ def test_without_javascript_the_form_posts_and_shows_the_result(
         page.get_by_role("heading", name="Result").scroll_into_view_if_needed()
         ui.shot("tool-test-no-javascript")
         assert not ui.errors, ui.errors
+    finally:
+        context.close()
+
+
+#: A tool with a required string, an optional boolean and an optional integer (issue 25, item 9).
+OPTIONAL_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "query": {"type": "string", "title": "Query"},
+        "strict": {"type": "boolean", "title": "Strict", "description": "Match exactly"},
+        "limit": {"type": "integer", "title": "Limit"},
+    },
+    "required": ["query"],
+}
+
+
+def test_a_required_string_left_empty_is_refused_and_an_optional_boolean_can_be_left_out(
+    ui: UiPage, ui_server: UiServer, webhook: Hook
+) -> None:
+    key = secrets.token_hex(4)
+    name = make_tool(ui_server, webhook.url(f"/record?key={key}"), schema=OPTIONAL_SCHEMA)
+    ui.sign_in(ui.server.editor_token)
+    ui.goto(f"/ui/tools/{name}/test")
+    page = ui.page
+    query = page.get_by_label("Query (required) string")
+    strict = page.get_by_label("Strict boolean")
+    expect(strict).to_have_value("")  # "leave out" unless chosen
+    expect(strict.locator("option:checked")).to_have_text("(leave out)")
+
+    # The required string left empty: refused at the field, focused, and nothing is sent.
+    page.get_by_role("button", name="Run").click()
+    expect(page.get_by_role("alert")).to_contain_text("nothing was sent")
+    expect(query).to_have_attribute("aria-invalid", "true")
+    expect(query).to_have_accessible_description(
+        "Query: required: type a value, or tick “send an empty string” to send one"
+    )
+    expect(query).to_be_focused()
+    ui.check()
+    ui.shot("tool-test-required-refused")
+    assert webhook.state.received.get(key) is None, "a form with a required field left empty was sent"
+
+    def run_and_receive(expected: dict[str, object]) -> None:
+        calls = len(webhook.state.received.get(key, []))
+        page.get_by_role("button", name="Run").click()
+        expect(page.locator("#test-result pre").first).to_have_text(json.dumps(expected, sort_keys=True))
+        assert webhook.state.received[key][calls:] == [expected]
+
+    # Filled in, the boolean left out: the webhook gets the string only (no false, no 0).
+    query.fill("refunds")
+    run_and_receive({"query": "refunds"})
+    expect(page.get_by_role("alert")).to_have_count(0)
+    expect(query).not_to_have_attribute("aria-invalid", "true")
+    # false, chosen: sent as false.
+    strict.select_option(label="false")
+    run_and_receive({"query": "refunds", "strict": False})
+    strict.select_option(label="true")
+    page.get_by_label("Limit integer").fill("0")
+    run_and_receive({"query": "refunds", "strict": True, "limit": 0})
+    # An empty string, asked for explicitly.
+    query.fill("")
+    page.get_by_label("Query: send an empty string when left empty").check()
+    strict.select_option(label="(leave out)")
+    page.get_by_label("Limit integer").fill("")
+    run_and_receive({"query": ""})
+    ui.check()
+
+
+def test_without_javascript_a_required_string_left_empty_is_refused_by_the_server(
+    browser: Browser, ui_server: UiServer, axe_source: str, screenshot_dir: Path, webhook: Hook
+) -> None:
+    key = secrets.token_hex(4)
+    name = make_tool(ui_server, webhook.url(f"/record?key={key}"), schema=OPTIONAL_SCHEMA)
+    context = browser.new_context(java_script_enabled=False, viewport={"width": 1366, "height": 860})
+    try:
+        ui = UiPage(context, ui_server, axe_source, screenshot_dir)
+        ui.goto("/ui/signin", check=False)
+        ui.page.get_by_label("API token").fill(ui_server.editor_token)
+        ui.page.get_by_role("button", name="Sign in").click()
+        ui.goto(f"/ui/tools/{name}/test", check=False)
+        page = ui.page
+        page.get_by_label("Strict boolean").select_option(label="false")
+        page.get_by_role("button", name="Run").click()
+        page.wait_for_load_state("load")
+        expect(page.get_by_role("alert")).to_contain_text("nothing was sent")
+        expect(page.locator("#arg-0-error")).to_have_text(
+            "Query: required: type a value, or tick “send an empty string” to send one"
+        )
+        expect(page.get_by_label("Strict boolean")).to_have_value("1")  # what was chosen is kept
+        assert webhook.state.received.get(key) is None
+        page.get_by_label("Query (required) string").fill("no script")
+        page.get_by_role("button", name="Run").click()
+        page.wait_for_load_state("load")
+        expect(page.locator("#test-result pre").first).to_have_text(
+            json.dumps({"query": "no script", "strict": False}, sort_keys=True)
+        )
+        assert webhook.state.received[key] == [{"query": "no script", "strict": False}]
+        # The refusal is a 400 page, which Chromium logs as a failed load: nothing else may be logged.
+        assert [e for e in ui.errors if "status of 400" not in e] == [], ui.errors
     finally:
         context.close()

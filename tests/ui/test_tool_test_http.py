@@ -65,6 +65,8 @@ SCHEMA: dict[str, Any] = {
 @dataclass
 class HookState:
     hits: dict[str, int] = field(default_factory=dict)
+    #: The arguments each call of ``/record?key=`` carried, by key, in order.
+    received: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     #: Set when a stream of ``/forever?key=`` ended (the registry hung up).
     closed: dict[str, threading.Event] = field(default_factory=dict)
 
@@ -116,6 +118,12 @@ def _hook_app(state: HookState) -> ASGIApp:
         body = b"".join(_line({"log": {"level": "debug", "data": f"line {n}"}}) for n in range(1, 301))
         return Response(body + _line({"result": {"content": [{"type": "text", "text": "many"}]}}), media_type=NDJSON)
 
+    async def record(request: Request) -> Response:
+        """Keeps the arguments it was called with (under ``?key=``) and answers them as text."""
+        arguments = json.loads(await request.body())["arguments"]
+        state.received.setdefault(request.query_params.get("key", ""), []).append(arguments)
+        return JSONResponse({"content": [{"type": "text", "text": json.dumps(arguments, sort_keys=True)}]})
+
     async def html_result(request: Request) -> Response:
         return JSONResponse({"content": [{"type": "text", "text": "<img src=x onerror=alert(1)><b>bold</b>"}]})
 
@@ -127,6 +135,7 @@ def _hook_app(state: HookState) -> ASGIApp:
             Route("/slow", slow, methods=["POST"]),
             Route("/forever", forever, methods=["POST"]),
             Route("/html", html_result, methods=["POST"]),
+            Route("/record", record, methods=["POST"]),
             Route("/many", many, methods=["POST"]),
             Route("/status/500", failing, methods=["POST"]),
         ]
@@ -242,7 +251,14 @@ def test_the_form_is_generated_from_the_input_schema(editor: httpx.Client, ui_se
     assert count and 'value="3"' in count.group(0) and 'min="1"' in count.group(0) and 'max="10"' in count.group(0)
     assert 'step="1"' in count.group(0) and 'aria-required="true"' in count.group(0)
     assert re.search(r'<input type="number" id="arg-3" name="arg.ratio" value="" step="any"', text)
-    assert '<input type="checkbox" id="arg-4" name="arg.loud" value="true" aria-describedby="arg-4-help">' in text
+    # An optional boolean: "leave out" (the default here), true or false; never a checkbox.
+    loud = re.search(r'<select id="arg-4" name="arg.loud".*?</select>', text, re.S)
+    assert loud and '<option value="" selected>(leave out)</option>' in loud.group(0)
+    assert "<option value=\"0\" data-json='true'>true</option>" in loud.group(0)
+    assert "<option value=\"1\" data-json='false'>false</option>" in loud.group(0)
+    assert 'name="arg.loud" value="true"' not in text
+    # A string: its "send an empty string" box.
+    assert '<input type="checkbox" id="arg-0-empty" name="empty.text" value="true">' in text
     assert re.search(r'<textarea id="arg-5" name="arg.tags"', text)
     assert 'id="mode-form" name="mode" value="form" checked' in text
     assert '<textarea id="arguments-json" name="arguments_json"' in text
@@ -310,7 +326,7 @@ def test_the_streamed_run_shows_progress_before_the_result_and_matches_tools_cal
     # Streamed, not buffered: the first progress arrived while the webhook still had ~3 steps to go.
     assert result_event.at - notes[0].at >= 2.5 * STEP_S, [(e.name, round(e.at, 2)) for e in events]
     assert notes[0].data["t"] < notes[-1].data["t"] <= result_event.data["t"]
-    arguments = {"text": "streamed", "mode": "fast", "count": 4, "ratio": 0.5, "loud": False, "tags": ["a", "b"]}
+    arguments = {"text": "streamed", "mode": "fast", "count": 4, "ratio": 0.5, "tags": ["a", "b"]}
     assert result_event.data["result"]["structuredContent"] == arguments
     assert result_event.data["result"] == agent_call(ui_server, name, arguments)
     assert result_event.data["omitted"] == 0
@@ -363,11 +379,19 @@ def test_failures_are_results_or_form_errors_and_nothing_crashes(
     assert streamed_error.status_code == 400 and streamed_error.headers["content-type"].startswith("text/html")
     assert hook.state.hits.get("/slow", 0) == hits, "no webhook call for a form error"
 
-    # Arguments the schema refuses: an isError result, exactly as an agent gets it.
-    _, events = stream_events(editor, path, form_body(csrf, **{"arg.count": "99"}), csrf)
+    # A required string left empty: a form error at the field, nothing sent.
+    empty = editor.post(path, data=form_body(csrf, **{"arg.text": "", "arg.count": "2"}))
+    assert empty.status_code == 400 and "nothing was sent" in empty.text
+    assert "Text: required: type a value, or tick “send an empty string” to send one" in empty.text
+    assert hook.state.hits.get("/slow", 0) == hits, "no webhook call for a required field left empty"
+
+    # Arguments the schema refuses: an isError result, exactly as an agent gets it. (An empty
+    # string, sent because its box says so.)
+    fields = {"arg.text": "", "empty.text": "true", "arg.count": "99"}
+    _, events = stream_events(editor, path, form_body(csrf, **fields), csrf)
     result = events[-1].data["result"]
     assert result["isError"] is True and "invalid arguments" in result["content"][0]["text"]
-    assert result == agent_call(ui_server, name, {"text": "", "count": 99, "loud": False})
+    assert result == agent_call(ui_server, name, {"text": "", "count": 99})
 
     failing = make_tool(ui_server, hook.url("/status/500"), schema={"type": "object"})
     page = editor.post(f"/ui/tools/{failing}/test", data=form_body(csrf, mode="json", arguments_json="{}"))
@@ -504,13 +528,44 @@ def test_the_notifications_shown_are_bounded(tmp_path: Path, hook: Hook) -> None
 
 def test_form_fields_read_back_as_arguments() -> None:
     form = build_form(SCHEMA)
-    assert [f.widget for f in form.fields] == ["text", "select", "integer", "number", "checkbox", "json"]
-    sent = {"arg.text": "", "arg.mode": "1", "arg.count": "7", "arg.ratio": "", "arg.tags": "", "arg.loud": "true"}
-    assert read_fields(form, sent) == {"text": "", "mode": "careful", "count": 7, "loud": True}
+    assert [f.widget for f in form.fields] == ["text", "select", "integer", "number", "select", "json"]
+    sent = {"arg.text": "", "empty.text": "true", "arg.mode": "1", "arg.count": "7", "arg.ratio": "", "arg.tags": ""}
+    assert read_fields(form, {**sent, "arg.loud": "0"}) == {"text": "", "mode": "careful", "count": 7, "loud": True}
+    assert read_fields(form, {**sent, "arg.loud": "1"}) == {"text": "", "mode": "careful", "count": 7, "loud": False}
+    assert read_fields(form, {**sent, "arg.loud": ""}) == {"text": "", "mode": "careful", "count": 7}
+    assert not form.has_errors
     bad = read_fields(form, {"arg.mode": "5", "arg.ratio": "nan", "arg.tags": "[1,", "arg.count": "1.5"})
-    assert bad == {"text": "", "loud": False}
+    assert bad == {}
     errors = {f.name: f.error for f in form.fields if f.error}
-    assert set(errors) == {"mode", "ratio", "tags", "count"}
+    assert set(errors) == {"text", "mode", "ratio", "tags", "count"}
+    assert errors["text"] == "required: type a value, or tick “send an empty string” to send one"
+    # Required fields left empty are refused at the field, whatever their kind; optional ones left out.
+    kinds: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "s": {"type": "string"},
+            "n": {"type": "number"},
+            "i": {"type": "integer"},
+            "e": {"enum": ["a", "b"]},
+            "o": {"type": "object"},
+            "b": {"type": "boolean"},
+        },
+    }
+    optional = build_form(kinds)
+    assert read_fields(optional, {}) == {} and not optional.has_errors
+    assert read_fields(optional, {"empty.s": "true", "arg.n": "0", "arg.i": "0"}) == {"s": "", "n": 0, "i": 0}
+    required = build_form({**kinds, "required": list(kinds["properties"])})
+    assert read_fields(required, {}) == {"b": False}  # a required boolean stays a checkbox: unchecked is false
+    assert {f.name: f.error for f in required.fields if f.error} == {
+        "s": "required: type a value, or tick “send an empty string” to send one",
+        "n": "required: enter a number",
+        "i": "required: enter a whole number",
+        "e": "required: choose a value",
+        "o": "required: enter a JSON value",
+    }
+    # An optional boolean with a default starts on it.
+    defaulted = build_form({"type": "object", "properties": {"b": {"type": "boolean", "default": False}}})
+    assert defaulted.fields[0].widget == "select" and defaulted.fields[0].value == "1"
     assert read_raw_json("") == {} and read_raw_json('{"a": [1]}') == {"a": [1]}
     with pytest.raises(FormInputError, match="REGISTRY_LIMIT_JSON_DEPTH"):
         read_raw_json("[" * 100 + "]" * 100)
