@@ -228,7 +228,7 @@ def test_the_review_page_shows_what_the_author_typed_in_the_editor(
     ui.sign_in(guarded.editor_token)
     ui.goto(f"/ui/prompts/{name}/edit")
     page = ui.page
-    page.locator("#msg-0-text").fill("Welcome, {{ who }}!")
+    fill_template(page, "msg-0-text", "Welcome, {{ who }}!")
     page.get_by_label("Change note").fill("warmer welcome for new customers")
     page.get_by_label("Request title (optional)").fill("Warmer welcome")
     page.get_by_label("Request description (optional)").fill("Support asked for it after the survey.")
@@ -336,7 +336,7 @@ def test_publish_when_approved_serves_agents_on_the_approval(
     ui.sign_in(guarded.editor_token)
     ui.goto(f"/ui/prompts/{name}/edit")
     page = ui.page
-    page.locator("#msg-0-text").fill("Greetings, {{ who }}.")
+    fill_template(page, "msg-0-text", "Greetings, {{ who }}.")
     page.get_by_label("Change note").fill("formal")
     page.get_by_label("Publish when approved").check()
     page.get_by_role("button", name="Save version 2").click()
