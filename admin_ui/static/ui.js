@@ -64,6 +64,28 @@
     window.addEventListener("pagehide", function () { source.close(); });
   }
 
+  // A request htmx sends after the session ended (token revoked, session expired) is answered 401
+  // with the session-ended alert (registry/ui/errors.py), not a redirect: the page stays. The
+  // alert goes into #session-ended where the page has one (the entry editors, whose edits
+  // drafts.js keeps); from anywhere else the browser goes to the sign-in page, as it did before
+  // (and comes back to that page after signing in).
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var detail = event.detail;
+    if (!detail.xhr || detail.xhr.status !== 401) { return; }
+    var box = document.getElementById("session-ended");
+    if (box) {
+      detail.target = box;
+      detail.swapOverride = "innerHTML";
+      detail.shouldSwap = true;
+      detail.isError = false;
+      return;
+    }
+    event.preventDefault();
+    // Replacing this page: Back after signing in does not return to a page whose session is gone.
+    var signin = detail.xhr.getResponseHeader("X-Sign-In") || "";
+    window.location.replace(signin.indexOf("/ui/signin?") === 0 ? signin : "/ui/signin");
+  });
+
   document.addEventListener("DOMContentLoaded", function () {
     setUpCopyButtons(document);
     setUpSelectOnFocus(document);

@@ -84,6 +84,9 @@ IfMatch = Annotated[
     ),
 ]
 
+#: A restore without a body: the default change note.
+_NO_NOTE = models.VersionRestore()
+
 ETAG_HEADER = {"description": 'the newest version of the entry, as an ETag (`"v3"`)', "schema": {"type": "string"}}
 ENTRY_HEADERS = {"ETag": ETAG_HEADER}
 
@@ -437,6 +440,39 @@ def entry_router(collection: str, kind: str) -> APIRouter:
         request: Request, name: EntryName, number: VersionPath, principal: ViewerPrincipal
     ) -> dict[str, Any]:
         return _catalog(request).get(kind, name, version=number, access=principal).as_dict()
+
+    @router.post(
+        "/{name}/versions/{number}/restore",
+        summary=f"Save an old version of a {kind} again, as its new version",
+        description="The new version is a copy of version `number` (write-only values as that version stored them), "
+        "with `change_note` (default `Restore vN`). Only `latest` moves to it: publish it by moving a label "
+        "(a change request, for a protected one). The body may be left out. Checked like any save (an old "
+        "version may fail today's checks: 422); `If-Match` as for `PUT`; restoring what the newest version already "
+        "says writes nothing.",
+        operation_id=f"restore{title}Version",
+        responses={**documented(*ALWAYS, *WITH_BODY, 404, 409, 412), 200: saved},
+        response_model=entry_model,
+        response_model_exclude_unset=True,
+    )
+    def restore_version(
+        request: Request,
+        response: Response,
+        name: EntryName,
+        number: VersionPath,
+        principal: WriterPrincipal,
+        body: Annotated[models.VersionRestore, Body()] = _NO_NOTE,
+        if_match: IfMatch = None,
+    ) -> dict[str, Any]:
+        result = _catalog(request).restore_version(
+            kind,
+            name,
+            number,
+            actor=principal.actor(),
+            if_match=if_match,
+            note=body.change_note,
+            access=principal,
+        )
+        return _saved_response(result, response)
 
     @router.get(
         "/{name}/diff",

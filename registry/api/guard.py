@@ -17,11 +17,16 @@ every path under its prefixes (``/api/``):
    neither a deep nesting (``RecursionError``) nor a million tiny items reach ``json.loads``.
 
 Refusals are RFC 9457 problem+json naming the limit (``REGISTRY_LIMIT_...``).
+
+A client that leaves before its body is whole (a closed tab, a cancelled script) is nobody to
+answer and nothing gone wrong: a debug line, no traceback (FastAPI turns a body it could not read
+into a 400 that is sent to no one).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -36,6 +41,8 @@ from registry.api.problems import problem
 from registry.boundedjson import JsonStructureError, check_structure
 from registry.limits import LimitExceeded, Limits, env_name
 from registry.tokens import Principal, TokenService
+
+log = logging.getLogger("registry.api")
 
 #: Bodies larger than this have their JSON structure measured on a worker thread.
 _SCAN_IN_THREAD_BYTES = 256 * 1024
@@ -101,6 +108,7 @@ class RequestGuard:
                 await _too_large_response(exc.error)(scope, receive, send)
                 return
             if body is None:  # the client went away: nobody to answer
+                _left(scope)
                 return
             refusal = await self._check_json(body)
             if refusal is not None:
@@ -138,14 +146,18 @@ class RequestGuard:
         """Pass a non-JSON body through as it arrives, refusing it once it passes ``limit``."""
         received = 0
         started = False
+        whole = False
 
         async def counted_receive() -> Message:
-            nonlocal received
+            nonlocal received, whole
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
+                whole = not message.get("more_body", False)
                 if received > limit:
                     raise _BodyTooLarge(error)
+            elif message["type"] == "http.disconnect" and not whole:
+                _left(scope)
             return message
 
         async def watched_send(message: Message) -> None:
@@ -160,6 +172,10 @@ class RequestGuard:
             if started:
                 raise
             await _too_large_response(exc.error)(scope, receive, send)
+
+
+def _left(scope: Scope) -> None:
+    log.debug("client left during %s %s before its body was read", scope.get("method"), scope.get("path"))
 
 
 def _is_json(headers: Headers) -> bool:

@@ -724,6 +724,17 @@ class LabelMove(BaseModel):
     )
 
 
+class VersionRestore(BaseModel):
+    """What a restore says about itself (the body is optional)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"change_note": "Back to v2"}]})
+
+    change_note: str | None = Field(
+        default=None,
+        description="why (shown in the history; default `Restore vN`; at most REGISTRY_LIMIT_CHANGE_NOTE_CHARS)",
+    )
+
+
 # ------------------------------------------------------------------ previews and test calls
 
 

@@ -316,6 +316,11 @@ def _entry_links(collection: str) -> dict[str, Any]:
             "parameters": {**name, "number": version},
             "description": "the version just saved",
         },
+        f"Restore{kind}Version": {
+            "operationId": f"restore{kind}Version",
+            "parameters": {**name, "number": version, "header.if-match": "$response.header.ETag"},
+            "description": "restore the version just saved (as the newest: a no-op until later saves)",
+        },
         f"Diff{kind}Versions": {
             "operationId": f"diff{kind}Versions",
             "parameters": {**name, "from": version, "to": version},

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from registry.catalog.errors import Forbidden, NotFound
+from registry.catalog.errors import Forbidden, NotFound, Subject
 
 
 class Access(Protocol):
@@ -27,15 +27,17 @@ class Access(Protocol):
         ...
 
 
-def check_sees(access: Access | None, team: str | None, what: str) -> None:
-    """NotFound (as if it did not exist: its name is not disclosed either) when hidden."""
+def check_sees(access: Access | None, team: str | None, what: str, *, about: Subject | None = None) -> None:
+    """NotFound (as if it did not exist: its name is not disclosed either) when hidden; ``about``:
+    what the refusal names (as a missing one's would, so the two still answer alike)."""
     if access is not None and not access.sees(team):
-        raise NotFound(f"{what} does not exist")
+        raise NotFound(f"{what} does not exist", about=about)
 
 
-def check_may(access: Access | None, role: str, team: str | None, what: str) -> None:
-    """NotFound when ``access`` cannot see it; Forbidden when it sees it without ``role``."""
-    check_sees(access, team, what)
+def check_may(access: Access | None, role: str, team: str | None, what: str, *, about: Subject | None = None) -> None:
+    """NotFound when ``access`` cannot see it (``about`` as for ``check_sees``); Forbidden when it
+    sees it without ``role``."""
+    check_sees(access, team, what, about=about)
     if access is not None and not access.may(role, team):
         where = f"team {team!r}" if team is not None else "global entries"
         raise Forbidden(f"{what}: this needs the {role} role on {where}")

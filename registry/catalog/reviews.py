@@ -55,7 +55,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from registry.catalog.access import Access, check_may, check_sees
 from registry.catalog.checks import CheckReport, run_checks
-from registry.catalog.errors import Conflict, Forbidden, Invalid, NotFound, RequestPending
+from registry.catalog.errors import Conflict, Forbidden, Invalid, NotFound, RequestPending, Subject
 from registry.catalog.protection import (
     OPEN_STATES,
     STATES,
@@ -134,7 +134,10 @@ class ChangeRequestService:
             stmt = stmt.with_for_update()
         request = session.scalar(stmt)
         if request is None:
-            raise NotFound(f"change request #{request_id} does not exist")
+            raise NotFound(
+                f"change request #{request_id} does not exist",
+                about=Subject(request_id=request_id, missing="request"),
+            )
         team = session.scalar(select(Entry.team).where(Entry.kind == request.kind, Entry.name == request.name))
         team = team if team is not None else request.team
         check_sees(access, request.team, f"change request #{request_id}")
@@ -424,19 +427,24 @@ class ChangeRequestService:
             protected = self.protection.protected_in(session, [label])
             if label not in protected:
                 raise Conflict(
-                    f"label {label!r} is not protected: move it directly (PUT /api/v1/{kind}s/{name}/labels/{label})"
+                    f"label {label!r} is not protected: move it directly (PUT /api/v1/{kind}s/{name}/labels/{label})",
+                    about=Subject(kind=kind, name=name, label=label),
                 )
             number = to_version if to_version is not None else entry.latest_version
             self.catalog.version_in(session, entry, number)  # 404 for a version it does not have
             current = next((lb.version for lb in entry.labels if lb.name == label), None)
             if current == number:
-                raise Conflict(f"{label} already serves v{number} of {kind} {name!r}")
+                raise Conflict(
+                    f"{label} already serves v{number} of {kind} {name!r}",
+                    about=Subject(kind=kind, name=name, version=number, label=label),
+                )
             pending = pending_request(session, kind, name, label, number)
             if pending is not None:
                 raise RequestPending(
                     f"change request #{pending} already asks to move {label} of {kind} {name!r} to v{number}: "
                     "review or withdraw it there",
                     request_id=pending,
+                    about=Subject(kind=kind, name=name, version=number, label=label, request_id=pending),
                 )
             request = open_request(
                 session,
@@ -505,7 +513,10 @@ class ChangeRequestService:
             if notice is not None:
                 return {**self._detail_in(session, request, viewer), "notice": notice}
             if request.state not in allowed:
-                raise Conflict(f"change request #{request_id} is {request.state}; this needs it {' or '.join(allowed)}")
+                raise Conflict(
+                    f"change request #{request_id} is {request.state}; this needs it {' or '.join(allowed)}",
+                    about=Subject(request_id=request_id),
+                )
             seen = request.state
             values = change(session, request)
             values.setdefault("updated_at", utcnow())
@@ -518,7 +529,10 @@ class ChangeRequestService:
                 .execution_options(synchronize_session=False)
             )
             if swapped.rowcount != 1:  # type: ignore[attr-defined]
-                raise Conflict(f"change request #{request_id} changed concurrently; reload it")
+                raise Conflict(
+                    f"change request #{request_id} changed concurrently; reload it",
+                    about=Subject(request_id=request_id),
+                )
             state = values.get("state", seen)
             append_event(
                 session,
@@ -608,7 +622,8 @@ class ChangeRequestService:
             if done(request) is None and request.state not in REVIEWABLE:
                 raise Conflict(
                     f"change request #{request_id} is {request.state}; only requests in review take verdicts"
-                    + (" (submit it first)" if request.state == "draft" else "")
+                    + (" (submit it first)" if request.state == "draft" else ""),
+                    about=Subject(request_id=request_id),
                 )
 
         # Authorise before the (possibly slow) checks; then run them outside the write transaction.
@@ -662,7 +677,10 @@ class ChangeRequestService:
                 # The same reviewer's twin (another replica, a retry) committed first: once more,
                 # now reading its row, answers "already" (or records a verdict that differs).
                 if attempt == 2:
-                    raise Conflict(f"change request #{request_id} changed concurrently; reload it") from None
+                    raise Conflict(
+                        f"change request #{request_id} changed concurrently; reload it",
+                        about=Subject(request_id=request_id),
+                    ) from None
         self.catalog.committed(auto.get("change"))
         return self._finish(detail, diff, report)
 
@@ -756,7 +774,9 @@ class ChangeRequestService:
             .execution_options(synchronize_session=False)
         )
         if swapped.rowcount != 1:  # type: ignore[attr-defined]
-            raise Conflict(f"change request #{request.id} changed concurrently; reload it")
+            raise Conflict(
+                f"change request #{request.id} changed concurrently; reload it", about=Subject(request_id=request.id)
+            )
         append_event(
             session,
             kind="change_request",
@@ -817,10 +837,12 @@ class ChangeRequestService:
 
         def change(session: Session, request: ChangeRequest) -> dict[str, Any]:
             refusal = None if emergency else _publish_refusal(request, report)
-            if refusal is None:
-                published["change"], refusal = self._move_in(session, request, mover, f"change request #{request_id}")
             if refusal is not None:
-                raise Conflict(refusal)
+                raise Conflict(refusal, about=Subject(request_id=request_id))
+            published["change"], stale = self._move_in(session, request, mover, f"change request #{request_id}")
+            if stale is not None:
+                about = Subject(kind=request.kind, name=request.name, label=request.label, request_id=request_id)
+                raise Conflict(stale, about=about)
             now = utcnow()
             return {"state": "published", "published_at": now, "published_by": who.name[:128], "updated_at": now}
 

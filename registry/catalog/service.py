@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session, selectinload
 from registry.catalog import bulk
 from registry.catalog.access import Access, check_may, check_sees
 from registry.catalog.checks import embeds
-from registry.catalog.errors import Conflict, Forbidden, Invalid, NotFound, PreconditionFailed
+from registry.catalog.errors import Conflict, Forbidden, Invalid, NotFound, PreconditionFailed, Subject
 from registry.catalog.listing import listing_changed
 from registry.catalog.merge_patch import merge_patch
 from registry.catalog.preconditions import IfMatch, make_etag, parse_if_match
@@ -92,6 +92,8 @@ class EntryView:
     updated_at: datetime
     #: The team that owns the entry; None: a global entry, seen by everyone.
     team: str | None = None
+    #: When this version was saved (``created_at`` and ``updated_at`` are the entry's).
+    saved_at: datetime | None = None
 
     @property
     def etag(self) -> str:
@@ -419,12 +421,14 @@ class CatalogService:
             entry = self._lock_entry(session, kind, name)
         else:
             entry = session.scalar(select(Entry).where(Entry.kind == kind, Entry.name == name))
+        missing = Subject(kind=kind, name=name, missing="entry")
         if entry is None:
-            raise NotFound(f"{kind} {name!r} does not exist")
+            raise NotFound(f"{kind} {name!r} does not exist", about=missing)
+        # A hidden one answers as a missing one does: the same words, pointing the same way.
         if role is not None:
-            check_may(access, role, entry.team, f"{kind} {name!r}")
+            check_may(access, role, entry.team, f"{kind} {name!r}", about=missing)
         else:
-            check_sees(access, entry.team, f"{kind} {name!r}")
+            check_sees(access, entry.team, f"{kind} {name!r}", about=missing)
         return entry
 
     @staticmethod
@@ -433,7 +437,10 @@ class CatalogService:
             select(EntryVersion).where(EntryVersion.entry_id == entry.id, EntryVersion.number == number)
         )
         if version is None:
-            raise NotFound(f"{entry.kind} {entry.name!r} has no version {number}")
+            raise NotFound(
+                f"{entry.kind} {entry.name!r} has no version {number} (its newest is v{entry.latest_version})",
+                about=Subject(kind=entry.kind, name=entry.name, version=number, missing="version"),
+            )
         return version
 
     def _view(self, entry: Entry, version: EntryVersion) -> EntryView:
@@ -450,6 +457,7 @@ class CatalogService:
             created_at=entry.created_at,
             updated_at=entry.updated_at,
             team=entry.team,
+            saved_at=version.created_at,
         )
 
     @staticmethod
@@ -647,7 +655,7 @@ class CatalogService:
                 if access is not None and not access.sees(existing.team):
                     raise Conflict(name_taken(kind, spec.name))  # taken, not whose (nor archived or not)
                 hint = " (archived: restore it instead)" if existing.archived else ""
-                raise Conflict(f"{kind} {spec.name!r} already exists{hint}")
+                raise Conflict(f"{kind} {spec.name!r} already exists{hint}", about=Subject(kind=kind, name=spec.name))
             self._check_uri_free(session, spec, None, access)
             stored = self._seal(spec, None)
             now = utcnow()
@@ -695,8 +703,13 @@ class CatalogService:
         labels: list[str] | None = None,
         access: Access | None = None,
         review: ReviewAsk | None = None,
+        secrets_from: int | None = None,
     ) -> WriteResult:
         """Save ``raw`` as the entry's new version (a full replacement).
+
+        ``secrets_from``: the version whose stored write-only values a masked value (``********``)
+        keeps (default: the newest). An editor opened on an older version sends that version's
+        masked headers and secret: they mean "as that version had them", not "as the newest has".
 
         A save whose result equals the newest version (write-only values compared decrypted)
         writes nothing and answers that version (``changed=False``): re-saving what is there
@@ -719,9 +732,51 @@ class CatalogService:
                 labels=labels,
                 access=access,
                 review=review,
+                secrets_from=secrets_from,
             )
         except _Unchanged as unchanged:
             return self._unchanged_save(kind, name, unchanged.view, labels, actor=actor, access=access, review=review)
+
+    def restore_version(
+        self,
+        kind: str,
+        name: str,
+        number: int,
+        *,
+        actor: Actor | str,
+        if_match: str | None = None,
+        note: str | None = None,
+        access: Access | None = None,
+    ) -> WriteResult:
+        """Save version ``number``'s definition again, as the entry's new version ("Restore v6").
+
+        The new version is a copy of the stored one, write-only values included (as that version
+        had them, not the newest). Only ``latest`` moves to it: publishing it is a label move of its
+        own (reviewed, for a protected label), so a restore never changes what agents are served.
+        The note defaults to "Restore vN". It is a save like any other: checked against today's
+        rules (an old version may fail them: 422), refused for an archived entry, held to
+        ``If-Match``; restoring what the newest version already says writes nothing.
+        """
+        condition = parse_if_match(if_match) if if_match is not None else None
+        with self.db.session() as session:
+            entry = self._require(session, kind, name, access=access, role="editor")
+            source = self._version(session, entry, number)
+            stored = json.loads(json.dumps(source.spec))
+        try:
+            return self._save_version(
+                kind,
+                name,
+                self.mask(kind, stored),
+                actor=actor,
+                condition=condition,
+                note=note if note is not None else f"Restore v{number}",
+                labels=None,
+                access=access,
+                sealed=stored,
+                default_labels=(),
+            )
+        except _Unchanged as unchanged:
+            return WriteResult(unchanged.view, None, changed=False)
 
     def patch(
         self,
@@ -826,28 +881,41 @@ class CatalogService:
         base_version: int | None = None,
         access: Access | None = None,
         review: ReviewAsk | None = None,
+        secrets_from: int | None = None,
+        sealed: Mapping[str, Any] | None = None,
+        default_labels: tuple[str, ...] = (PRODUCTION,),
     ) -> WriteResult:
+        """One new version. ``sealed``: the stored form to save as is (a restore: already sealed);
+        else ``raw`` is sealed here, masked values taken from ``secrets_from`` (default the newest).
+        ``default_labels``: what the version is published to when ``labels`` names none."""
         self._check_note(note)
         raw = dict(raw)
         if raw.setdefault("name", name) != name:
             raise Invalid(f"the body names {raw['name']!r} but the URL names {name!r}; entries cannot be renamed")
         spec = self.parse_spec(kind, raw)
-        target_labels = self._check_labels(labels if labels else [PRODUCTION])
+        target_labels = self._check_labels(labels if labels else list(default_labels))
         with _unique_violations_as_conflict(kind, spec, updating=True), self.db.session() as session:
             entry = self._require(session, kind, name, lock=True, access=access, role="editor")
             if entry.archived:
-                raise Conflict(f"{kind} {name!r} is archived; restore it before editing")
+                raise Conflict(
+                    f"{kind} {name!r} is archived; restore it before editing", about=Subject(kind=kind, name=name)
+                )
             base = entry.latest_version
             if condition is not None and not condition.matches(base):
                 raise PreconditionFailed(
-                    f"{kind} {name!r} changed since you read it (now version {base}); reload and re-apply your edit"
+                    f"{kind} {name!r} changed since you read it (now version {base}); reload and re-apply your edit",
+                    about=Subject(kind=kind, name=name, version=base),
                 )
             if base_version is not None and base != base_version:
                 raise _BaseMoved()
             self._check_uri_free(session, spec, entry.id, access)
             current = self._version(session, entry, base)
             previous = current.spec
-            stored = self._seal(spec, previous)
+            if sealed is not None:
+                stored = json.loads(json.dumps(sealed))
+            else:
+                kept = previous if secrets_from in (None, base) else self._version(session, entry, secrets_from).spec
+                stored = self._seal(spec, kept)
             if self._same_content(kind, previous, stored):
                 raise _Unchanged(self._view(entry, current))  # rolls back: nothing was written
             number = base + 1
@@ -984,7 +1052,10 @@ class CatalogService:
             entry = self._require(session, kind, name, lock=True, access=access, role="editor")
             existing = next((lb for lb in entry.labels if lb.name == label), None)
             if existing is None:
-                raise NotFound(f"{kind} {name!r} has no label {label!r}")
+                raise NotFound(
+                    f"{kind} {name!r} has no label {label!r}",
+                    about=Subject(kind=kind, name=name, label=label, missing="label"),
+                )
             actor = self._protected_move(session, entry, label, actor, access, override_reason)
             old_spec = self._version(session, entry, existing.version).spec
             entry.labels.remove(existing)
@@ -1089,7 +1160,10 @@ class CatalogService:
             if label is not None:
                 found = next((lb.version for lb in entry.labels if lb.name == label), None)
                 if found is None:
-                    raise NotFound(f"{kind} {name!r} has no label {label!r}")
+                    raise NotFound(
+                        f"{kind} {name!r} has no label {label!r}",
+                        about=Subject(kind=kind, name=name, label=label, missing="label"),
+                    )
                 version = found
             return self._view(entry, self._version(session, entry, version or entry.latest_version))
 

@@ -17,7 +17,7 @@ from sqlalchemy import ColumnElement, Select, and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from registry.catalog.access import Access, check_sees
-from registry.catalog.errors import Invalid, NotFound
+from registry.catalog.errors import Invalid, NotFound, Subject
 from registry.catalog.usage import METHOD_BY_KIND
 from registry.db.engine import Database
 from registry.db.models import ApiToken, Entry, Label, UsageCount
@@ -179,9 +179,10 @@ def entry_usage(
     where = (u.kind == kind, u.name == name)
     with db.session() as session:
         entry = session.execute(select(Entry.id, Entry.team).where(Entry.kind == kind, Entry.name == name)).first()
+        missing = Subject(kind=kind, name=name, missing="entry")
         if entry is None:
-            raise NotFound(f"{kind} {name!r} does not exist")
-        check_sees(access, entry.team, f"{kind} {name!r}")
+            raise NotFound(f"{kind} {name!r} does not exist", about=missing)
+        check_sees(access, entry.team, f"{kind} {name!r}", about=missing)
         labels: dict[int, list[str]] = {}
         for label, version in session.execute(
             select(Label.name, Label.version).where(Label.entry_id == entry.id).order_by(Label.name)

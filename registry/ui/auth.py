@@ -18,6 +18,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from fastapi import Depends, Request
 from starlette.datastructures import FormData
@@ -39,20 +40,25 @@ UPLOAD_FIELDS = 8
 
 
 class SignInRequired(Exception):
-    """No live session: send the browser to the sign-in page, then back to ``next_path``."""
+    """No live session: send the browser to the sign-in page, then back to ``next_path``.
+    ``unsaved``: what was refused was an entry editor's save, whose edits the browser keeps as a
+    draft (the sign-in page says so)."""
 
-    def __init__(self, next_path: str, reason: str | None = None) -> None:
+    def __init__(self, next_path: str, reason: str | None = None, *, unsaved: bool = False) -> None:
         super().__init__(next_path)
         self.next_path = next_path
         self.reason = reason
+        self.unsaved = unsaved
 
 
 class UiForbidden(Exception):
-    """Signed in, but not allowed (scope or CSRF): a 403 page saying why."""
+    """Signed in, but not allowed (scope or CSRF): a 403 page saying why (and ``link``, a
+    ``{"href", "text"}`` to go on from, when there is one better than the home page)."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, link: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.link = link
 
 
 def is_https(request: Request) -> bool:
@@ -80,10 +86,18 @@ def _store(request: Request) -> UiSessionStore:
     return store
 
 
-def _here(request: Request) -> str:
-    """Where to come back to after signing in: this page (a form post cannot be replayed)."""
+def _here(request: Request, *, editor: bool = False) -> str:
+    """Where to come back to after signing in: this page. A form post cannot be replayed: an
+    htmx request comes back to the page it was sent from (``HX-Current-URL``, its path
+    only: the sign-in page's ``safe_next`` keeps it to this UI), an entry editor's post to
+    the editor (its POST and GET paths are the same), any other post to the home page."""
+    htmx = request.headers.get("hx-request") == "true"
+    if htmx:
+        current = urlsplit(request.headers.get("hx-current-url", ""))
+        if current.path.startswith("/ui/"):
+            return current.path + ("?" + current.query if current.query else "")
     if request.method != "GET":
-        return "/ui/"
+        return request.url.path if editor and not htmx else "/ui/"
     return request.url.path + ("?" + request.url.query if request.url.query else "")
 
 
@@ -98,12 +112,19 @@ def signed_in(request: Request) -> SignedIn | None:
     return found
 
 
-def require(scope: str) -> Callable[[Request], SignedIn]:
+def require(scope: str, *, editor: bool = False) -> Callable[[Request], SignedIn]:
+    """The dependency for ``scope``; ``editor``: it guards an entry editor's posts (a refusal
+    for an ended session sends the browser back to the editor, saying the edits were kept)."""
+
     def dependency(request: Request) -> SignedIn:
         ui = signed_in(request)
         if ui is None:
             had_cookie = bool(request.cookies.get(SESSION_COOKIE))
-            raise SignInRequired(_here(request), "Your session has ended; sign in again." if had_cookie else None)
+            raise SignInRequired(
+                _here(request, editor=editor),
+                "Your session has ended; sign in again." if had_cookie else None,
+                unsaved=editor and request.method == "POST" and request.headers.get("hx-request") != "true",
+            )
         # An editor in some team passes "editor": the catalog service checks each entry's own team.
         if not ui.principal.has(scope) and not (scope == "editor" and ui.can_edit):
             raise UiForbidden(
@@ -168,12 +189,26 @@ def check_csrf(ui: SignedIn, sent: str | None) -> None:
         )
 
 
-def require_form(scope: str) -> Callable[[Request, SignedIn], Coroutine[Any, Any, tuple[SignedIn, FormData]]]:
+def require_form(
+    scope: str, *, editor: bool = False
+) -> Callable[[Request, SignedIn], Coroutine[Any, Any, tuple[SignedIn, FormData]]]:
     # A default, not ``Annotated[...]``: with postponed annotations FastAPI could not see ``scope``.
-    async def dependency(request: Request, ui: SignedIn = Depends(require(scope))) -> tuple[SignedIn, FormData]:
+    async def dependency(
+        request: Request, ui: SignedIn = Depends(require(scope, editor=editor))
+    ) -> tuple[SignedIn, FormData]:
         form = await read_form(request)
         field = form.get(CSRF_FIELD)
-        check_csrf(ui, request.headers.get(CSRF_HEADER) or (field if isinstance(field, str) else None))
+        try:
+            check_csrf(ui, request.headers.get(CSRF_HEADER) or (field if isinstance(field, str) else None))
+        except UiForbidden as exc:
+            if editor and request.headers.get("hx-request") != "true":
+                # Signed in again elsewhere while this editor was open: its form is the old session's.
+                raise UiForbidden(
+                    exc.message + " Your edits were not saved; they are kept in this browser, and the "
+                    "editor offers them back.",
+                    link={"href": request.url.path, "text": "Open the editor again"},
+                ) from exc
+            raise
         return ui, form
 
     return dependency
@@ -190,5 +225,8 @@ Viewer = Annotated[SignedIn, Depends(require("viewer"))]
 Editor = Annotated[SignedIn, Depends(require("editor"))]
 Admin = Annotated[SignedIn, Depends(require("admin"))]
 EditorForm = Annotated[tuple[SignedIn, FormData], Depends(require_form("editor"))]
+#: An entry editor's posts (save, row buttons, live checks): as ``EditorForm``, but an ended
+#: session sends the browser back to the editor, whose edits the browser kept as a draft.
+EntryEditorForm = Annotated[tuple[SignedIn, FormData], Depends(require_form("editor", editor=True))]
 AdminForm = Annotated[tuple[SignedIn, FormData], Depends(require_form("admin"))]
 AdminUpload = Annotated[tuple[SignedIn, FormData], Depends(_admin_upload)]

@@ -5,21 +5,33 @@ One router per kind; what differs by kind (the form's fields, how they become a 
 what the live panel shows) is an ``EntryForm`` (``registry.ui.prompt_form`` and its siblings).
 The rest is shared:
 
-- **Pages.** ``/ui/{collection}/-/new`` and ``/ui/{collection}/{name}/edit``. ``-`` cannot be
+- **Pages.** ``/ui/{collection}/-/new`` and ``/ui/{collection}/{name}/edit`` (``?version=N``:
+  start from version N, e.g. the one production serves, not the newest). ``-`` cannot be
   mistaken for an entry: no entry page has a second path segment called ``new``. A form's buttons
   that add or remove a row post the whole form back (``op``) and get it again, changed, so the
   editor works without JavaScript too; nothing is saved until "Save". With JavaScript the same post
   is made by htmx, which swaps in only the rows' container from the answer (``hx-select``): one
   renderer, and the rows numbered as the next post is read.
 - **Saving** goes through the catalog service, as the REST API's PUT does: the form carries the
-  version it was based on (``base_version``), sent as ``If-Match``; the change note, and which
-  label the save publishes to (production, or only staging).
+  version that was the newest when the editor opened (``base_version``), sent as ``If-Match``,
+  and the version its text started from (``source_version``; the same unless opened with
+  ``?version=N``), whose stored write-only values a masked header or secret keeps; the change
+  note, and which label the save publishes to (production, or only staging). Starting from an
+  older version is no conflict: only a save made after the editor opened is.
 - **No lost work.** When someone saved meanwhile, the save is refused (412) and the page comes
   back as a conflict view: their change as a diff against the base, and the form holding my edits
   re-applied on top of their version (``registry.catalog.drafts.reapply``), its base moved to
   theirs, so "Save" now saves mine on top. Fields we both changed keep my text and are named.
 - **Live checks.** While someone types, htmx posts the form to ``/-/check`` and swaps in the
   kind's panel (problems with template line numbers; for prompts the rendered preview).
+- **Drafts.** The browser keeps the form as a draft while someone types (``admin_ui/static/drafts.js``,
+  per signed-in person and entry), so an ended session loses nothing: a live check answers 401 and
+  the page stays; a save is refused with a sign-in page that leads back here. A fresh editor page
+  (``fresh``) is where a stored draft is offered back; restoring posts it with ``op=restore``,
+  which renders the form from it, as a row button does (so a draft with more rows than the stored
+  entry comes back whole, its ``base_version`` with it: a save on top of a newer version goes
+  through the conflict view). A successful save leaves a marker for the next page
+  (``set_saved_marker``), which drops the draft.
 - **Banner.** ``/{name}/events`` is a server-sent event stream (``sse-starlette``) that tells an
   open page when a newer version of its entry exists, whichever replica saved it.
 """
@@ -41,7 +53,7 @@ from starlette.datastructures import FormData
 from starlette.responses import RedirectResponse, Response
 
 from registry.catalog.drafts import DraftIssue, draft_issues, reapply
-from registry.catalog.errors import CatalogError, Invalid, NotFound, PreconditionFailed
+from registry.catalog.errors import CatalogError, Invalid, NotFound, PreconditionFailed, Subject
 from registry.catalog.preconditions import make_etag
 from registry.catalog.protection import ReviewAsk
 from registry.catalog.service import CatalogService, EntryView, WriteResult
@@ -49,13 +61,13 @@ from registry.catalog.specs import dump_spec, is_label
 from registry.limits import LimitExceeded, Limits
 from registry.runtime import Registry
 from registry.tokens import Principal
-from registry.ui.auth import Editor, EditorForm, UiForbidden, Viewer, is_https, signed_in
+from registry.ui.auth import Editor, EntryEditorForm, UiForbidden, Viewer, is_https, signed_in
 from registry.ui.diffview import diff_specs
-from registry.ui.entries import EntryName
+from registry.ui.entries import EntryName, VersionQuery
 from registry.ui.security import allow_style_nonce
 from registry.ui.sessions import SignedIn
 from registry.ui.teams import team_choices
-from registry.ui.templating import Pages, friendly_where, set_flash
+from registry.ui.templating import Pages, friendly_where, set_flash, set_saved_marker
 
 #: Where a save publishes: the label it moves besides ``latest`` (``publish_choices`` says what happens).
 PUBLISH_CHOICES = (("production", "production"), ("staging", "staging only"))
@@ -195,6 +207,7 @@ def _read_common(form: FormData, *, name: str | None) -> tuple[dict[str, Any], d
         "change_note": _text(form, "change_note"),
         "publish": _text(form, "publish") or "production",
         "base_version": _text(form, "base_version"),
+        "source_version": _text(form, "source_version"),
         "request_review": _text(form, "request_review") == "1",
         # The change request a save to a protected label opens (bounded by the service: title_chars,
         # description_chars; the form keeps the text when it refuses).
@@ -214,7 +227,10 @@ def _read_common(form: FormData, *, name: str | None) -> tuple[dict[str, Any], d
     return state, spec
 
 
-def _common_state(spec: Mapping[str, Any], version: int | None) -> dict[str, Any]:
+def _common_state(spec: Mapping[str, Any], version: int | None, source: int | None = None) -> dict[str, Any]:
+    """The shared fields for ``spec``: ``version`` the newest when the editor opened (what a save
+    must still find), ``source`` the version the text comes from (default: that one)."""
+    source = source if source is not None else version
     return {
         "name": spec.get("name", ""),
         "title": spec.get("title") or "",
@@ -223,6 +239,7 @@ def _common_state(spec: Mapping[str, Any], version: int | None) -> dict[str, Any
         "change_note": "",
         "publish": "production",
         "base_version": str(version) if version is not None else "",
+        "source_version": str(source) if source is not None else "",
         "request_review": True,  # when the label published to is protected (the form says so)
         "cr_title": "",
         "cr_description": "",
@@ -268,7 +285,11 @@ class EditorPages:
         details: list[str] | None = None,
         conflict: dict[str, Any] | None = None,
         check: dict[str, Any] | None = None,
+        fresh: bool = False,
+        restored: bool = False,
     ) -> Response:
+        """The editor page. ``fresh``: the form holds the stored entry (or a blank one), not a
+        post, so the browser may offer a kept draft; ``restored``: it holds a draft restored."""
         name = entry.name if entry is not None else None
         action = f"/ui/{self.collection}/{name}/edit" if name else f"/ui/{self.collection}/-/new"
         ui = signed_in(request)
@@ -291,12 +312,17 @@ class EditorPages:
             "details": details or [],
             "conflict": conflict,
             "check": check,
+            "fresh": fresh,
+            "restored": restored,
+            # What drafts.js keys this form's draft by, and the page it comes back to.
+            "draft_url": action,
             "tab": "edit",
             "partial": False,
             # A new entry's owner: where this session may create entries (None: global).
             "team_choices": team_choices(request, ui) if ui is not None and entry is None else [],
             # Labels a save does not move (the form offers a change request for them).
             "protected_labels": protected,
+            "source": _source(state, entry),
             # A kind whose templates get the code editor (CodeMirror): it styles itself with <style>
             # elements, which carry this response's nonce.
             "code_editor": code_editor,
@@ -348,9 +374,10 @@ def editor_router(pages: Pages, collection: str, kind: str, title: str, form: En
     routes = APIRouter(prefix=f"/{collection}")
     editor = EditorPages(pages, collection, kind, title, form)
 
-    def saved(request: Request, name: str, notice: str) -> Response:
+    def saved(request: Request, name: str, notice: str, *, created: bool = False) -> Response:
         response = RedirectResponse(f"/ui/{collection}/{name}", status_code=303)
         set_flash(response, notice, secure=is_https(request))
+        set_saved_marker(response, kind, name, created=created, secure=is_https(request))
         return response
 
     def refused(request: Request, draft: Draft, entry: EntryView | None, exc: CatalogError) -> Response:
@@ -371,10 +398,10 @@ def editor_router(pages: Pages, collection: str, kind: str, title: str, form: En
         choices = team_choices(request, ui)
         state = {**_common_state({}, None), **form.state_from_spec({})}
         state["team"] = (choices[0] or "") if choices else ""
-        return editor.render(request, state=state, entry=None)
+        return editor.render(request, state=state, entry=None, fresh=True)
 
     @routes.post("/-/new")
-    async def create(request: Request, posted: EditorForm) -> Response:
+    async def create(request: Request, posted: EntryEditorForm) -> Response:
         ui, fields = posted
         draft = editor.read(fields, _limits(request), name=None)
         op = _text(fields, "op")
@@ -399,21 +426,27 @@ def editor_router(pages: Pages, collection: str, kind: str, title: str, form: En
         view = result.view
         published = ", ".join(sorted(label for label in view.labels if label != "latest"))
         serves = f"; {published} serves it." if published else "."
-        return saved(request, view.name, f"Created {view.name} v1{serves}{_held_notice(result)}")
+        return saved(request, view.name, f"Created {view.name} v1{serves}{_held_notice(result)}", created=True)
 
     @routes.get("/{name}/edit")
-    def edit_page(request: Request, ui: Editor, name: EntryName) -> Response:
-        view = _catalog(request).get(kind, name, access=ui.principal)
+    def edit_page(request: Request, ui: Editor, name: EntryName, version: VersionQuery = None) -> Response:
+        # ``version``: the form starts from it (a 404 naming the entry and its history when it has none).
+        view = _catalog(request).get(kind, name, version=version, access=ui.principal)
         if not ui.may_edit(view.team):
             where = f"team {view.team!r}" if view.team else "global entries"
             raise UiForbidden(f"Editing {kind} {name} needs the editor role on {where}.")
         if view.archived:
-            raise Invalid(f"{kind} {name!r} is archived; restore it before editing")
-        state = {**_common_state(view.spec, view.latest_version), **form.state_from_spec(view.spec)}
-        return editor.render(request, state=state, entry=view)
+            raise Invalid(
+                f"{kind} {name!r} is archived; restore it before editing", about=Subject(kind=kind, name=name)
+            )
+        state = {
+            **_common_state(view.spec, view.latest_version, view.version),
+            **form.state_from_spec(view.spec),
+        }
+        return editor.render(request, state=state, entry=view, fresh=True)
 
     @routes.post("/{name}/edit")
-    async def save(request: Request, posted: EditorForm, name: EntryName) -> Response:
+    async def save(request: Request, posted: EntryEditorForm, name: EntryName) -> Response:
         ui, fields = posted
         catalog = _catalog(request)
         current = await run_in_threadpool(catalog.get, kind, name, access=ui.principal)
@@ -426,6 +459,9 @@ def editor_router(pages: Pages, collection: str, kind: str, title: str, form: En
         base = draft.state["base_version"]
         if not base.isdigit() or not 1 <= int(base) <= INT32_MAX:
             raise Invalid("the form does not say which version it was based on; reload the editor")
+        source = draft.state["source_version"] or base
+        if not source.isdigit() or not 1 <= int(source) <= int(base):
+            raise Invalid("the form does not say which version it started from; reload the editor")
         try:
             result = await run_in_threadpool(
                 catalog.update,
@@ -438,13 +474,17 @@ def editor_router(pages: Pages, collection: str, kind: str, title: str, form: En
                 labels=editor.labels(draft.state),
                 access=ui.principal,
                 review=_review_ask(draft.state),
+                secrets_from=int(source),
             )
         except PreconditionFailed:
             conflict = await run_in_threadpool(editor.conflict, request, name, int(base), draft.spec, ui)
             theirs: EntryView = conflict["theirs"]
+            conflict["source_version"] = int(source)
+            # Started from an older version: masked values still mean that version's; else theirs.
+            kept = int(source) if source != base else theirs.latest_version
             state = {
                 **draft.state,
-                **_common_state(conflict["merged"], theirs.latest_version),
+                **_common_state(conflict["merged"], theirs.latest_version, kept),
                 **form.state_from_spec(conflict["merged"]),
                 "change_note": draft.state["change_note"],
                 "publish": draft.state["publish"],
@@ -461,7 +501,7 @@ def editor_router(pages: Pages, collection: str, kind: str, title: str, form: En
         return saved(request, name, f"Saved {name} v{view.version} ({published}).{_held_notice(result)}")
 
     @routes.post("/-/check")
-    async def check(request: Request, posted: EditorForm) -> Response:
+    async def check(request: Request, posted: EntryEditorForm) -> Response:
         _ui, fields = posted
         editing = _text(fields, "editing").strip()
         draft = editor.read(fields, _limits(request), name=editing or None)
@@ -471,13 +511,14 @@ def editor_router(pages: Pages, collection: str, kind: str, title: str, form: En
 
     async def _apply_op(request: Request, draft: Draft, fields: FormData, entry: EntryView | None, op: str) -> Response:
         # Besides "check", a kind may name buttons that are checks too (a resource's "fetch").
-        checking = op == "check" or op in getattr(form, "check_ops", frozenset())
+        # "restore" is drafts.js posting a kept draft back: the form rendered from it, checked.
+        checking = op in ("check", "restore") or op in getattr(form, "check_ops", frozenset())
         if not checking and not form.apply_op(draft.state, op):
             raise Invalid(f"unknown form action {op[:40]!r}")
         values = (
             await run_in_threadpool(editor.run_check, request, draft, fields, new=entry is None) if checking else None
         )
-        return editor.render(request, state=draft.state, entry=entry, check=values)
+        return editor.render(request, state=draft.state, entry=entry, check=values, restored=op == "restore")
 
     def _problems_page(request: Request, draft: Draft, entry: EntryView | None) -> Response:
         messages = [f"{p.where}: {p.message}" for p in draft.problems]
@@ -537,6 +578,27 @@ def editor_router(pages: Pages, collection: str, kind: str, title: str, form: En
         return EventSourceResponse(saves(), ping=PING_SECONDS, headers={"Cache-Control": "no-store"})
 
     return routes
+
+
+def _source(state: Mapping[str, Any], entry: EntryView | None) -> dict[str, Any] | None:
+    """What the editor says it starts from: the version, the labels on it, and the newest
+    version's when that is another one ("Editing from v6 (production); v9 is the newest (staging)")."""
+    raw = str(state.get("source_version") or "")
+    if entry is None or not raw.isdigit():
+        return None
+    number = int(raw)
+
+    def labels_on(version: int) -> list[str]:
+        return sorted(label for label, v in entry.labels.items() if v == version and label != "latest")
+
+    newest = entry.latest_version
+    return {
+        "version": number,
+        "labels": labels_on(number),
+        "newest": newest,
+        "newest_labels": labels_on(newest),
+        "is_newest": number == newest,
+    }
 
 
 def _review_ask(state: Mapping[str, Any]) -> ReviewAsk | None:

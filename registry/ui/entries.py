@@ -1,5 +1,6 @@
 """``/ui/{prompts,resources,tools}``: lists, an entry's page, its history and diffs, and the
-writes that need no editor: moving a label (promote, roll back), archiving and restoring.
+writes that need no editor: moving a label (promote, roll back), archiving and restoring, and
+restoring an old version as the newest ("Restore v6 as a new version").
 
 Thin like the REST routers: the catalog service reads, checks and writes; these functions pick
 the page and its values. Every write is a POST with the session's CSRF token, behind a
@@ -17,6 +18,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import RedirectResponse, Response
 
 from registry.catalog.errors import Forbidden, Invalid
+from registry.catalog.preconditions import make_etag
 from registry.catalog.service import CatalogService
 from registry.catalog.specs import NAME_PATTERN, TAG_PATTERN, is_label
 from registry.catalog.teams import GLOBAL_ONLY, is_team_name
@@ -36,6 +38,7 @@ REASON_CHARS = 2000
 
 EntryName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=128)]
 VersionQuery = Annotated[int | None, Query(ge=1, le=INT32_MAX)]
+VersionNumber = Annotated[int, Path(ge=1, le=INT32_MAX)]
 
 
 def _catalog(request: Request) -> CatalogService:
@@ -132,8 +135,10 @@ def entry_router(pages: Pages, collection: str, kind: str, title: str) -> APIRou
         view = _catalog(request).get(kind, name, version=version, access=ui.principal)
         context = {
             **common,
-            "title": f"{title} {name}",
+            "title": f"{title} {name}" + (f" v{view.version}" if version is not None else ""),
             "entry": view.as_dict(),
+            # This version's own time (the entry's updated_at is its newest change's).
+            "saved_at": (view.saved_at or view.updated_at).isoformat(),
             "viewing_old": view.version != view.latest_version,
             "label_choices": _label_choices(view.labels),
             "tab": "entry",
@@ -225,6 +230,49 @@ def entry_router(pages: Pages, collection: str, kind: str, title: str) -> APIRou
             f"{label} now serves v{version} of {name}." if result.changed else f"{label} already served v{version}."
         )
         return redirect_with_notice(request, entry_url(name), notice)
+
+    @routes.get("/{name}/versions/{number}/restore")
+    def restore_version_confirm(request: Request, ui: Editor, name: EntryName, number: VersionNumber) -> Response:
+        catalog = _catalog(request)
+        old = catalog.get(kind, name, version=number, access=ui.principal)
+        newest = catalog.get(kind, name, access=ui.principal)
+        changed, _same = diff_specs(newest.spec, old.spec)
+        context = {
+            **common,
+            "title": f"Restore v{number} of {name} as a new version?",
+            "entry": newest.as_dict(),
+            "number": number,
+            "changed": [f.name for f in changed],
+            "note": f"Restore v{number}",
+            "note_chars": catalog.limits.change_note_chars,
+        }
+        return pages.render(request, "confirm_restore_version.html", context)
+
+    @routes.post("/{name}/versions/{number}/restore")
+    async def restore_version(request: Request, form: EditorForm, name: EntryName, number: VersionNumber) -> Response:
+        ui, fields = form
+        base = _version_field(fields, "base_version")  # the newest the confirmation showed: a save since is a 412
+        note = _field(fields, "change_note") or f"Restore v{number}"
+        result = await run_in_threadpool(
+            _catalog(request).restore_version,
+            kind,
+            name,
+            number,
+            actor=ui.principal.actor(),
+            if_match=make_etag(base),
+            note=note,
+            access=ui.principal,
+        )
+        view = result.view
+        if not result.changed:
+            notice = f"Nothing to restore: the newest version, v{view.version}, already says what v{number} says."
+        else:
+            serving = ", ".join(
+                f"{label} still serves v{v}" for label, v in sorted(view.labels.items()) if label != "latest"
+            )
+            publish = f" {serving}: point a label at v{view.version} to publish it." if serving else ""
+            notice = f"Restored v{number} of {name} as v{view.version}.{publish}"
+        return redirect_with_notice(request, f"{entry_url(name)}?version={view.version}", notice)
 
     @routes.get("/{name}/archive")
     def archive_confirm(request: Request, ui: Editor, name: EntryName) -> Response:

@@ -66,6 +66,17 @@ class SignedIn:
     def is_admin(self) -> bool:
         return self.principal.has("admin")
 
+    @property
+    def draft_owner(self) -> str:
+        """Whose drafts the browser keeps for this session (``admin_ui/static/drafts.js``): a
+        stable, non-secret name for the person, never the token or the session. A token's
+        principal is its name (as authorship and the audit trail are), so a new token issued
+        under the same name after a revocation finds its drafts again; a single sign-on user is
+        the issuer's subject, which outlives display-name changes."""
+        if self.principal.user is not None:
+            return "sso:" + self.principal.user
+        return "token:" + self.principal.name
+
 
 def _digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()

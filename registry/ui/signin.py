@@ -64,14 +64,18 @@ def signin_page(
     error: str | None = None,
     notice: str | None = None,
     status: int = 200,
+    unsaved: bool = False,
 ) -> Response:
-    """The sign-in page (with a fresh form nonce), showing ``error`` or ``notice`` if given."""
+    """The sign-in page (with a fresh form nonce), showing ``error`` or ``notice`` if given.
+    ``unsaved``: an entry editor's save was refused for an ended session; the page says the edits
+    were not saved (and ``drafts.js`` that the browser kept them, when it has them)."""
     nonce = secrets.token_urlsafe(24)
     context = {
         "next": next_path,
         "signin_nonce": nonce,
         "error": error,
         "notice": notice,
+        "unsaved": unsaved,
         "title": "Sign in",
         "sso": sso_enabled(request),
     }
@@ -92,9 +96,15 @@ def router(pages: Pages) -> APIRouter:
     routes = APIRouter()
 
     def form_page(
-        request: Request, next_path: str, *, error: str | None = None, notice: str | None = None, status: int = 200
+        request: Request,
+        next_path: str,
+        *,
+        error: str | None = None,
+        notice: str | None = None,
+        status: int = 200,
+        unsaved: bool = False,
     ) -> Response:
-        return signin_page(pages, request, next_path, error=error, notice=notice, status=status)
+        return signin_page(pages, request, next_path, error=error, notice=notice, status=status, unsaved=unsaved)
 
     @routes.get("/signin")
     def signin_form(
@@ -102,16 +112,19 @@ def router(pages: Pages) -> APIRouter:
         next: Annotated[str | None, Query(max_length=2000)] = None,
         ended: Annotated[str | None, Query(max_length=8)] = None,
         signed_out: Annotated[str | None, Query(max_length=8)] = None,
+        unsaved: Annotated[str | None, Query(max_length=8)] = None,
     ) -> Response:
         target = safe_next(next)
         if signed_in(request) is not None:
             return RedirectResponse(target, status_code=303)
         notice = None
-        if ended:
+        if unsaved:
+            notice = "Your session ended, so your edits were not saved."
+        elif ended:
             notice = "Your session has ended. Sign in again to continue."
         elif signed_out:
             notice = "You are signed out."
-        return form_page(request, target, notice=notice)
+        return form_page(request, target, notice=notice, unsaved=bool(unsaved))
 
     @routes.post("/signin")
     async def signin(request: Request) -> Response:

@@ -32,6 +32,10 @@ log = logging.getLogger(__name__)
 #: A one-time notice for the next page (set before a redirect, shown once, then cleared).
 FLASH_COOKIE = "mcpr_ui_flash"
 COLLECTIONS = (("prompts", "Prompts"), ("resources", "Resources"), ("tools", "Tools"))
+#: A one-time marker for the page a successful editor save redirects to: the entry saved, whose
+#: draft the browser drops (``admin_ui/static/drafts.js``). A cookie, like the notice, so that a
+#: reload or a later visit of that page does not drop a newer draft.
+SAVED_COOKIE = "mcpr_ui_saved"
 
 
 def as_yaml(value: Any) -> str:
@@ -117,7 +121,7 @@ class Pages:
             url=lambda v: quote(str(v), safe=""),
             tojson_compact=json.dumps,
         )
-        self.env.globals.update(version=__version__, collections=COLLECTIONS, query=query)
+        self.env.globals.update(product_version=__version__, collections=COLLECTIONS, query=query)
 
     def render(
         self,
@@ -136,12 +140,15 @@ class Pages:
         # htmx sends from the page being left (a typed field's "change" fires as Save is clicked)
         # can reach the server after the redirect set the cookie and before the page it names is
         # fetched: it neither shows the notice nor clears it, or that page would lose it.
-        flash = request.cookies.get(FLASH_COOKIE) if request.headers.get("hx-request") != "true" else None
+        whole = request.headers.get("hx-request") != "true"
+        flash = request.cookies.get(FLASH_COOKIE) if whole else None
+        saved = request.cookies.get(SAVED_COOKIE) if whole else None
         values = {
             "request": request,
             "ui": ui,
             "csrf_token": ui.csrf_token if ui is not None else "",
             "flash": unquote(flash)[:500] if flash else None,
+            "draft_saved": _saved_marker(saved) if saved else None,
             "nav": "",
             "reviews_waiting": ReviewsWaiting(request, ui),
             # Set when the page's handler allowed a style nonce (registry.ui.security).
@@ -153,6 +160,8 @@ class Pages:
         response = HTMLResponse(html, status_code=status, headers=dict(headers or {}))
         if flash:
             clear_flash(response)
+        if saved:
+            response.delete_cookie(SAVED_COOKIE, path="/ui", httponly=True, samesite="lax")
         return response
 
 
@@ -160,6 +169,26 @@ def set_flash(response: Response, message: str, *, secure: bool) -> None:
     response.set_cookie(
         FLASH_COOKIE, quote(message[:500]), max_age=60, path="/ui", httponly=True, samesite="lax", secure=secure
     )
+
+
+def set_saved_marker(response: Response, kind: str, name: str, *, created: bool, secure: bool) -> None:
+    """Tell the next page that ``kind`` ``name`` was saved from its editor (``created``: from the
+    new-entry form), so the browser drops the draft it kept of it."""
+    marker = json.dumps({"kind": kind, "name": name, "created": created}, separators=(",", ":"))
+    response.set_cookie(
+        SAVED_COOKIE, quote(marker), max_age=60, path="/ui", httponly=True, samesite="lax", secure=secure
+    )
+
+
+def _saved_marker(value: str) -> str | None:
+    """The saved marker as the page carries it (compact JSON), or None if it is not one."""
+    try:
+        marker = json.loads(unquote(value[:1000]))
+    except ValueError:
+        return None
+    if not isinstance(marker, dict) or not all(isinstance(marker.get(k), str) for k in ("kind", "name")):
+        return None
+    return json.dumps({"kind": marker["kind"], "name": marker["name"], "created": marker.get("created") is True})
 
 
 def clear_flash(response: Response) -> None:

@@ -406,3 +406,53 @@ def _patch_together(
     with live_server.client() as client:
         barrier.wait()
         answers.append(client.patch("/api/v1/prompts/release-notes", json=patch))
+
+
+def test_restore_a_version_copies_it_with_its_secrets_and_moves_no_served_label(
+    live_server: LiveServer, api: httpx.Client
+) -> None:
+    api.post("/api/v1/tools", json=TOOL).raise_for_status()
+    rotated = {**TOOL, "description": "Rotated", "webhook": {**TOOL["webhook"], "headers": {"X-New": "new-key"}}}
+    api.put("/api/v1/tools/deploy", json={**rotated, "labels": ["staging"]}).raise_for_status()
+    catalog = live_server.registry.catalog
+
+    stale = api.post("/api/v1/tools/deploy/versions/1/restore", headers={"If-Match": '"v1"'}, json={})
+    problem(stale, 412, "changed since you read it")
+    missing = api.post("/api/v1/tools/deploy/versions/9/restore")
+    problem(missing, 404, "has no version 9")
+
+    restored = api.post("/api/v1/tools/deploy/versions/1/restore", headers={"If-Match": '"v2"'})
+    assert restored.status_code == 200, restored.text
+    body = restored.json()
+    assert body["version"] == 3 and restored.headers["ETag"] == '"v3"'
+    assert body["change_note"] == "Restore v1"
+    # Only latest moved: production still serves v1, staging v2.
+    assert body["labels"] == {"latest": 3, "production": 1, "staging": 2}
+    stored = catalog.latest_stored("tool", "deploy")
+    assert stored is not None
+    webhook = catalog.reveal("tool", stored[1])["webhook"]
+    assert webhook["headers"] == {"X-Api-Key": "key-123"}  # v1's, not the newest's
+    assert webhook["secret"] == "hook-secret"
+    assert body["spec"]["description"] == TOOL["description"]
+
+    before = counts(live_server, "deploy")
+    again = api.post("/api/v1/tools/deploy/versions/1/restore", json={"change_note": "once more"})
+    assert again.status_code == 200 and again.json()["version"] == 3, again.text
+    assert counts(live_server, "deploy") == before  # the newest already says it: nothing written
+
+
+def test_a_save_started_from_an_older_version_keeps_that_versions_masked_values(live_server: LiveServer) -> None:
+    catalog = live_server.registry.catalog
+    catalog.create("tool", TOOL, actor="test")
+    catalog.update("tool", "deploy", {**TOOL, "webhook": {**TOOL["webhook"], "headers": {}}}, actor="test")
+    v1 = catalog.get("tool", "deploy", version=1).spec  # as the editor shows it: masked
+    assert v1["webhook"]["headers"] == {"X-Api-Key": "********"}
+    edited = {**v1, "description": "Deploy, from v1"}
+    saved = catalog.update("tool", "deploy", edited, actor="test", if_match='"v2"', secrets_from=1)
+    assert saved.view.version == 3
+    stored = catalog.latest_stored("tool", "deploy")
+    assert stored is not None
+    assert catalog.reveal("tool", stored[1])["webhook"]["headers"] == {"X-Api-Key": "key-123"}
+    # Without it, a masked value means the newest's, which has no such header: refused.
+    with pytest.raises(Exception, match="masked but has no stored value"):
+        catalog.update("tool", "deploy", {**edited, "description": "again"}, actor="test", secrets_from=2)

@@ -286,6 +286,7 @@ def test_405_names_every_method_the_path_serves(served: ServerProcess) -> None:
 def schemathesis_config(tmp_path: Path) -> Path:
     """The run's settings, each exception with its reason."""
     writes = [f"{verb}{kind}" for verb in ("create", "update", "patch") for kind in ("Prompt", "Resource", "Tool")]
+    writes += [f"restore{kind}Version" for kind in ("Prompt", "Resource", "Tool")]
     label_ops = [f"{verb}{kind}Label" for verb in ("move", "delete") for kind in ("Prompt", "Resource", "Tool")]
     review_ops = [
         f"{verb}ChangeRequest" for verb in ("open", "get", "submit", "approve", "reject", "withdraw", "publish")

@@ -69,6 +69,18 @@ class UiServer:
     def admin(self) -> httpx.Client:
         return self.process.admin()
 
+    def issue(self, name: str, scopes: list[str]) -> dict[str, Any]:
+        """A new token named ``name`` (a person: a later token of that name is the same one):
+        its record, with the value under ``token``."""
+        with self.admin() as admin:
+            return issue_token(admin, name, scopes)
+
+    def revoke(self, token_id: int) -> None:
+        """Revoke a token through the admin API (its web UI sessions end at once)."""
+        with self.admin() as admin:
+            answer = admin.delete(f"/api/v1/tokens/{token_id}")
+            assert answer.status_code == 200, answer.text
+
     def mcp(self, token: str | None = None) -> StreamableHttpClient:
         """An initialized MCP session (anonymous, or with ``token``)."""
         return open_session(self.url, token)

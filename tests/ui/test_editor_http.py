@@ -10,6 +10,7 @@ import re
 import threading
 import time
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
@@ -128,6 +129,75 @@ def test_row_buttons_change_the_form_without_saving(ui_server: UiServer, editor:
     )
     assert 'name="arg-0-name"' not in removed.text
     assert stored(ui_server, name)["latest_version"] == 1
+
+
+def test_an_ended_session_leaves_the_editor_page_and_sends_a_save_back_to_it(ui_server: UiServer) -> None:
+    who = f"drafts-http-{time.monotonic_ns()}"
+    record = ui_server.issue(who, ["editor"])
+    name = ui_server.create_prompt("Hello {{ who }}")
+    editor_path = f"/ui/prompts/{name}/edit"
+    with httpx.Client(base_url=ui_server.url, timeout=30) as http:
+        assert sign_in(http, record["token"]).status_code == 303
+        page = http.get(editor_path)
+        # Drafts are kept under the person's name, never a secret of theirs.
+        assert f'data-draft-owner="token:{who}"' in page.text and record["token"] not in page.text
+        csrf = CSRF.search(page.text).group(1)  # type: ignore[union-attr]
+        form = prompt_form(csrf, text="Typed as it ended", base_version="1", editing=name)
+        ui_server.revoke(record["id"])
+
+        check = http.post(
+            "/ui/prompts/-/check",
+            data=form,
+            headers={"HX-Request": "true", "HX-Current-URL": ui_server.url + editor_path},
+        )
+        assert check.status_code == 401 and "hx-redirect" not in check.headers, check.headers
+        assert "Your session ended." in check.text and "Your edits are kept in this browser." in check.text
+        signin = urlsplit(check.headers["x-sign-in"])
+        assert signin.path == "/ui/signin" and parse_qs(signin.query) == {"next": [editor_path], "ended": ["1"]}
+        assert html.unescape(check.headers["x-sign-in"]) in html.unescape(check.text)  # the "Sign in again" link
+
+        # A page from somewhere else is no way back: only this UI's paths are.
+        elsewhere = http.post(
+            "/ui/prompts/-/check",
+            data=form,
+            headers={"HX-Request": "true", "HX-Current-URL": "https://evil.example//evil.example/"},
+        )
+        assert parse_qs(urlsplit(elsewhere.headers["x-sign-in"]).query)["next"] == ["/ui/"]
+
+        saved = http.post(editor_path, data={**form, "op": "save"})
+        assert saved.status_code == 303
+        back = urlsplit(saved.headers["location"])
+        assert back.path == "/ui/signin" and parse_qs(back.query)["next"] == [editor_path]
+        assert parse_qs(back.query)["unsaved"] == ["1"]
+        told = http.get(saved.headers["location"])
+        assert "Your session ended, so your edits were not saved." in told.text
+        assert f'data-drafts-kept-for="{editor_path}"' in told.text
+    assert stored(ui_server, name)["latest_version"] == 1
+
+
+def test_a_restored_draft_is_rendered_from_the_post_and_a_save_tells_the_next_page(
+    ui_server: UiServer, editor: httpx.Client
+) -> None:
+    name = ui_server.create_prompt("Hello {{ who }}")
+    editor_path = f"/ui/prompts/{name}/edit"
+    fresh = editor.get(editor_path)
+    assert 'data-draft-from="entry"' in fresh.text and 'id="draft-offer"' in fresh.text
+    csrf = CSRF.search(fresh.text).group(1)  # type: ignore[union-attr]
+    args = [{"name": "who", "required": True}, {"name": "mood"}]
+    draft = prompt_form(csrf, text="Hello {{ who }}, {{ mood }}", arguments=args, base_version="1", editing=name)
+    restored = editor.post(editor_path, data={**draft, "op": "restore"})
+    assert restored.status_code == 200
+    assert 'id="draft-restored"' in restored.text and 'data-draft-from="post"' in restored.text
+    assert 'id="draft-offer"' not in restored.text  # a form from a post offers nothing
+    assert 'name="arg-1-name"' in restored.text and "Hello {{ who }}, {{ mood }}" in html.unescape(restored.text)
+    assert stored(ui_server, name)["latest_version"] == 1, "restoring saves nothing"
+
+    saved = editor.post(editor_path, data={**draft, "op": "save"})
+    assert saved.status_code == 303
+    landed = editor.get(saved.headers["location"])
+    marker = re.search(r'data-draft-saved="([^"]+)"', landed.text)
+    assert marker and json.loads(html.unescape(marker.group(1))) == {"kind": "prompt", "name": name, "created": False}
+    assert "data-draft-saved" not in editor.get(saved.headers["location"]).text  # once
 
 
 def test_checks_name_the_line_of_a_syntax_error_and_undeclared_variables(editor: httpx.Client) -> None:

@@ -96,8 +96,14 @@ def test_pages_need_a_session_and_htmx_is_told_where_to_sign_in(ui_server: UiSer
     with httpx.Client(base_url=ui_server.url) as http:
         page = http.get("/ui/prompts?q=x")
         assert page.status_code == 303 and page.headers["location"].startswith("/ui/signin?next=%2Fui%2Fprompts")
-        partial = http.get("/ui/prompts", headers={"HX-Request": "true"})
-        assert partial.status_code == 200 and partial.headers["hx-redirect"].startswith("/ui/signin")
+        # htmx is not redirected (that would throw away the page): a 401 names the sign-in page,
+        # coming back to the page the request was sent from; ui.js goes there.
+        partial = http.get(
+            "/ui/prompts", headers={"HX-Request": "true", "HX-Current-URL": f"{ui_server.url}/ui/prompts?q=x"}
+        )
+        assert partial.status_code == 401 and "hx-redirect" not in partial.headers
+        assert partial.headers["x-sign-in"] == "/ui/signin?next=%2Fui%2Fprompts%3Fq%3Dx"
+        assert "Sign in again" in partial.text and "<html" not in partial.text
         stale = http.get("/ui/", headers={"Cookie": "mcpr_ui_session=not-a-session"})
         assert "ended=1" in stale.headers["location"]
 
