@@ -141,6 +141,20 @@ def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiServer]:
         yield UiServer(process)
 
 
+@pytest.fixture
+def guarded_label(ui_server: UiServer) -> Iterator[str]:
+    """A label of its own, protected for the test (the shared server's production stays open)."""
+    label = f"guarded-{secrets.token_hex(3)}"
+    with ui_server.admin() as admin:
+        protected = admin.put(f"/api/v1/protected-labels/{label}", json={})
+        assert protected.status_code == 200, protected.text
+    try:
+        yield label
+    finally:
+        with ui_server.admin() as admin:
+            admin.delete(f"/api/v1/protected-labels/{label}")
+
+
 # ------------------------------------------------------------------ HTTP-level helpers
 
 NONCE = re.compile(r'name="signin_nonce" value="([^"]+)"')

@@ -30,19 +30,14 @@ def team_prompt(ui_server: UiServer) -> Iterator[tuple[str, str]]:
 
 
 def test_a_hidden_change_request_answers_as_a_missing_one(
-    ui_server: UiServer, editor: httpx.Client, team_prompt: tuple[str, str]
+    ui_server: UiServer, editor: httpx.Client, team_prompt: tuple[str, str], guarded_label: str
 ) -> None:
     _team, name = team_prompt
-    label = f"guarded-{secrets.token_hex(3)}"
     with ui_server.admin() as admin:
-        assert admin.put(f"/api/v1/protected-labels/{label}", json={}).status_code == 200
-        try:
-            opened = admin.post(
-                "/api/v1/change-requests", json={"kind": "prompt", "name": name, "label": label, "to_version": 2}
-            )
-            assert opened.status_code == 201, opened.text
-        finally:
-            admin.delete(f"/api/v1/protected-labels/{label}")
+        opened = admin.post(
+            "/api/v1/change-requests", json={"kind": "prompt", "name": name, "label": guarded_label, "to_version": 2}
+        )
+        assert opened.status_code == 201, opened.text
     hidden_id = opened.json()["id"]
     missing_id = hidden_id + 1_000_000
 
