@@ -133,15 +133,14 @@ class ChangeRequestService:
         if lock:
             stmt = stmt.with_for_update()
         request = session.scalar(stmt)
+        # A hidden one answers as a missing one does: the same words, pointing the same way.
+        missing = Subject(request_id=request_id, missing="request")
         if request is None:
-            raise NotFound(
-                f"change request #{request_id} does not exist",
-                about=Subject(request_id=request_id, missing="request"),
-            )
+            raise NotFound(f"change request #{request_id} does not exist", about=missing)
         team = session.scalar(select(Entry.team).where(Entry.kind == request.kind, Entry.name == request.name))
         team = team if team is not None else request.team
-        check_sees(access, request.team, f"change request #{request_id}")
-        check_sees(access, team, f"change request #{request_id}")
+        check_sees(access, request.team, f"change request #{request_id}", about=missing)
+        check_sees(access, team, f"change request #{request_id}", about=missing)
         return request, team
 
     def summary(self, request: ChangeRequest) -> dict[str, Any]:
