@@ -735,3 +735,153 @@ def test_an_approval_and_a_publication_answer_from_what_they_committed(
     retried = registry.reviews.publish(request_id, actor="carol")
     assert retried["state"] == "published" and retried["notice"] is not None
     assert "already published (by carol" in retried["notice"]
+
+
+# ------------------------------------------------------------------ publish when approved, waiting for a reviewer
+
+
+def test_publish_when_approved_publishes_in_the_approving_review(setup: Setup) -> None:
+    """The author chooses "publish when approved" when opening the request: the approval that
+    brings the approvals needed publishes it (agents are served it, no separate publish), and the
+    audit trail says it was automatic and on whose approval."""
+    s = setup
+    name = published_prompt(s, "Hello {{ who }}")
+    with s.http(s.editor_a) as a:
+        ok(a.put(f"/api/v1/prompts/{name}", json={**GREETING, "template": "Auto {{ who }}", "change_note": "auto"}))
+        refused = a.post("/api/v1/change-requests", json={"kind": "prompt", "name": name, "publish_when_approved": 1})
+        assert refused.status_code == 422, refused.text  # true or false only
+        opened = ok(
+            a.post(
+                "/api/v1/change-requests",
+                json={"kind": "prompt", "name": name, "title": "Automatic", "publish_when_approved": True},
+            ),
+            201,
+        )
+        assert opened["publish_when_approved"] is True and opened["state"] == "in_review"
+        assert opened["proposed"]["change_note"] == "auto" and opened["proposed"]["author"] == "editor-a"
+        listed = ok(a.get("/api/v1/change-requests", params={"name": name}))["items"]
+        assert [(i["id"], i["publish_when_approved"]) for i in listed] == [(opened["id"], True)]
+    assert s.served_text(name, {"who": "Ada"}) == "Hello Ada"
+    with s.http(s.reviewer_b) as b:
+        approved = ok(b.post(f"/api/v1/change-requests/{opened['id']}/approve", json={"comment": "ship it"}))
+    assert approved["state"] == "published" and approved["published_by"] == "reviewer-b"
+    assert approved["your_verdict"] == "approve" and approved["auto_publish_refused"] is None
+    assert s.served_text(name, {"who": "Ada"}) == "Auto Ada"
+    [event] = _request_events(s, opened["id"], "cr_published")
+    assert "published automatically on the approval of reviewer-b" in event["note"], event
+    assert len(_request_events(s, opened["id"], "cr_approved")) == 1
+    with s.http(s.editor_a) as a:
+        again = ok(a.post(f"/api/v1/change-requests/{opened['id']}/publish"))
+        assert again["notice"] and "already published" in again["notice"]
+    with s.admin() as admin:
+        verified = ok(admin.get("/api/v1/audit/verify"))
+    assert verified["intact"] is True and verified["differences"] == [], verified
+
+
+def test_publish_when_approved_from_a_save_waits_for_the_approvals_needed(setup: Setup) -> None:
+    """A save's ``change_request`` takes the flag too; with two approvals needed, the first
+    approval publishes nothing and the second does."""
+    s = setup
+    label = "rel" + secrets.token_hex(3)
+    name = published_prompt(s, "Hello {{ who }}")
+    with s.admin() as admin:
+        ok(admin.put(f"/api/v1/protected-labels/{label}", json={"approvals": 2}))
+        ok(admin.put(f"/api/v1/prompts/{name}/labels/{label}", json={"version": 1, "override_reason": "setup"}))
+    try:
+        with s.http(s.editor_a) as a:
+            saved = ok(
+                a.put(
+                    f"/api/v1/prompts/{name}",
+                    json={
+                        **GREETING,
+                        "template": "Twice {{ who }}",
+                        "labels": [label],
+                        "request_review": True,
+                        "change_request": {"title": "two needed", "publish_when_approved": True},
+                    },
+                )
+            )
+        assert label in saved["held_labels"], saved
+        with s.http(s.editor_a) as a:
+            requests = [ok(a.get(f"/api/v1/change-requests/{i}")) for i in saved["change_requests"]]
+        mine = next(r for r in requests if r["label"] == label)
+        assert mine["publish_when_approved"] is True and mine["approvals_required"] == 2
+        with s.http(s.reviewer_b) as b:
+            first = ok(b.post(f"/api/v1/change-requests/{mine['id']}/approve", json={}))
+        assert first["state"] == "in_review" and first["approvals"] == 1
+        with s.http(s.reviewer_c) as c:
+            second = ok(c.post(f"/api/v1/change-requests/{mine['id']}/approve", json={}))
+        assert second["state"] == "published"
+        with s.admin() as admin:
+            assert ok(admin.get(f"/api/v1/prompts/{name}"))["labels"][label] == 2
+    finally:
+        with s.admin() as admin:
+            admin.delete(f"/api/v1/prompts/{name}/labels/{label}", params={"override_reason": "cleanup"})
+            admin.delete(f"/api/v1/protected-labels/{label}")
+
+
+def test_publish_when_approved_refused_by_a_check_stays_approved_and_says_why(setup: Setup) -> None:
+    s = setup
+    name = published_prompt(s, "Hello {{ who }}")
+    breaking = {
+        **GREETING,
+        "arguments": [{"name": "who", "required": True}, {"name": "tone", "required": True}],
+        "samples": [{"who": "Ada", "tone": "warm"}],
+        "template": "Hello {{ who }}, {{ tone }}",
+    }
+    with s.http(s.editor_a) as a:
+        saved = ok(
+            a.put(
+                f"/api/v1/prompts/{name}",
+                json={**breaking, "request_review": True, "change_request": {"publish_when_approved": True}},
+            )
+        )
+    request_id = saved["change_requests"][0]
+    with s.http(s.reviewer_b) as b:
+        approved = ok(b.post(f"/api/v1/change-requests/{request_id}/approve", json={}))
+    assert approved["state"] == "approved"
+    assert "checks fail" in approved["auto_publish_refused"], approved
+    assert _request_events(s, request_id, "cr_published") == []
+    assert s.served_text(name, {"who": "Ada"}) == "Hello Ada"
+    # Another reviewer's approval overriding the checks completes it: published then.
+    with s.http(s.reviewer_c) as c:
+        overridden = ok(
+            c.post(
+                f"/api/v1/change-requests/{request_id}/approve",
+                json={"override_checks": True, "comment": "every agent sends a tone"},
+            )
+        )
+    assert overridden["state"] == "published" and overridden["auto_publish_refused"] is None
+    assert s.served_text(name, {"who": "Ada", "tone": "warm"}) == "Hello Ada, warm"
+
+
+def test_requests_waiting_for_a_reviewer(setup: Setup) -> None:
+    """``?waiting=true``: in review, not yours, of a team you review, no verdict of yours yet."""
+    s = setup
+    team = "w" + secrets.token_hex(3)
+    with s.admin() as admin:
+        ok(admin.post("/api/v1/teams", json={"name": team, "title": "Waiting"}), 201)
+        member = ok(
+            admin.post("/api/v1/tokens", json={"name": "w-rev", "scopes": ["viewer"], "teams": {team: "reviewer"}}),
+            201,
+        )["token"]
+        author = ok(
+            admin.post("/api/v1/tokens", json={"name": "w-auth", "scopes": ["viewer"], "teams": {team: "reviewer"}}),
+            201,
+        )["token"]
+        name = fresh("waiting")
+        body = {"name": name, **GREETING, "template": "Hi {{ who }}", "team": team}
+        ok(admin.post("/api/v1/prompts", json=body), 201)
+    with s.http(author) as a:
+        saved = ok(
+            a.put(f"/api/v1/prompts/{name}", json={**GREETING, "template": "Yo {{ who }}", "request_review": True})
+        )
+        request_id = saved["change_requests"][0]
+        assert ok(a.get("/api/v1/change-requests", params={"waiting": "true"}))["total"] == 0  # their own
+    with s.http(member) as m:
+        waiting = ok(m.get("/api/v1/change-requests", params={"waiting": "true"}))
+        assert [i["id"] for i in waiting["items"]] == [request_id] and waiting["total"] == 1
+        ok(m.post(f"/api/v1/change-requests/{request_id}/approve", json={}))
+        assert ok(m.get("/api/v1/change-requests", params={"waiting": "true"}))["total"] == 0
+    with s.http(s.editor_only) as editor:  # reviews nothing: nothing waits for them
+        assert ok(editor.get("/api/v1/change-requests", params={"waiting": "true"}))["total"] == 0

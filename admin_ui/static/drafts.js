@@ -7,9 +7,10 @@
 //   single sign-on subject, never a secret) and the entry (kind and name; "" for a new one), so
 //   nobody signed in on the same browser is offered someone else's text. Signing out drops that
 //   person's drafts (a shared computer keeps nothing of theirs).
-// - What: the form's fields (minus the CSRF token, files and password fields: secrets are never
-//   stored), the version the form started from (base_version) and the time; kept on every pause
-//   in typing, on submit and when the page goes. A page whose form is unchanged keeps nothing.
+// - What: the form's fields (minus the CSRF token, files and write-only fields: password fields
+//   and [data-write-only] ones; secrets are never stored), the version the form started from
+//   (base_version) and the time; kept on every pause in typing, on submit and when the page goes.
+//   A page whose form is unchanged keeps nothing.
 // - Offered back on a fresh editor page (data-draft-from="entry") when it differs from the form.
 //   "Restore them" posts the draft to the editor with op=restore, as the row buttons post a form:
 //   the server renders the form from it (rows and all) with this page's CSRF token; its
@@ -101,12 +102,18 @@
   }
 
   // The form's fields as [name, value] pairs: not the CSRF token, files, or (unless
-  // withSecrets) what is typed into password fields: a webhook's secret and header values are
-  // write-only, and never go into storage.
+  // withSecrets) what is typed into a write-only field: a password field (a webhook's secret and
+  // header values) or one marked data-write-only (an http resource's header values, shown as
+  // text). Those never go into storage; a write-only field still holding the mask the page drew
+  // for a stored value (data-write-only's value, "********") is kept: it says "keep what is
+  // stored", no secret, and a restored draft without it would replace the stored value.
   function fieldsOf(form, withSecrets) {
     var secret = {};
     if (!withSecrets) {
-      form.querySelectorAll('input[type="password"]').forEach(function (input) { secret[input.name] = true; });
+      form.querySelectorAll('input[type="password"], [data-write-only]').forEach(function (input) {
+        var mask = input.getAttribute("data-write-only");
+        if (!mask || input.value !== mask) { secret[input.name] = true; }
+      });
     }
     var pairs = [];
     new FormData(form).forEach(function (value, name) {

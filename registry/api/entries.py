@@ -171,7 +171,7 @@ def _review_ask(body: dict[str, Any]) -> ReviewAsk | None:
             raise Invalid("invalid change_request: " + errors[0]["msg"], errors=errors) from None
         if not asked:
             raise Invalid("change_request is only used with request_review: true")
-        return ReviewAsk(ask.title, ask.description)
+        return ReviewAsk(ask.title, ask.description, ask.publish_when_approved)
     return ReviewAsk() if asked else None
 
 

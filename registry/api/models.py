@@ -15,7 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, StrictFloat
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, StrictBool, StrictFloat
 from pydantic.json_schema import SkipJsonSchema
 
 from registry.catalog.specs import (
@@ -210,6 +210,9 @@ class ChangeRequestAsk(BaseModel):
         description="one line; default: what moves where",
     )
     description: str | None = Field(default=None, max_length=8192, description="why, for the reviewers")
+    publish_when_approved: StrictBool = Field(
+        default=False, description="publish each request as soon as the approvals it needs are in"
+    )
 
 
 _REQUEST_REVIEW = (

@@ -60,10 +60,19 @@ _SUMMARY_EXAMPLE: dict[str, Any] = {
     "updated_at": "2025-06-02T10:30:00+00:00",
     "published_at": None,
     "published_by": None,
+    "publish_when_approved": False,
 }
 _DETAIL_EXAMPLE: dict[str, Any] = {
     **_SUMMARY_EXAMPLE,
     "current_version": 1,
+    "proposed": {
+        "version": 2,
+        "author": "alice",
+        "change_note": "bullet points",
+        "created_at": "2025-06-02T10:29:00+00:00",
+    },
+    "your_verdict": None,
+    "auto_publish_refused": None,
     "stale": False,
     "reviews": [],
     "diff": {
@@ -138,6 +147,19 @@ class ChangeRequestSummary(BaseModel):
     updated_at: datetime
     published_at: datetime | None
     published_by: str | None
+    publish_when_approved: bool = Field(
+        description="chosen by the author: the approval that brings the approvals needed publishes it in the same "
+        "transaction (when the pre-publish checks pass or are overridden and the label has not moved)"
+    )
+
+
+class ProposedVersion(BaseModel):
+    """The version a request proposes, as its author saved it."""
+
+    version: int
+    author: str | None
+    change_note: str | None = Field(description="the author's change note of that version")
+    created_at: datetime | None
 
 
 class ChangeRequest(ChangeRequestSummary):
@@ -146,6 +168,14 @@ class ChangeRequest(ChangeRequestSummary):
     model_config = _examples(_DETAIL_EXAMPLE)
 
     current_version: int | None = Field(description="the version the label points at now")
+    proposed: ProposedVersion
+    your_verdict: Literal["approve", "reject"] | None = Field(
+        description="your own standing verdict on it (null: none yet)"
+    )
+    auto_publish_refused: str | None = Field(
+        description="publish_when_approved was chosen and the request is approved but not published: why (checks "
+        "fail without an override, or the label moved since)"
+    )
     stale: bool = Field(description="the label moved since the request was opened: it can no longer be published")
     reviews: list[Review]
     diff: models.Diff | None = Field(description="from_version -> to_version (null when the label was not set)")
@@ -186,6 +216,7 @@ class ChangeRequestOpen(BaseModel):
                     "title": "Publish the shorter summary",
                     "draft": True,
                 },
+                {"kind": "prompt", "name": "summarize", "publish_when_approved": True},
                 {"kind": "resource", "name": "server-info", "label": "release"},
             ]
         },
@@ -200,6 +231,12 @@ class ChangeRequestOpen(BaseModel):
     )
     description: str | None = Field(default=None, max_length=8192, description="why, for the reviewers")
     draft: StrictBool = Field(default=False, description="open it as a draft (submit it for review later)")
+    publish_when_approved: StrictBool = Field(
+        default=False,
+        description="publish it as soon as the approvals it needs are in, in the approving review's transaction "
+        "(audited as an automatic publication on that reviewer's approval); refused by a pre-publish check or a "
+        "moved label, it stays approved and says why (auto_publish_refused)",
+    )
 
 
 class Approval(BaseModel):
@@ -376,11 +413,23 @@ def list_requests(
     name: Annotated[str | None, Query(max_length=128, pattern=NAME_PATTERN)] = None,
     team: Annotated[str | None, Query(max_length=64, pattern="^[a-z0-9][a-z0-9_.-]{0,63}$")] = None,
     label: Annotated[str | None, Query(max_length=64, pattern=LABEL_PATTERN)] = None,
+    waiting: Annotated[
+        bool,
+        Query(description="only requests waiting for your review: in review, not yours, no verdict of yours yet"),
+    ] = False,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
     offset: Annotated[int, Query(ge=0, le=models.INT32_MAX)] = 0,
 ) -> dict[str, Any]:
     return _reviews(request).list_requests(
-        access=principal, state=state, kind=kind, name=name, team=team, label=label, limit=limit, offset=offset
+        access=principal,
+        state=state,
+        kind=kind,
+        name=name,
+        team=team,
+        label=label,
+        waiting_for=principal.actor() if waiting else None,
+        limit=limit,
+        offset=offset,
     )
 
 
@@ -407,6 +456,7 @@ def open_request(request: Request, body: ChangeRequestOpen, principal: ViewerPri
         title=body.title,
         description=body.description,
         draft=body.draft,
+        publish_when_approved=body.publish_when_approved,
     )
 
 

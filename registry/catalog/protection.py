@@ -71,6 +71,8 @@ class ReviewAsk:
 
     title: str | None = None
     description: str | None = None
+    #: Publish each request as soon as the approvals it needs are in (the author's choice).
+    publish_when_approved: bool = False
 
 
 def check_reason(reason: str | None, what: str, limits: Limits = DEFAULT_LIMITS) -> str:
@@ -321,6 +323,7 @@ def open_request(
     title: str | None = None,
     description: str | None = None,
     state: str = "in_review",
+    publish_when_approved: bool = False,
 ) -> ChangeRequest:
     """Insert a change request (and its ``cr_opened`` audit event) in the caller's transaction:
     the save that holds a label and the request to move it commit together, or neither does."""
@@ -339,6 +342,7 @@ def open_request(
         author=who.name[:128],
         author_key=who.key[:300],
         approvals_required=approvals_required,
+        publish_when_approved=publish_when_approved,
         created_at=now,
         updated_at=now,
     )
@@ -352,7 +356,8 @@ def open_request(
         actor=who,
         team=team,
         version=to_version,
-        note=f"change request #{request.id} ({kind} {name}): {label} {_v(from_version)} -> v{to_version} ({state})",
+        note=f"change request #{request.id} ({kind} {name}): {label} {_v(from_version)} -> v{to_version} ({state})"
+        + ("; to be published when approved" if publish_when_approved else ""),
         digest=request_digest(session, request.id),
         ref=request_ref(request.id),
     )

@@ -21,6 +21,14 @@ editor of the entry's team (or by a save that held the label, ``CatalogService``
   normal change feed), and only while the label still points where it did when the request was
   opened (else 409: the request is stale). An admin may publish in an emergency with a reason,
   skipping approvals and checks; the change row is marked ``override`` with that reason.
+* **Publish when approved** (``publish_when_approved``, the author's choice when opening): the
+  approving review that makes the request approved also publishes it, in its own transaction,
+  under exactly the rules above (fresh checks or a reviewer's override, the label not moved
+  since); the ``cr_published`` event names the reviewer whose approval did it. Refused by one of
+  those rules, the approval stands, the request stays approved and says why
+  (``auto_publish_refused``) until someone publishes it by hand.
+* **Waiting for a reviewer** (``waiting_terms``): in review, not their own, of a team they review,
+  no verdict of theirs yet; counted with one indexed query on every page's navigation.
 
 Every transition is a ``change_request`` event in the hash-chained change log. Concurrency: a
 request's row is locked (PostgreSQL ``FOR UPDATE``; SQLite serialises writers) and its state
@@ -41,7 +49,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import ColumnElement, exists, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
@@ -62,10 +70,12 @@ from registry.catalog.service import PRODUCTION, CatalogService
 from registry.catalog.specs import KINDS, is_label
 from registry.db.audit import Actor, as_actor, request_ref
 from registry.db.changelog import append_event
-from registry.db.models import ChangeRequest, ChangeRequestReview, Entry, utcnow
+from registry.db.models import ChangeRequest, ChangeRequestReview, Entry, EntryVersion, utcnow
 
 #: Most requests one list page shows.
 MAX_PAGE = 100
+#: Most waiting requests counted: more show as "99+" (the count stays cheap however long the queue).
+WAITING_COUNTED = 99
 #: States a reviewer's verdict may still change.
 REVIEWABLE = ("in_review", "approved", "rejected")
 
@@ -123,15 +133,14 @@ class ChangeRequestService:
         if lock:
             stmt = stmt.with_for_update()
         request = session.scalar(stmt)
+        # A hidden one answers as a missing one does: the same words, pointing the same way.
+        missing = Subject(request_id=request_id, missing="request")
         if request is None:
-            raise NotFound(
-                f"change request #{request_id} does not exist",
-                about=Subject(request_id=request_id, missing="request"),
-            )
+            raise NotFound(f"change request #{request_id} does not exist", about=missing)
         team = session.scalar(select(Entry.team).where(Entry.kind == request.kind, Entry.name == request.name))
         team = team if team is not None else request.team
-        check_sees(access, request.team, f"change request #{request_id}")
-        check_sees(access, team, f"change request #{request_id}")
+        check_sees(access, request.team, f"change request #{request_id}", about=missing)
+        check_sees(access, team, f"change request #{request_id}", about=missing)
         return request, team
 
     def summary(self, request: ChangeRequest) -> dict[str, Any]:
@@ -157,6 +166,7 @@ class ChangeRequestService:
             "updated_at": _iso(request.updated_at),
             "published_at": _iso(request.published_at),
             "published_by": request.published_by,
+            "publish_when_approved": bool(request.publish_when_approved),
         }
 
     def list_requests(
@@ -168,10 +178,12 @@ class ChangeRequestService:
         name: str | None = None,
         team: str | None = None,
         label: str | None = None,
+        waiting_for: Actor | None = None,
         limit: int = 50,
         offset: int = 0,
     ) -> dict[str, Any]:
-        """Requests ``access`` may see, newest first, filtered."""
+        """Requests ``access`` may see, newest first, filtered; ``waiting_for``: only those waiting
+        for that reviewer (``waiting_terms``; ``access`` is theirs)."""
         if state is not None and state not in STATES:
             raise Invalid(f"unknown state {state!r}: one of {', '.join(STATES)}")
         if kind is not None and kind not in KINDS:
@@ -186,6 +198,11 @@ class ChangeRequestService:
                 if teams
                 else ChangeRequest.team.is_(None)
             )
+        if waiting_for is not None:
+            waiting = waiting_terms(access, waiting_for.key) if access is not None else None
+            if waiting is None:
+                return {"items": [], "total": 0, "limit": limit, "offset": offset}
+            terms.extend(waiting)
         for column, value in (
             (ChangeRequest.state, state),
             (ChangeRequest.kind, kind),
@@ -207,6 +224,18 @@ class ChangeRequestService:
             ).all()
             items = [self.summary(row) for row in rows]
         return {"items": items, "total": total, "limit": limit, "offset": offset}
+
+    def waiting_count(self, access: Access, viewer: Actor) -> int | None:
+        """How many requests wait for ``viewer``'s review (``waiting_terms``), up to
+        ``WAITING_COUNTED + 1`` (meaning "more than WAITING_COUNTED"): one indexed COUNT over at
+        most that many rows, cheap enough for every page's navigation even when an import left
+        thousands in review. None, without a query, when they review nothing."""
+        terms = waiting_terms(access, viewer.key)
+        if terms is None:
+            return None
+        found = select(ChangeRequest.id).where(*terms).limit(WAITING_COUNTED + 1).subquery()
+        with self.db.session() as session:
+            return session.scalar(select(func.count()).select_from(found)) or 0
 
     def for_entry(self, kind: str, name: str, *, access: Access | None = None) -> list[dict[str, Any]]:
         """The open requests of one entry (its page lists them)."""
@@ -248,9 +277,28 @@ class ChangeRequestService:
         override = checks_override(request)
         current = session.scalar(select(Entry).where(Entry.kind == request.kind, Entry.name == request.name))
         label_now = next((lb.version for lb in current.labels if lb.name == request.label), None) if current else None
+        proposed = (
+            session.execute(
+                select(EntryVersion.author, EntryVersion.change_note, EntryVersion.created_at).where(
+                    EntryVersion.entry_id == current.id, EntryVersion.number == request.to_version
+                )
+            ).first()
+            if current is not None
+            else None
+        )
+        yours = _latest_of(request, viewer.key) if viewer is not None else None
         return {
             **detail,
             "current_version": label_now,
+            # What reviewers read first: the proposed version's own change note, by whom and when.
+            "proposed": {
+                "version": request.to_version,
+                "author": proposed.author if proposed is not None else None,
+                "change_note": proposed.change_note if proposed is not None else None,
+                "created_at": _iso(proposed.created_at) if proposed is not None else None,
+            },
+            # The viewer's own standing verdict (a page offers no second "Approve" after one).
+            "your_verdict": yours.verdict if yours is not None and yours.verdict in ("approve", "reject") else None,
             "reviews": [
                 {
                     "id": review.id,
@@ -287,12 +335,22 @@ class ChangeRequestService:
         stale = partial["current_version"] != partial["from_version"]
         is_open = partial["state"] in OPEN_STATES
         checks_ok = not report.failed or partial["checks_overridden"]
+        publishable = partial["state"] == "approved" and checks_ok and not stale
+        held = None
+        if partial["publish_when_approved"] and partial["state"] == "approved" and not publishable:
+            # Approved, to be published at once, and not published: say what stopped it.
+            held = (
+                _stale_reason(partial["label"], partial["from_version"], partial["current_version"])
+                if stale
+                else _checks_reason(partial["id"], report)
+            )
         return {
             **partial,
             "stale": stale and is_open,
             "diff": diff,
             "checks": report.as_dict(),
-            "publishable": partial["state"] == "approved" and checks_ok and not stale,
+            "publishable": publishable,
+            "auto_publish_refused": held,
             "notice": partial.get("notice"),
         }
 
@@ -351,10 +409,12 @@ class ChangeRequestService:
         title: str | None = None,
         description: str | None = None,
         draft: bool = False,
+        publish_when_approved: bool = False,
     ) -> dict[str, Any]:
         """Ask to point protected ``label`` of an entry at ``to_version`` (default: its newest).
         The caller needs editor on the entry's team; the label must be protected and not already
-        there; a pending request asking the same move is a 409 naming it."""
+        there; a pending request asking the same move is a 409 naming it.
+        ``publish_when_approved``: the approval that completes it publishes it (``_review``)."""
         if kind not in KINDS:
             raise NotFound(f"unknown kind {kind!r}")
         if not is_label(label):
@@ -398,6 +458,7 @@ class ChangeRequestService:
                 title=title,
                 description=description,
                 state="draft" if draft else "in_review",
+                publish_when_approved=publish_when_approved,
             )
             request_id = request.id
         return self.get(request_id, access=access, viewer=as_actor(actor))
@@ -434,6 +495,7 @@ class ChangeRequestService:
         change: Callable[[Session, ChangeRequest], dict[str, Any]],
         done: Callable[[ChangeRequest], str | None] = lambda _request: None,
         report: CheckReport | None = None,
+        after: Callable[[Session, ChangeRequest, str | None], None] | None = None,
     ) -> dict[str, Any]:
         """Lock the request, check it may move on, apply ``change`` (the new column values), swap
         the state only if it is still the one read (compare-and-swap), and append the event.
@@ -441,7 +503,8 @@ class ChangeRequestService:
         ``done`` says (as a notice) that what is asked was already done (a retry, a double click):
         then nothing is written. The answer (``_detail_in``) is built inside the transaction: after
         the commit nothing is read, so a database lost at that moment cannot turn a committed
-        transition into an error (that a retry would then repeat)."""
+        transition into an error (that a retry would then repeat). ``after`` runs last, in the same
+        transaction, on the request as it now stands (an approval's automatic publication)."""
         with self.db.session() as session:
             request, team = self._load(session, request_id, access, lock=True)
             authorize(request, team)
@@ -485,6 +548,8 @@ class ChangeRequestService:
             )
             session.flush()
             session.expire(request)  # the swap bypassed the loaded object: read the new row, still uncommitted
+            if after is not None:
+                after(session, request, team)
             return self._detail_in(session, request, viewer)
 
     def submit(self, request_id: int, *, actor: Actor | str, access: Access | None = None) -> dict[str, Any]:
@@ -584,6 +649,12 @@ class ChangeRequestService:
             if verdict == "approve"
             else "rejected"
         )
+        auto: dict[str, Any] = {}
+
+        def after(session: Session, request: ChangeRequest, team: str | None) -> None:
+            if verdict == "approve":
+                self._publish_when_approved(session, request, team, who=who, report=report, auto=auto)
+
         for attempt in (1, 2):
             try:
                 detail = self._transition(
@@ -598,6 +669,7 @@ class ChangeRequestService:
                     change=change,
                     done=done,
                     report=report,
+                    after=after,
                 )
                 break
             except IntegrityError:
@@ -608,6 +680,7 @@ class ChangeRequestService:
                         f"change request #{request_id} changed concurrently; reload it",
                         about=Subject(request_id=request_id),
                     ) from None
+        self.catalog.committed(auto.get("change"))
         return self._finish(detail, diff, report)
 
     def approve(
@@ -654,6 +727,73 @@ class ChangeRequestService:
         )
         return self._finish(detail, diff, report)
 
+    def _move_in(
+        self, session: Session, request: ChangeRequest, mover: Actor, note: str
+    ) -> tuple[int | None, str | None]:
+        """Point the request's label at its version under the entry's lock: (the change id, None);
+        or (None, why not) when the label moved since the request was opened (nothing written)."""
+        entry = self.catalog.lock_entry(session, request.kind, request.name)
+        current = next((lb.version for lb in entry.labels if lb.name == request.label), None)
+        if current != request.from_version:
+            return None, _stale_reason(request.label, request.from_version, current)
+        target = self.catalog.version_in(session, entry, request.to_version)
+        return self.catalog.move_label_in(session, entry, request.label, target, actor=mover, note=note), None
+
+    def _publish_when_approved(
+        self,
+        session: Session,
+        request: ChangeRequest,
+        team: str | None,
+        *,
+        who: Actor,
+        report: CheckReport,
+        auto: dict[str, Any],
+    ) -> None:
+        """The author chose "publish when approved" and ``who``'s approval made the request
+        approved: publish it here, in the approval's transaction, exactly as ``publish`` would
+        (approvals, fresh checks or a reviewer's override, the label not moved since), audited as a
+        ``cr_published`` event that says it was automatic and on whose approval. Refused by one of
+        those, nothing more is written: the request stays approved and ``auto["refused"]`` says why
+        (the request's page says it too: ``auto_publish_refused``)."""
+        if request.state != "approved" or not request.publish_when_approved:
+            return
+        refusal = _publish_refusal(request, report)
+        change_id = None
+        if refusal is None:
+            note = f"change request #{request.id}, published when approved"
+            change_id, refusal = self._move_in(session, request, who, note)
+        if refusal is not None:
+            auto["refused"] = refusal
+            return
+        now = utcnow()
+        swapped = session.execute(
+            update(ChangeRequest)
+            .where(ChangeRequest.id == request.id, ChangeRequest.state == "approved")
+            .values(state="published", published_at=now, published_by=who.name[:128], updated_at=now)
+            .execution_options(synchronize_session=False)
+        )
+        if swapped.rowcount != 1:  # type: ignore[attr-defined]
+            raise Conflict(
+                f"change request #{request.id} changed concurrently; reload it", about=Subject(request_id=request.id)
+            )
+        append_event(
+            session,
+            kind="change_request",
+            name=f"{request.kind}/{request.name}"[:128],
+            action="cr_published",
+            actor=who,
+            team=team,
+            version=request.to_version,
+            note=f"change request #{request.id} ({request.kind} {request.name}: {request.label} "
+            f"{_v(request.from_version)} -> v{request.to_version}): published automatically on the approval of "
+            f"{who.name} (publish when approved, chosen by its author {request.author}); now published",
+            digest=request_digest(session, request.id),
+            ref=request_ref(request.id),
+        )
+        session.flush()
+        session.expire(request)
+        auto["change"] = change_id
+
     def publish(
         self,
         request_id: int,
@@ -695,38 +835,13 @@ class ChangeRequestService:
         published: dict[str, int | None] = {}
 
         def change(session: Session, request: ChangeRequest) -> dict[str, Any]:
-            if not emergency:
-                approvals, rejections = standing(request)
-                if rejections:
-                    raise Conflict(
-                        f"change request #{request_id} has a standing rejection; it cannot be published",
-                        about=Subject(request_id=request_id),
-                    )
-                if len(approvals) < request.approvals_required:
-                    raise Conflict(
-                        f"change request #{request_id} needs {request.approvals_required} approval(s) from reviewers "
-                        f"other than its author; it has {len(approvals)}",
-                        about=Subject(request_id=request_id),
-                    )
-                if report.failed and checks_override(request) is None:
-                    failing = "; ".join(item.title for item in report.items if item.status == "fail")
-                    raise Conflict(
-                        f"change request #{request_id}: pre-publish checks fail ({failing}); a reviewer must approve "
-                        "with override_checks and a reason to publish it anyway",
-                        about=Subject(request_id=request_id),
-                    )
-            entry = self.catalog.lock_entry(session, request.kind, request.name)
-            current = next((lb.version for lb in entry.labels if lb.name == request.label), None)
-            if current != request.from_version:
-                raise Conflict(
-                    f"{request.label} moved since this request was opened (from {_v(request.from_version)} to "
-                    f"{_v(current)}); open a new change request",
-                    about=Subject(kind=request.kind, name=request.name, label=request.label, request_id=request_id),
-                )
-            target = self.catalog.version_in(session, entry, request.to_version)
-            published["change"] = self.catalog.move_label_in(
-                session, entry, request.label, target, actor=mover, note=f"change request #{request_id}"
-            )
+            refusal = None if emergency else _publish_refusal(request, report)
+            if refusal is not None:
+                raise Conflict(refusal, about=Subject(request_id=request_id))
+            published["change"], stale = self._move_in(session, request, mover, f"change request #{request_id}")
+            if stale is not None:
+                about = Subject(kind=request.kind, name=request.name, label=request.label, request_id=request_id)
+                raise Conflict(stale, about=about)
             now = utcnow()
             return {"state": "published", "published_at": now, "published_by": who.name[:128], "updated_at": now}
 
@@ -745,6 +860,66 @@ class ChangeRequestService:
         )
         self.catalog.committed(published.get("change"))
         return self._finish(detail, diff, report)
+
+
+def waiting_terms(access: Access, reviewer_key: str) -> list[ColumnElement[bool]] | None:
+    """What makes a request wait for this reviewer: in review, not theirs (``author_key``), of a
+    team they review (or global, when they review global entries; admins review every team), and
+    no verdict of theirs yet. None when they may review nothing. Served by the ``(state, id)``
+    index (the in-review requests) and the reviews' ``(request_id, reviewer_key, ...)`` one."""
+    key = reviewer_key[:300]
+    teams = access.visible_teams  # None: every team (an admin)
+    scope: ColumnElement[bool] | None = None
+    if teams is not None:
+        reviewed_teams = sorted(team for team in teams if access.may("reviewer", team))
+        parts = [ChangeRequest.team.in_(reviewed_teams)] if reviewed_teams else []
+        if access.may("reviewer", None):
+            parts.append(ChangeRequest.team.is_(None))
+        if not parts:
+            return None
+        scope = or_(*parts)
+    elif not access.may("reviewer", None):
+        return None
+    verdict_given = exists().where(
+        ChangeRequestReview.request_id == ChangeRequest.id,
+        ChangeRequestReview.reviewer_key == key,
+        ChangeRequestReview.verdict.in_(("approve", "reject")),
+    )
+    terms = [ChangeRequest.state == "in_review", ChangeRequest.author_key != key, ~verdict_given]
+    if scope is not None:
+        terms.append(scope)
+    return terms
+
+
+def _stale_reason(label: str, from_version: int | None, current: int | None) -> str:
+    return (
+        f"{label} moved since this request was opened (from {_v(from_version)} to {_v(current)}); "
+        "open a new change request"
+    )
+
+
+def _checks_reason(request_id: int, report: CheckReport) -> str:
+    failing = "; ".join(item.title for item in report.items if item.status == "fail")
+    return (
+        f"change request #{request_id}: pre-publish checks fail ({failing}); a reviewer must approve "
+        "with override_checks and a reason to publish it anyway"
+    )
+
+
+def _publish_refusal(request: ChangeRequest, report: CheckReport) -> str | None:
+    """Why ``request`` may not be published by its approvals now (a rejection stands, approvals
+    are missing, the checks fail without a reviewer's override); None: it may."""
+    approvals, rejections = standing(request)
+    if rejections:
+        return f"change request #{request.id} has a standing rejection; it cannot be published"
+    if len(approvals) < request.approvals_required:
+        return (
+            f"change request #{request.id} needs {request.approvals_required} approval(s) from reviewers "
+            f"other than its author; it has {len(approvals)}"
+        )
+    if report.failed and checks_override(request) is None:
+        return _checks_reason(request.id, report)
+    return None
 
 
 def _latest_of(request: ChangeRequest, reviewer_key: str) -> ChangeRequestReview | None:

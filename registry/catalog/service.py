@@ -588,6 +588,7 @@ class CatalogService:
                 approvals_required=held[label],
                 title=title,
                 description=description,
+                publish_when_approved=review.publish_when_approved,
             )
             opened.append(request.id)
         return opened

@@ -25,6 +25,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -276,6 +277,8 @@ class ChangeRequest(Base):
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
     published_at: Mapped[datetime | None] = mapped_column()
     published_by: Mapped[str | None] = mapped_column(String(128))
+    #: Chosen by the author: publish in the transaction of the approval that completes it.
+    publish_when_approved: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
     reviews: Mapped[list[ChangeRequestReview]] = relationship(
         back_populates="request", order_by="ChangeRequestReview.id", cascade="all, delete-orphan"

@@ -42,7 +42,7 @@ import asyncio
 import contextlib
 import json
 import re
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Protocol
 
@@ -69,8 +69,18 @@ from registry.ui.sessions import SignedIn
 from registry.ui.teams import team_choices
 from registry.ui.templating import Pages, friendly_where, set_flash, set_saved_marker
 
-#: Where a save publishes: the label it moves besides ``latest``.
-PUBLISH_CHOICES = (("production", "production (agents get it now)"), ("staging", "staging only"))
+#: Where a save publishes: the label it moves besides ``latest`` (``publish_choices`` says what happens).
+PUBLISH_CHOICES = (("production", "production"), ("staging", "staging only"))
+#: What a save to each label does for agents, when the label is not protected ...
+_PUBLISH_EFFECT = {
+    "production": "agents get it at once",
+    "staging": "agents reading staging get it at once; production keeps serving its current version",
+}
+#: ... and when it is (a save makes the version; the label waits for a change request).
+_HELD_EFFECT = (
+    "protected: saving creates the version; agents {who} keep the current one until a reviewer approves the "
+    "change request and it is published"
+)
 #: Open "saved meanwhile" streams one signed-in session may hold (tabs of one person).
 STREAMS_PER_SESSION = 16
 #: How often an idle event stream sends a comment, so proxies keep it open.
@@ -113,6 +123,20 @@ class EntryForm(Protocol):
     def check(self, request: Request, draft: Draft, form: FormData, issues: list[DraftIssue]) -> dict[str, Any]:
         """Values for ``check_template`` (called in a worker thread: it may render or fetch)."""
         ...
+
+
+def publish_choices(protected: Iterable[str]) -> list[tuple[str, str]]:
+    """(value, text) per "Publish to" option, the text saying what saving there does for agents:
+    at once, or (a protected label) only once a change request is approved and published."""
+    held = set(protected)
+    choices = []
+    for value, name in PUBLISH_CHOICES:
+        if value in held:
+            effect = _HELD_EFFECT.format(who="served production" if value == "production" else f"reading {value}")
+        else:
+            effect = _PUBLISH_EFFECT[value]
+        choices.append((value, f"{name} — {effect}"))
+    return choices
 
 
 def apply_row_op(state: dict[str, Any], op: str, rows: Mapping[str, Callable[[], dict[str, Any]]]) -> bool:
@@ -185,6 +209,11 @@ def _read_common(form: FormData, *, name: str | None) -> tuple[dict[str, Any], d
         "base_version": _text(form, "base_version"),
         "source_version": _text(form, "source_version"),
         "request_review": _text(form, "request_review") == "1",
+        # The change request a save to a protected label opens (bounded by the service: title_chars,
+        # description_chars; the form keeps the text when it refuses).
+        "cr_title": _text(form, "cr_title"),
+        "cr_description": _text(form, "cr_description"),
+        "publish_when_approved": _text(form, "publish_when_approved") == "1",
         "team": _text(form, "team").strip(),
     }
     spec: dict[str, Any] = {"name": state["name"]}
@@ -212,6 +241,9 @@ def _common_state(spec: Mapping[str, Any], version: int | None, source: int | No
         "base_version": str(version) if version is not None else "",
         "source_version": str(source) if source is not None else "",
         "request_review": True,  # when the label published to is protected (the form says so)
+        "cr_title": "",
+        "cr_description": "",
+        "publish_when_approved": False,
         "team": "",
     }
 
@@ -261,6 +293,7 @@ class EditorPages:
         name = entry.name if entry is not None else None
         action = f"/ui/{self.collection}/{name}/edit" if name else f"/ui/{self.collection}/-/new"
         ui = signed_in(request)
+        protected = sorted(_registry(request).protection.names_hint())
         code_editor = bool(getattr(self.form, "code_editor", False))
         context = {
             **self.common,
@@ -270,7 +303,7 @@ class EditorPages:
             "action": action,
             "check_url": f"/ui/{self.collection}/-/check",
             "events_url": f"/ui/{self.collection}/{name}/events" if name else None,
-            "publish_choices": PUBLISH_CHOICES,
+            "publish_choices": publish_choices(protected),
             "fields_template": self.form.fields_template,
             "check_template": self.form.check_template,
             # A kind whose form uploads a file (a resource's blob) posts multipart/form-data.
@@ -288,7 +321,7 @@ class EditorPages:
             # A new entry's owner: where this session may create entries (None: global).
             "team_choices": team_choices(request, ui) if ui is not None and entry is None else [],
             # Labels a save does not move (the form offers a change request for them).
-            "protected_labels": sorted(_registry(request).protection.names_hint()),
+            "protected_labels": protected,
             "source": _source(state, entry),
             # A kind whose templates get the code editor (CodeMirror): it styles itself with <style>
             # elements, which carry this response's nonce.
@@ -455,7 +488,8 @@ def editor_router(pages: Pages, collection: str, kind: str, title: str, form: En
                 **form.state_from_spec(conflict["merged"]),
                 "change_note": draft.state["change_note"],
                 "publish": draft.state["publish"],
-                "request_review": draft.state["request_review"],
+                **{key: draft.state[key] for key in ("request_review", "cr_title", "cr_description")},
+                "publish_when_approved": draft.state["publish_when_approved"],
             }
             return editor.render(request, state=state, entry=theirs, status=409, conflict=conflict)
         except CatalogError as exc:
@@ -568,8 +602,15 @@ def _source(state: Mapping[str, Any], entry: EntryView | None) -> dict[str, Any]
 
 
 def _review_ask(state: Mapping[str, Any]) -> ReviewAsk | None:
-    """The change requests a save asks for when its label is protected ("Request review")."""
-    return ReviewAsk() if state.get("request_review") else None
+    """The change requests a save asks for when its label is protected ("Request review"), with
+    the title, description and "publish when approved" typed beside it (the service bounds them)."""
+    if not state.get("request_review"):
+        return None
+    return ReviewAsk(
+        title=str(state.get("cr_title") or "").strip() or None,
+        description=str(state.get("cr_description") or "").strip() or None,
+        publish_when_approved=bool(state.get("publish_when_approved")),
+    )
 
 
 def _held_notice(result: WriteResult) -> str:

@@ -273,6 +273,10 @@ def entry_router(pages: Pages, collection: str, kind: str, title: str) -> APIRou
         catalog = _catalog(request)
         old = catalog.get(kind, name, version=number, access=ui.principal)
         newest = catalog.get(kind, name, access=ui.principal)
+        # Refused here, not only by the post: a confirmation the person can never act on is a dead end.
+        if not ui.may_edit(newest.team):
+            where = f"team {newest.team!r}" if newest.team else "global entries"
+            raise Forbidden(f"{kind} {name!r}: restoring a version needs the editor role on {where}")
         changed, _same = diff_specs(newest.spec, old.spec)
         context = {
             **common,

@@ -12,6 +12,7 @@ Every POST carries the session's CSRF token; everything works without JavaScript
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
@@ -20,8 +21,8 @@ from starlette.datastructures import FormData
 from starlette.responses import RedirectResponse, Response
 
 from registry.catalog.errors import CatalogError, Invalid, NotFound
-from registry.catalog.protection import MAX_APPROVALS, STATES, ProtectionPolicy
-from registry.catalog.reviews import REVIEWABLE, ChangeRequestService
+from registry.catalog.protection import MAX_APPROVALS, OPEN_STATES, STATES, ProtectionPolicy
+from registry.catalog.reviews import ChangeRequestService
 from registry.catalog.service import CatalogService
 from registry.catalog.specs import KIND_BY_COLLECTION
 from registry.ui.auth import Admin, AdminForm, Viewer, is_https, require_form
@@ -34,8 +35,9 @@ PAGE_SIZE = 50
 INT64_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1
 COLLECTION_BY_KIND = {kind: collection for collection, kind in KIND_BY_COLLECTION.items()}
-#: The queue's state filter: "all" or one state.
-STATE_CHOICES = ("all", *STATES)
+#: The queue's filter: requests waiting for the viewer's review, "all", or one state.
+WAITING = "waiting"
+STATE_CHOICES = (WAITING, "all", *STATES)
 
 RequestId = Annotated[int, Path(ge=1, le=INT64_MAX)]
 #: A signed-in session's form (any scope: the service checks the role on the entry's team).
@@ -62,6 +64,14 @@ def _field(form: FormData, name: str) -> str:
     return value.strip() if isinstance(value, str) else ""
 
 
+def _approval_outcome(answer: dict[str, Any], done: str) -> str:
+    """An approval's notice, plus what "publish when approved" did with it."""
+    if answer.get("state") == "published":
+        return f"{done[:-1]} and published (publish when approved): agents are served v{answer['to_version']} now."
+    refused = answer.get("auto_publish_refused")
+    return f"{done} Not published automatically: {refused}." if refused else done
+
+
 def router(pages: Pages) -> APIRouter:
     routes = APIRouter()
 
@@ -78,7 +88,8 @@ def router(pages: Pages) -> APIRouter:
             error, state = f"{state!r} is not a state; showing requests in review", "in_review"
         found = _reviews(request).list_requests(
             access=ui.principal,
-            state=None if state == "all" else state,
+            state=None if state in ("all", WAITING) else state,
+            waiting_for=ui.principal.actor() if state == WAITING else None,
             limit=PAGE_SIZE,
             offset=(page - 1) * PAGE_SIZE,
         )
@@ -102,7 +113,8 @@ def router(pages: Pages) -> APIRouter:
         ui, fields = posted
         version = _field(fields, "version")
         kind, name, label = _field(fields, "kind"), _field(fields, "name"), _field(fields, "label")
-        description = _field(fields, "description")
+        title, description = _field(fields, "title"), _field(fields, "description")
+        when_approved = _field(fields, "publish_when_approved") == "1"
 
         def step() -> dict[str, Any]:
             if not version.isdigit() or not 1 <= int(version) <= INT32_MAX:
@@ -114,12 +126,17 @@ def router(pages: Pages) -> APIRouter:
                 access=ui.principal,
                 label=label,
                 to_version=int(version),
+                title=title or None,
                 description=description or None,
+                publish_when_approved=when_approved,
             )
 
         opened = await run_in_threadpool(step)
         response = RedirectResponse(f"/ui/reviews/{opened['id']}", status_code=303)
-        set_flash(response, f"Change request #{opened['id']} opened: reviewers are asked.", secure=is_https(request))
+        then = " It is published as soon as they approve it." if when_approved else ""
+        set_flash(
+            response, f"Change request #{opened['id']} opened: reviewers are asked.{then}", secure=is_https(request)
+        )
         return response
 
     # ------------------------------------------------------------------ one request
@@ -136,9 +153,13 @@ def router(pages: Pages) -> APIRouter:
             old_spec = catalog.get(kind, name, version=detail["from_version"], access=ui.principal).spec
         changed, same = diff_specs(old_spec, new.spec)
         team = new.team
-        is_open = detail["state"] in ("draft", *REVIEWABLE)
+        state = detail["state"]
         mine = detail["authored_by_you"]
         may_review = ui.principal.may("reviewer", team) and not mine
+        yours = detail["your_verdict"]
+        # Verdicts are taken while a request is in review or approved; on a rejected one only the
+        # reviewers who rejected it may think again (approve). A verdict given is not offered twice.
+        judging = may_review and (state in ("in_review", "approved") or (state == "rejected" and yours == "reject"))
         context = {
             "title": f"Change request #{request_id}",
             "nav": "reviews",
@@ -148,12 +169,15 @@ def router(pages: Pages) -> APIRouter:
             "same": same,
             "from_label": f"v{detail['from_version']}" if detail["from_version"] is not None else "unset",
             "can": {
-                "review": may_review and detail["state"] in REVIEWABLE,
-                "override": may_review and detail["state"] in REVIEWABLE and detail["checks"]["failed"],
-                "publish": ui.principal.may("editor", team) and detail["state"] == "approved",
-                "emergency": ui.principal.may("admin", team) and is_open,
-                "withdraw": (mine or ui.principal.may("admin", team)) and is_open,
-                "submit": (mine or ui.principal.may("admin", team)) and detail["state"] == "draft",
+                "review": judging,
+                "approve": judging and yours != "approve",
+                "reject": judging and yours != "reject",
+                "override": judging and detail["checks"]["failed"] and not detail["checks_overridden"],
+                "publish": ui.principal.may("editor", team) and state == "approved",
+                # A rejected request is not published, not even in an emergency: its author withdraws it.
+                "emergency": ui.principal.may("admin", team) and state in ("draft", "in_review", "approved"),
+                "withdraw": (mine or ui.principal.may("admin", team)) and state in OPEN_STATES,
+                "submit": (mine or ui.principal.may("admin", team)) and state == "draft",
             },
             "mine": mine,
             "error": error,
@@ -164,8 +188,17 @@ def router(pages: Pages) -> APIRouter:
     def show(request: Request, ui: Viewer, request_id: RequestId) -> Response:
         return request_page(request, ui, request_id)
 
-    async def act(request: Request, ui: SignedIn, request_id: int, step: Any, done: str) -> Response:
-        """Run one transition; back to the request with a notice, or its page with the refusal."""
+    async def act(
+        request: Request,
+        ui: SignedIn,
+        request_id: int,
+        step: Any,
+        done: str,
+        *,
+        outcome: Callable[[dict[str, Any], str], str] = lambda _answer, said: said,
+    ) -> Response:
+        """Run one transition; back to the request with a notice (``outcome`` may add to it what
+        the answer says happened besides), or its page with the refusal."""
         try:
             answer = await run_in_threadpool(step)
         except NotFound:
@@ -176,7 +209,8 @@ def router(pages: Pages) -> APIRouter:
         response = RedirectResponse(f"/ui/reviews/{request_id}", status_code=303)
         # A second click (or a retry) changed nothing: say so rather than "Approved." again.
         notice = answer.get("notice") if isinstance(answer, dict) else None
-        set_flash(response, notice[:1].upper() + notice[1:] + "." if notice else done, secure=is_https(request))
+        said = notice[:1].upper() + notice[1:] + "." if notice else outcome(answer, done)
+        set_flash(response, said, secure=is_https(request))
         return response
 
     @routes.post("/reviews/{request_id}/approve")
@@ -195,7 +229,7 @@ def router(pages: Pages) -> APIRouter:
             )
 
         done = "Approved, overriding the failing checks." if override else "Approved."
-        return await act(request, ui, request_id, step, done)
+        return await act(request, ui, request_id, step, done, outcome=_approval_outcome)
 
     @routes.post("/reviews/{request_id}/reject")
     async def reject(request: Request, posted: SessionForm, request_id: RequestId) -> Response:

@@ -95,17 +95,6 @@ def signin_page(
 def router(pages: Pages) -> APIRouter:
     routes = APIRouter()
 
-    def form_page(
-        request: Request,
-        next_path: str,
-        *,
-        error: str | None = None,
-        notice: str | None = None,
-        status: int = 200,
-        unsaved: bool = False,
-    ) -> Response:
-        return signin_page(pages, request, next_path, error=error, notice=notice, status=status, unsaved=unsaved)
-
     @routes.get("/signin")
     def signin_form(
         request: Request,
@@ -124,7 +113,7 @@ def router(pages: Pages) -> APIRouter:
             notice = "Your session has ended. Sign in again to continue."
         elif signed_out:
             notice = "You are signed out."
-        return form_page(request, target, notice=notice, unsaved=bool(unsaved))
+        return signin_page(pages, request, target, notice=notice, unsaved=bool(unsaved))
 
     @routes.post("/signin")
     async def signin(request: Request) -> Response:
@@ -133,7 +122,8 @@ def router(pages: Pages) -> APIRouter:
         nonce = _text(form.get("signin_nonce"))
         expected = request.cookies.get(SIGNIN_COOKIE, "")
         if not nonce or not expected or not hmac.compare_digest(nonce.encode(), expected.encode()):
-            return form_page(
+            return signin_page(
+                pages,
                 request,
                 target,
                 status=400,
@@ -143,7 +133,7 @@ def router(pages: Pages) -> APIRouter:
         try:
             secret, session = await run_in_threadpool(store.sign_in, _text(form.get("token")))
         except TokenRejected as exc:
-            return form_page(request, target, status=401, error=_REASONS.get(exc.reason, exc.reason))
+            return signin_page(pages, request, target, status=401, error=_REASONS.get(exc.reason, exc.reason))
         response = RedirectResponse(target, status_code=303)
         max_age = max(1, int((session.expires_at - datetime.now(UTC)).total_seconds()))
         set_session_cookie(response, request, secret, max_age)

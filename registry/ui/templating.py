@@ -10,6 +10,7 @@ instead of showing an empty space.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -25,6 +26,8 @@ from registry.catalog.service import to_yaml
 from registry.paths import admin_ui_dir
 from registry.ui.security import STYLE_NONCE_KEY
 from registry.ui.sessions import SignedIn
+
+log = logging.getLogger(__name__)
 
 #: A one-time notice for the next page (set before a redirect, shown once, then cleared).
 FLASH_COOKIE = "mcpr_ui_flash"
@@ -72,6 +75,31 @@ def query(base: Mapping[str, Any], **changes: Any) -> str:
     merged = {**base, **changes}
     pairs = [(k, str(v)) for k, v in merged.items() if v is not None and v != "" and v is not False]
     return "?" + urlencode(pairs) if pairs else ""
+
+
+class ReviewsWaiting:
+    """``reviews_waiting()`` in a template: how many change requests wait for the signed-in
+    person's review (the navigation's badge, the home page's panel), None for someone who reviews
+    nothing. Counted once per page, when a template first asks (one indexed COUNT: see
+    ``ChangeRequestService.waiting_count``); a page rendered while the database is away (its error
+    page) shows no count rather than failing."""
+
+    def __init__(self, request: Request, ui: SignedIn | None) -> None:
+        self.request = request
+        self.ui = ui
+        self.counted = False
+        self.value: int | None = None
+
+    def __call__(self) -> int | None:
+        if not self.counted:
+            self.counted = True
+            registry = getattr(self.request.app.state, "registry", None)
+            if self.ui is not None and registry is not None:
+                try:
+                    self.value = registry.reviews.waiting_count(self.ui.principal, self.ui.principal.actor())
+                except Exception:  # a count is no reason to fail a page (an error page least of all)
+                    log.warning("could not count the change requests waiting for review", exc_info=True)
+        return self.value
 
 
 class Pages:
@@ -122,6 +150,7 @@ class Pages:
             "flash": unquote(flash)[:500] if flash else None,
             "draft_saved": _saved_marker(saved) if saved else None,
             "nav": "",
+            "reviews_waiting": ReviewsWaiting(request, ui),
             # Set when the page's handler allowed a style nonce (registry.ui.security).
             "style_nonce": getattr(request.state, STYLE_NONCE_KEY, None),
             **(context or {}),

@@ -22,6 +22,7 @@ from registry.catalog.errors import CatalogError, Invalid, NotFound
 from registry.catalog.teams import TeamService
 from registry.tokens import SCOPE_DESCRIPTIONS, SCOPES, TEAM_ROLES, TokenService, acts_as
 from registry.ui.auth import Admin, AdminForm, is_https
+from registry.ui.errors import error_page
 from registry.ui.templating import Pages, set_flash
 
 #: Longest expiry offered (days); the service accepts any future instant.
@@ -150,12 +151,7 @@ def router(pages: Pages) -> APIRouter:
         return response
 
     def not_found(request: Request, token_id: int) -> Response:
-        return pages.render(
-            request,
-            "error.html",
-            {"title": "Not found", "status": 404, "message": f"There is no token {token_id}.", "details": []},
-            status=404,
-        )
+        return error_page(pages, request, 404, f"There is no token {token_id}.")
 
     @routes.get("/{token_id}/revoke")
     def revoke_confirm(request: Request, ui: Admin, token_id: TokenId) -> Response:

@@ -20,6 +20,9 @@ Change requests need two things generated data cannot provide:
   step has answered 2xx once, its calls are pointed at a request seeded for it through the API
   (``REGISTRY_TEST_BASE_URL``), on a label protected for that purpose. Generated ids rarely name
   a request at all, and the order in which the phases' examples run is not the order of steps.
+  Opening one is the same: until an open has answered 2xx, a generated body is pointed at a prompt
+  seeded with a label protected for it (generated names rarely exist, and the demo catalog
+  protects nothing), so the operation is seen to work at least once.
 """
 
 from __future__ import annotations
@@ -54,16 +57,40 @@ def _step(case: Any) -> str | None:
     return step if step in STEPS else None
 
 
+def _seed_entry(step: str, http: httpx.Client) -> str | None:
+    """A global prompt of its own (generated calls may have moved or archived any other entry),
+    with a label of the same name protected for it; its name, or None if the server would not."""
+    name = f"contract-{step}-{next(_seeds)}"
+    created = http.post("/api/v1/prompts", json={"name": name, "template": "Hello", "labels": ["staging"]})
+    if created.status_code != 201 or http.put(f"/api/v1/protected-labels/{name}", json={}).status_code != 200:
+        return None
+    return name
+
+
+def _admin_http() -> httpx.Client:
+    return httpx.Client(base_url=BASE_URL, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=30)
+
+
+def _point_open_at_a_seeded_entry(body: dict[str, Any]) -> None:
+    """Until an open has answered 2xx: a generated body names a seeded prompt and its protected
+    label (its version left to the default, the newest); the rest stays as generated."""
+    if "open" in _answered or not (BASE_URL and ADMIN_TOKEN):
+        return
+    with _admin_http() as http:
+        name = _seed_entry("open", http)
+    if name is not None:
+        body.update(kind="prompt", name=name, label=name)
+        body.pop("to_version", None)
+
+
 def _seed_request(step: str) -> int | None:
     """A fresh request for ``step`` (a draft to submit, else one in review), opened by the admin on
     a label protected for it; None if the server would not (the call then goes out as generated)."""
     if not (BASE_URL and ADMIN_TOKEN):
         return None
-    # A global prompt of its own: generated calls may have moved or archived any other entry.
-    name = label = f"contract-{step}-{next(_seeds)}"
-    with httpx.Client(base_url=BASE_URL, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=30) as http:
-        created = http.post("/api/v1/prompts", json={"name": name, "template": "Hello", "labels": ["staging"]})
-        if created.status_code != 201 or http.put(f"/api/v1/protected-labels/{label}", json={}).status_code != 200:
+    with _admin_http() as http:
+        name = label = _seed_entry(step, http)
+        if name is None:
             return None
         opened = http.post(
             "/api/v1/change-requests",
@@ -79,6 +106,10 @@ def _as_reviewer(request: Any) -> Any:
     return request
 
 
+def _is_open(case: Any) -> bool:
+    return bool(case.method.upper() == "POST" and case.path == "/api/v1/change-requests")
+
+
 def _is(case: Any, method: str, suffix: str) -> bool:
     return bool(case.method.upper() == method and case.path.endswith(suffix))
 
@@ -92,6 +123,9 @@ def before_call(context: Any, case: Any, kwargs: dict[str, Any]) -> None:
             return
         if token_id in PROTECTED:
             case.path_parameters["token_id"] = UNUSED_TOKEN_ID
+        return
+    if _is_open(case) and isinstance(case.body, dict):
+        _point_open_at_a_seeded_entry(case.body)
         return
     step = _step(case)
     if step is not None:
@@ -113,6 +147,6 @@ def before_call(context: Any, case: Any, kwargs: dict[str, Any]) -> None:
 
 @schemathesis.hook
 def after_call(context: Any, case: Any, response: Any) -> None:
-    step = _step(case)
+    step = "open" if _is_open(case) else _step(case)
     if step is not None and 200 <= response.status_code < 300:
         _answered.add(step)

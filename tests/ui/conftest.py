@@ -18,6 +18,7 @@ import re
 import secrets
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +166,20 @@ def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiServer]:
         yield UiServer(process)
 
 
+@pytest.fixture
+def guarded_label(ui_server: UiServer) -> Iterator[str]:
+    """A label of its own, protected for the test (the shared server's production stays open)."""
+    label = f"guarded-{secrets.token_hex(3)}"
+    with ui_server.admin() as admin:
+        protected = admin.put(f"/api/v1/protected-labels/{label}", json={})
+        assert protected.status_code == 200, protected.text
+    try:
+        yield label
+    finally:
+        with ui_server.admin() as admin:
+            admin.delete(f"/api/v1/protected-labels/{label}")
+
+
 # ------------------------------------------------------------------ HTTP-level helpers
 
 NONCE = re.compile(r'name="signin_nonce" value="([^"]+)"')
@@ -310,6 +325,21 @@ class UiPage:
         value = self.page.locator('input[name="csrf_token"]').first.get_attribute("value")
         assert value
         return value
+
+
+@contextmanager
+def without_javascript(browser: Browser, server: UiServer, axe: str, shots: Path, token: str) -> Iterator[UiPage]:
+    """A tab of a fresh browser context with JavaScript off, signed in with ``token`` through the
+    sign-in form (the page is not checked: ``check`` it where the test wants)."""
+    context = browser.new_context(java_script_enabled=False, viewport={"width": 1366, "height": 860})
+    try:
+        ui = UiPage(context, server, axe, shots)
+        ui.goto("/ui/signin", check=False)
+        ui.page.get_by_label("API token").fill(token)
+        ui.page.get_by_role("button", name="Sign in").click()
+        yield ui
+    finally:
+        context.close()
 
 
 def fill_template(page: Page, field_id: str, text: str) -> None:

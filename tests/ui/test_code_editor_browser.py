@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ except ImportError:  # pragma: no cover - depends on the machine
         raise
     pytest.skip("playwright is not installed (pip install -e '.[test]')", allow_module_level=True)
 
-from tests.ui.conftest import UiPage, UiServer, fill_template
+from tests.ui.conftest import UiPage, UiServer, fill_template, without_javascript
 from tests.ui.test_tool_editor_browser import make_tool
 
 MARKER = "window.__stillHere = 'yes'"
@@ -208,14 +209,10 @@ def test_a_blank_new_prompt_shows_no_error_before_input(ui: UiPage, ui_server: U
 
 
 def test_with_javascript_off_rows_post_back_and_the_textarea_posts(
-    browser: Any, ui_server: UiServer, axe_source: str
+    browser: Any, ui_server: UiServer, axe_source: str, screenshot_dir: Path
 ) -> None:
-    context = browser.new_context(java_script_enabled=False, viewport={"width": 1366, "height": 860})
-    try:
-        page = context.new_page()
-        page.goto(ui_server.url + "/ui/signin")
-        page.get_by_label("API token").fill(ui_server.editor_token)
-        page.get_by_role("button", name="Sign in").click()
+    with without_javascript(browser, ui_server, axe_source, screenshot_dir, ui_server.editor_token) as ui:
+        page = ui.page
         name = ui_server.create_prompt("Hello {{ who }}")
         page.goto(ui_server.url + f"/ui/prompts/{name}/edit")
         expect(page.locator(".cm-editor")).to_have_count(0)
@@ -227,5 +224,3 @@ def test_with_javascript_off_rows_post_back_and_the_textarea_posts(
         page.get_by_role("button", name="Save version 2").click()
         expect(page.get_by_role("status").first).to_contain_text("v2")
         assert ui_server.prompt_text(name, {"who": "Ada", "topic": "tea"}) == "Hello Ada, about tea"
-    finally:
-        context.close()

@@ -4,8 +4,6 @@ entry, the version, its history, the open change request), not only the home pag
 from __future__ import annotations
 
 import os
-import secrets
-from collections.abc import Iterator
 
 import pytest
 
@@ -17,20 +15,6 @@ except ImportError:  # pragma: no cover - depends on the machine
     pytest.skip("playwright is not installed (pip install -e '.[test]')", allow_module_level=True)
 
 from tests.ui.conftest import UiPage, UiServer
-
-
-@pytest.fixture
-def guarded_label(ui_server: UiServer) -> Iterator[str]:
-    """A label of its own, protected for the test (the shared server's production stays open)."""
-    label = f"guarded-{secrets.token_hex(3)}"
-    with ui_server.admin() as admin:
-        protected = admin.put(f"/api/v1/protected-labels/{label}", json={})
-        assert protected.status_code == 200, protected.text
-    try:
-        yield label
-    finally:
-        with ui_server.admin() as admin:
-            admin.delete(f"/api/v1/protected-labels/{label}")
 
 
 def test_a_missing_version_links_the_entry_and_its_history(ui: UiPage, ui_server: UiServer) -> None:

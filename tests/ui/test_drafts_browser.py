@@ -357,3 +357,43 @@ def test_h_a_save_from_before_signing_in_again_in_another_tab_keeps_the_text(ui:
     page.get_by_role("button", name="Save version 2").click()
     expect(page.get_by_role("status").first).to_contain_text(f"Saved {name} v2")
     ui.check()
+
+
+def test_i_write_only_header_values_never_go_into_the_browsers_storage(ui: UiPage, ui_server: UiServer) -> None:
+    name = f"drafted-http-{secrets.token_hex(4)}"
+    stored_secret, typed_secret = f"stored-{secrets.token_hex(8)}", f"typed-{secrets.token_hex(8)}"
+    with ui_server.admin() as admin:
+        made = admin.post(
+            "/api/v1/resources",
+            json={
+                "name": name,
+                "kind": "http",
+                "uri": f"remote://{name}",
+                "url": "http://127.0.0.1:9/doc",
+                "headers": {"X-Token": stored_secret},
+            },
+        )
+        assert made.status_code == 201, made.text
+    ui.sign_in(ui_server.editor_token)
+    page = ui.goto(f"/ui/resources/{name}/edit")
+    accept_leaving(page)
+    expect(page.get_by_label("Header 1 value")).to_have_value("********")
+    page.get_by_role("button", name="Add header").click()
+    ui.check()
+    page.get_by_label("Header 2 name").fill("Authorization")
+    page.get_by_label("Header 2 value").fill(typed_secret)
+    page.get_by_label("Description", exact=True).fill("Typed last")
+    page.wait_for_function("() => JSON.stringify(localStorage).includes('Typed last')")
+
+    kept = page.evaluate("() => JSON.stringify(localStorage)")
+    assert typed_secret not in kept, "a header value typed into an http resource's form went into localStorage"
+    assert stored_secret not in kept
+    fields = dict(
+        page.evaluate(
+            "() => Object.keys(localStorage).filter(k => k.startsWith('mcpr-draft:'))"
+            ".flatMap(k => JSON.parse(localStorage.getItem(k)).fields)"
+        )
+    )
+    assert fields["hdr-1-name"] == "Authorization"
+    assert "hdr-1-value" not in fields
+    assert fields["hdr-0-value"] == "********", "the mask (keep the stored value) is kept: there is no secret in it"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -191,9 +192,186 @@ def test_promoting_to_a_protected_label_opens_a_request(editor_page: UiPage, gua
     ui.goto(f"/ui/prompts/{name}/promote?version=2&label=production")
     page = ui.page
     expect(page.locator("#protected-help")).to_contain_text("production is protected")
+    page.get_by_label("Request title (optional)").fill("Everyone gets hey there")
     page.get_by_label("Why (for the reviewers, optional)").fill("ready for everyone")
+    page.get_by_label("Publish when approved").check()
     page.get_by_role("button", name="Request review to point production at v2").click()
     ui.check()
-    expect(page.get_by_role("status").first).to_contain_text("opened")
+    expect(page.get_by_role("status").first).to_contain_text("published as soon as they approve")
+    expect(page.get_by_role("heading", level=1)).to_contain_text("Everyone gets hey there")
     expect(page.locator(".prose").first).to_have_text("ready for everyone")
+    expect(page.locator(".meta")).to_contain_text("publish when approved")
     assert guarded.prompt_text(name, {"who": "Ada"}) == "Hey Ada"
+
+
+# ------------------------------------------------------------------ issue 25 item 3: reviews with context
+
+
+def team_tokens(server: GuardedServer, *roles: str) -> tuple[str, list[str]]:
+    """A new team and a token per role in it (viewer scope only, so nothing outside the team
+    counts for them): the team's name and the tokens."""
+    team = "rv" + secrets.token_hex(3)
+    with server.admin() as admin:
+        assert admin.post("/api/v1/teams", json={"name": team, "title": "Reviewed"}).status_code == 201
+        tokens = [
+            issue_token(admin, f"{team}-{number}", ["viewer"], teams={team: role})["token"]
+            for number, role in enumerate(roles)
+        ]
+    return team, tokens
+
+
+def test_the_review_page_shows_what_the_author_typed_in_the_editor(
+    editor_page: UiPage, reviewer_page: UiPage, guarded: GuardedServer
+) -> None:
+    name = published_prompt(guarded, "Hello {{ who }}")
+    ui = editor_page
+    ui.sign_in(guarded.editor_token)
+    ui.goto(f"/ui/prompts/{name}/edit")
+    page = ui.page
+    fill_template(page, "msg-0-text", "Welcome, {{ who }}!")
+    page.get_by_label("Change note").fill("warmer welcome for new customers")
+    page.get_by_label("Request title (optional)").fill("Warmer welcome")
+    page.get_by_label("Request description (optional)").fill("Support asked for it after the survey.")
+    page.get_by_role("button", name="Save version 2").click()
+    ui.check()
+    flash = page.get_by_role("status").first
+    match = re.search(r"change request #(\d+)", flash.inner_text())
+    assert match, flash.inner_text()
+
+    other = reviewer_page
+    other.sign_in(guarded.reviewer_token)
+    other.goto(f"/ui/reviews/{match.group(1)}")
+    review = other.page
+    expect(review.get_by_role("heading", level=1)).to_have_text(f"#{match.group(1)} Warmer welcome")
+    context = review.locator(".cr-context")
+    expect(context.locator(".prose").first).to_have_text("Support asked for it after the survey.")
+    expect(review.locator("#cr-change-note")).to_have_text("warmer welcome for new customers")
+    expect(context).to_contain_text("Change note of v2")
+    expect(context).to_contain_text("by ui-editor")
+    other.shot("review-context")
+
+
+def test_reviewers_see_how_many_requests_wait_for_them(
+    editor_page: UiPage, reviewer_page: UiPage, guarded: GuardedServer
+) -> None:
+    """The navigation and the home page count the requests waiting for the signed-in reviewer:
+    not their own, and no longer once they approved."""
+    team, (author, reviewer) = team_tokens(guarded, "reviewer", "reviewer")
+    name = f"waiting-{secrets.token_hex(4)}"
+    with guarded.admin() as admin:
+        body = {"name": name, "template": "Hi {{ who }}", "team": team, "arguments": [{"name": "who"}]}
+        assert admin.post("/api/v1/prompts", json=body).status_code == 201
+    with guarded.process.client(author) as http:
+        saved = http.put(
+            f"/api/v1/prompts/{name}",
+            json={"template": "Yo {{ who }}", "arguments": [{"name": "who"}], "request_review": True},
+        )
+        assert saved.status_code == 200, saved.text
+    request_id = saved.json()["change_requests"][0]
+
+    # The author of the only request: nothing waits for them.
+    ui = editor_page
+    ui.sign_in(author)
+    nav = ui.page.get_by_role("navigation", name="Main")
+    expect(nav.get_by_role("link", name="Reviews", exact=True)).to_be_visible()
+    expect(ui.page.locator("#reviews-waiting")).to_contain_text("No change request waits for your review")
+
+    # Another reviewer of the team: one, in the navigation (a badge, and words for screen readers) and on home.
+    other = reviewer_page
+    other.sign_in(reviewer)
+    page = other.page
+    link = page.get_by_role("navigation", name="Main").get_by_role("link", name=re.compile("1 waiting for your review"))
+    expect(link).to_be_visible()
+    expect(link.locator(".nav-count")).to_have_text("1")
+    panel = page.locator("#reviews-waiting")
+    expect(panel).to_contain_text("1 change request in review waits for your verdict")
+    other.shot("review-waiting-home")
+    panel.get_by_role("link", name="Review it").click()
+    other.check()
+    expect(page.get_by_role("table")).to_contain_text(f"#{request_id}")
+    page.get_by_role("link", name=re.compile(rf"#{request_id} ")).click()
+    other.check()
+    page.get_by_role("button", name="Approve", exact=True).click()
+    other.check()
+    expect(page.get_by_role("navigation", name="Main").get_by_role("link", name="Reviews", exact=True)).to_be_visible()
+
+
+def test_after_approving_approve_is_gone_and_the_page_says_so(
+    editor_page: UiPage, reviewer_page: UiPage, guarded: GuardedServer
+) -> None:
+    name = published_prompt(guarded, "Hello {{ who }}")
+    with guarded.admin() as admin:
+        spec = admin.get(f"/api/v1/prompts/{name}").json()["spec"]
+        body = {**spec, "template": "Howdy {{ who }}", "request_review": True}
+        body.pop("messages", None)
+    with guarded.process.client(guarded.editor_token) as http:
+        saved = http.put(f"/api/v1/prompts/{name}", json=body)
+        assert saved.status_code == 200, saved.text
+    request_id = saved.json()["change_requests"][0]
+
+    other = reviewer_page
+    other.sign_in(guarded.reviewer_token)
+    other.goto(f"/ui/reviews/{request_id}")
+    page = other.page
+    page.get_by_role("button", name="Approve", exact=True).click()
+    other.check()
+    expect(page.get_by_role("status").first).to_contain_text("Approved")
+    expect(page.locator("#your-verdict")).to_contain_text("You approved this")
+    expect(page.get_by_role("button", name="Approve", exact=True)).to_have_count(0)
+    expect(page.get_by_role("button", name="Reject")).to_be_visible()  # a reviewer may still change their mind
+    other.shot("review-approved")
+    page.get_by_role("button", name="Publish to production").click()
+    other.check()
+    expect(page.get_by_role("status").first).to_contain_text("Published")
+    # A published request offers no actions at all.
+    expect(page.locator("aside.actions").get_by_role("button")).to_have_count(0)
+    expect(page.locator("#no-actions")).to_contain_text("published: nothing more to do")
+
+
+def test_publish_when_approved_serves_agents_on_the_approval(
+    editor_page: UiPage, reviewer_page: UiPage, guarded: GuardedServer
+) -> None:
+    name = published_prompt(guarded, "Hello {{ who }}")
+    ui = editor_page
+    ui.sign_in(guarded.editor_token)
+    ui.goto(f"/ui/prompts/{name}/edit")
+    page = ui.page
+    fill_template(page, "msg-0-text", "Greetings, {{ who }}.")
+    page.get_by_label("Change note").fill("formal")
+    page.get_by_label("Publish when approved").check()
+    page.get_by_role("button", name="Save version 2").click()
+    ui.check()
+    match = re.search(r"change request #(\d+)", page.get_by_role("status").first.inner_text())
+    assert match
+    assert guarded.prompt_text(name, {"who": "Ada"}) == "Hello Ada"
+
+    other = reviewer_page
+    other.sign_in(guarded.reviewer_token)
+    other.goto(f"/ui/reviews/{match.group(1)}")
+    review = other.page
+    expect(review.locator(".meta")).to_contain_text("publish when approved")
+    expect(review.locator("#approve-publishes")).to_contain_text("your approval publishes it")
+    review.get_by_role("button", name="Approve", exact=True).click()
+    other.check()
+    expect(review.get_by_role("status").first).to_contain_text("Approved and published")
+    expect(review.locator(".meta .badge").first).to_have_text("published")
+    # No separate publication: an MCP client is served the new version now.
+    assert guarded.prompt_text(name, {"who": "Ada"}) == "Greetings, Ada."
+
+
+def test_the_editors_save_options_say_what_happens(editor_page: UiPage, guarded: GuardedServer) -> None:
+    name = published_prompt(guarded, "Hello {{ who }}")
+    ui = editor_page
+    ui.sign_in(guarded.editor_token)
+    ui.goto(f"/ui/prompts/{name}/edit")
+    page = ui.page
+    production = page.get_by_role("radio", name=re.compile("^production"))
+    expect(production).to_have_accessible_name(
+        "production — protected: saving creates the version; agents served production keep the current one "
+        "until a reviewer approves the change request and it is published"
+    )
+    expect(page.get_by_role("radio", name=re.compile("^staging"))).to_have_accessible_name(
+        "staging only — agents reading staging get it at once; production keeps serving its current version"
+    )
+    page.locator("fieldset.save").scroll_into_view_if_needed()
+    ui.shot("editor-save-options")

@@ -22,7 +22,7 @@ except ImportError:  # pragma: no cover - depends on the machine
         raise
     pytest.skip("playwright is not installed (pip install -e '.[test]')", allow_module_level=True)
 
-from tests.ui.conftest import UiPage, UiServer
+from tests.ui.conftest import UiPage, UiServer, without_javascript
 from tests.ui.test_tool_test_http import Hook, make_tool, running_hook
 
 #: Records, in the page, when the first notification and the result were added to the document.
@@ -141,12 +141,7 @@ def test_without_javascript_the_form_posts_and_shows_the_result(
     browser: Browser, ui_server: UiServer, axe_source: str, screenshot_dir: Path, webhook: Hook
 ) -> None:
     name = make_tool(ui_server, webhook.url("/slow"))
-    context = browser.new_context(java_script_enabled=False, viewport={"width": 1366, "height": 860})
-    try:
-        ui = UiPage(context, ui_server, axe_source, screenshot_dir)
-        ui.goto("/ui/signin", check=False)
-        ui.page.get_by_label("API token").fill(ui_server.editor_token)
-        ui.page.get_by_role("button", name="Sign in").click()
+    with without_javascript(browser, ui_server, axe_source, screenshot_dir, ui_server.editor_token) as ui:
         ui.goto(f"/ui/tools/{name}/test", check=False)
         page = ui.page
         page.get_by_label("Text (required) string").fill("no script")
@@ -158,8 +153,6 @@ def test_without_javascript_the_form_posts_and_shows_the_result(
         page.get_by_role("heading", name="Result").scroll_into_view_if_needed()
         ui.shot("tool-test-no-javascript")
         assert not ui.errors, ui.errors
-    finally:
-        context.close()
 
 
 #: A tool with a required string, an optional boolean and an optional integer (issue 25, item 9).
@@ -230,12 +223,7 @@ def test_without_javascript_a_required_string_left_empty_is_refused_by_the_serve
 ) -> None:
     key = secrets.token_hex(4)
     name = make_tool(ui_server, webhook.url(f"/record?key={key}"), schema=OPTIONAL_SCHEMA)
-    context = browser.new_context(java_script_enabled=False, viewport={"width": 1366, "height": 860})
-    try:
-        ui = UiPage(context, ui_server, axe_source, screenshot_dir)
-        ui.goto("/ui/signin", check=False)
-        ui.page.get_by_label("API token").fill(ui_server.editor_token)
-        ui.page.get_by_role("button", name="Sign in").click()
+    with without_javascript(browser, ui_server, axe_source, screenshot_dir, ui_server.editor_token) as ui:
         ui.goto(f"/ui/tools/{name}/test", check=False)
         page = ui.page
         page.get_by_label("Strict boolean").select_option(label="false")
@@ -256,5 +244,3 @@ def test_without_javascript_a_required_string_left_empty_is_refused_by_the_serve
         assert webhook.state.received[key] == [{"query": "no script", "strict": False}]
         # The refusal is a 400 page, which Chromium logs as a failed load: nothing else may be logged.
         assert [e for e in ui.errors if "status of 400" not in e] == [], ui.errors
-    finally:
-        context.close()
