@@ -8,12 +8,12 @@ a prefix: nothing is stored for it, and its count is a ``GROUP BY`` over the nam
 
 Orders (``SORTS``): name A-Z (the ``(kind, archived, name)`` index), name Z-A (the same index
 read backwards), newest update first (the ``(kind, archived, updated_at DESC, name)`` index of
-migration 0013), and most used first: uses in the last ``USAGE_DAYS`` days, ties and unused entries
+migration 0014), and most used first: uses in the last ``USAGE_DAYS`` days, ties and unused entries
 in name order.
 
 The usage order cannot be a join per request: summing ``usage_counts`` (one row per hour,
 version, agent and method) for 10,000 entries read 32,000 rows in 60-170 ms on SQLite (11-20 ms
-once migration 0013 put ``count`` into ``ix_usage_counts_entry``), and the rows grow with
+once migration 0014 put ``count`` into ``ix_usage_counts_entry``), and the rows grow with
 traffic, not with the catalog. ``UsageRanking`` keeps each kind's sums in memory
 instead, refreshed in a background thread once they are ``RANKING_TTL_S`` old (the page asking
 is served the previous sums meanwhile; only the very first one waits). A usage-ordered page then

@@ -1,7 +1,7 @@
 """lists in "recently updated first" and "most used first" order read an index
 
-Revision ID: 0013
-Revises: 0012
+Revision ID: 0014
+Revises: 0013
 Create Date: 2026-12-05 08:00:00.000000
 
 ``ix_entries_kind_archived_updated`` on ``entries (kind, archived, updated_at DESC, name)``: the web
@@ -21,8 +21,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0013"
-down_revision: str | None = "0012"
+revision: str = "0014"
+down_revision: str | None = "0013"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
