@@ -4,7 +4,9 @@ Two things generated data must not do against the test server, whatever the sche
 
 * revoke the token the run authenticates with (``DELETE /api/v1/tokens/{token_id}`` with its id,
   given in ``REGISTRY_TEST_PROTECTED_TOKEN_IDS``): every later request would be a 401. Such a call is
-  sent for an id that does not exist instead (a 404, which the schema documents);
+  sent for an id that does not exist instead (a 404, which the schema documents); nor change those
+  tokens' teams (``PUT /api/v1/tokens/{token_id}/teams`` goes to a token seeded for it, and until one
+  change has answered 2xx its body is ``{}``: generated team names rarely exist);
 * make the server call out to the Internet: a tool saved with a generated ``http(s)`` webhook URL
   would be called by ``POST /api/v1/tools/{name}/test``. Generated webhook URLs are pointed at
   TEST-NET-1 (192.0.2.0/24, RFC 5737), which the SSRF guard refuses, so such a save is a 422.
@@ -99,6 +101,26 @@ def _seed_request(step: str) -> int | None:
     return int(opened.json()["id"]) if opened.status_code == 201 else None
 
 
+def _point_teams_at_a_seeded_token(case: Any) -> None:
+    """A team change never touches the run's own tokens (a reviewer left without its teams could
+    not review); until one has answered 2xx it goes to a token seeded for it with no teams (the
+    generated team names rarely exist, and teams must exist before tokens join them)."""
+    try:
+        token_id = int(case.path_parameters.get("token_id"))
+    except (TypeError, ValueError):
+        return
+    if token_id not in PROTECTED and "teams" in _answered:
+        return
+    if not (BASE_URL and ADMIN_TOKEN):
+        case.path_parameters["token_id"] = UNUSED_TOKEN_ID
+        return
+    with _admin_http() as http:
+        made = http.post("/api/v1/tokens", json={"name": f"contract-teams-{next(_seeds)}", "scopes": ["viewer"]})
+    case.path_parameters["token_id"] = int(made.json()["id"]) if made.status_code == 201 else UNUSED_TOKEN_ID
+    if "teams" not in _answered and isinstance(case.body, dict):
+        case.body["teams"] = {}
+
+
 def _as_reviewer(request: Any) -> Any:
     """A ``requests`` auth hook: the admin's bearer token becomes the reviewer's (others stay)."""
     if ADMIN_TOKEN and REVIEWER_TOKEN and request.headers.get("Authorization") == f"Bearer {ADMIN_TOKEN}":
@@ -124,6 +146,9 @@ def before_call(context: Any, case: Any, kwargs: dict[str, Any]) -> None:
         if token_id in PROTECTED:
             case.path_parameters["token_id"] = UNUSED_TOKEN_ID
         return
+    if _is(case, "PUT", "/tokens/{token_id}/teams") and case.path_parameters:
+        _point_teams_at_a_seeded_token(case)
+        return
     if _is_open(case) and isinstance(case.body, dict):
         _point_open_at_a_seeded_entry(case.body)
         return
@@ -147,6 +172,6 @@ def before_call(context: Any, case: Any, kwargs: dict[str, Any]) -> None:
 
 @schemathesis.hook
 def after_call(context: Any, case: Any, response: Any) -> None:
-    step = "open" if _is_open(case) else _step(case)
+    step = "open" if _is_open(case) else "teams" if _is(case, "PUT", "/tokens/{token_id}/teams") else _step(case)
     if step is not None and 200 <= response.status_code < 300:
         _answered.add(step)

@@ -332,8 +332,8 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403",
 
 [[operations]]
 # Previews and test runs take arguments the prompt or tool must declare; tokens may not expire in
-# the past: semantic checks, answered 422.
-include-operation-id = ["renderPrompt", "testTool", "createToken"]
+# the past, and the teams a token joins must exist: semantic checks, answered 422.
+include-operation-id = ["renderPrompt", "testTool", "createToken", "setTokenTeams"]
 checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404", "409", "422"]
 # A version or label named in the body that does not exist is a 404 for it, not for the entry.
 checks.ensure_resource_availability.enabled = false

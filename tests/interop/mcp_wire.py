@@ -292,6 +292,19 @@ def open_session(base_url: str, token: str | None = None) -> StreamableHttpClien
     return client
 
 
+def list_all(client: StreamableHttpClient, method: str, key: str) -> list[dict[str, Any]]:
+    """Every item a ``*/list`` method serves (``method`` answers them under ``key``), following
+    ``nextCursor`` through every page: a shared test server may hold more than one page."""
+    items: list[dict[str, Any]] = []
+    params: dict[str, Any] = {}
+    while True:
+        result = client.request(method, params)["result"]
+        items.extend(result[key])
+        if not result.get("nextCursor"):
+            return items
+        params = {"cursor": result["nextCursor"]}
+
+
 def served_prompt_text(base_url: str, name: str, arguments: dict[str, str], token: str | None = None) -> str:
     """What ``prompts/get`` serves a new session now, as the first message's text."""
     client = open_session(base_url, token)

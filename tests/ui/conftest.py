@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.interop.mcp_wire import StreamableHttpClient, open_session, served_prompt_text
+from tests.interop.mcp_wire import StreamableHttpClient, list_all, open_session, served_prompt_text
 from tests.serve_process import ServerProcess, issue_token
 
 HERE = Path(__file__).resolve().parent
@@ -93,10 +93,9 @@ class UiServer:
     def prompt_names(self) -> set[str]:
         client = self.mcp()
         try:
-            answer = client.request("prompts/list", {})
+            return {p["name"] for p in list_all(client, "prompts/list", "prompts")}
         finally:
             client.http.close()
-        return {p["name"] for p in answer["result"]["prompts"]}
 
     def create_prompt(
         self,

@@ -128,7 +128,9 @@ def test_the_template_editor_numbers_lines_marks_problems_and_completes_argument
     expect(offered.get_by_role("option", name="who")).to_be_visible()
     page.keyboard.type("top")
     expect(offered.get_by_role("option")).to_have_count(1)
-    page.keyboard.press("Enter")
+    # Picked with the pointer: Enter races the list on a loaded machine (a live check's answer landing
+    # between the filter and the key closed it once in CI, and Enter then broke the line).
+    offered.get_by_role("option", name="topic").click()
     # (The braces close themselves as they are typed.)
     expect(page.locator("#msg-0-text")).to_have_value(re.compile(r"line three\nAbout \{\{ topic ?\}\}"))
     expect(page.locator("#check-results")).to_contain_text("No problems", timeout=10_000)

@@ -22,6 +22,7 @@ except ImportError:  # pragma: no cover - depends on the machine
         raise
     pytest.skip("playwright is not installed (pip install -e '.[test]')", allow_module_level=True)
 
+from tests.interop.mcp_wire import list_all
 from tests.serve_process import issue_token
 from tests.ui.conftest import UiPage, UiServer
 from tests.waiting import wait_until
@@ -98,7 +99,7 @@ def test_changing_a_tokens_teams_shows_its_agent_the_other_teams_entries_at_once
     try:
 
         def listed() -> set[str]:
-            return {p["name"] for p in agent.request("prompts/list", {})["result"]["prompts"]}
+            return {p["name"] for p in list_all(agent, "prompts/list", "prompts")}
 
         assert ours in listed() and theirs not in listed()
 

@@ -17,6 +17,7 @@ except ImportError:  # pragma: no cover - depends on the machine
         raise
     pytest.skip("playwright is not installed (pip install -e '.[test]')", allow_module_level=True)
 
+from tests.interop.mcp_wire import list_all
 from tests.ui.conftest import UiPage, UiServer
 
 SECRET = "browser-secret-" + secrets.token_hex(8)
@@ -119,12 +120,6 @@ def listed_tool(server: UiServer, name: str) -> dict[str, Any] | None:
     """The tool's item in what ``tools/list`` serves now (every page of it)."""
     client = server.mcp()
     try:
-        params: dict[str, Any] = {}
-        while True:
-            result = client.request("tools/list", params)["result"]
-            found = next((t for t in result["tools"] if t["name"] == name), None)
-            if found is not None or not result.get("nextCursor"):
-                return found
-            params = {"cursor": result["nextCursor"]}
+        return next((t for t in list_all(client, "tools/list", "tools") if t["name"] == name), None)
     finally:
         client.http.close()

@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from registry.webhooks.signing import SIGNATURE_HEADER, verify
+from tests.interop.mcp_wire import list_all
 from tests.thread_server import port_of, serving_in_thread
 from tests.ui.conftest import CSRF, UiServer, sign_in
 
@@ -198,18 +199,10 @@ def make_tool(server: UiServer, url: str, **extra: Any) -> str:
 
 
 def listed_tool(server: UiServer, name: str) -> dict[str, Any] | None:
+    """The tool's item in what ``tools/list`` serves now (every page of it)."""
     client = server.mcp()
     try:
-        cursor: str | None = None
-        while True:
-            answer = client.request("tools/list", {"cursor": cursor} if cursor else {})
-            for tool in answer["result"]["tools"]:
-                if tool["name"] == name:
-                    found: dict[str, Any] = tool
-                    return found
-            cursor = answer["result"].get("nextCursor")
-            if not cursor:
-                return None
+        return next((t for t in list_all(client, "tools/list", "tools") if t["name"] == name), None)
     finally:
         client.http.close()
 
