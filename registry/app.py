@@ -30,7 +30,7 @@ from registry.catalog.specs import KIND_BY_COLLECTION
 from registry.config import check_server_settings
 from registry.mcp.http_common import Receive, Scope, SendFn
 from registry.mcp.runtime import McpRuntime
-from registry.runtime import Registry
+from registry.runtime import Registry, attach
 from registry.ui import mount_admin_ui
 
 log = logging.getLogger("registry")
@@ -108,7 +108,7 @@ def create_app(registry: Registry, *, freeze_gc: bool = False) -> RegistryApp:
         openapi_url="/openapi.json",
         lifespan=lifespan,
     )
-    app.state.registry = registry
+    attach(app, registry)
     app.state.mcp = mcp
     problems.install(app)
     # Token checked, then body size and JSON structure bounded, before FastAPI reads the body.

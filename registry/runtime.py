@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import text
 
@@ -38,6 +39,18 @@ def resolve_bundle(name_or_path: str) -> Path:
         return bundled
     available = sorted(p.name for p in seed_data_dir().iterdir() if p.is_dir() and not p.name.startswith("_"))
     raise FileNotFoundError(f"no bundle folder {name_or_path!r}; bundled ones: {', '.join(available)}")
+
+
+def registry_of(app: Any) -> Registry:
+    """The registry an ASGI app (or the web UI's sub-app) was built with: the one place that knows it is kept
+    on ``app.state``, so routes reach services through ``registry.api.deps`` and never through app state."""
+    registry: Registry = app.state.registry
+    return registry
+
+
+def attach(app: Any, registry: Registry) -> None:
+    """Keep ``registry`` on ``app`` for :func:`registry_of`."""
+    app.state.registry = registry
 
 
 class Registry:

@@ -13,7 +13,7 @@ from starlette.types import ASGIApp
 
 from registry.catalog.specs import KIND_BY_COLLECTION
 from registry.paths import admin_ui_dir
-from registry.runtime import Registry
+from registry.runtime import Registry, attach
 from registry.ui import agents, bundles, entries, errors, overview, signin, sso, tokens, tool_test
 from registry.ui.audit import router as audit_router
 from registry.ui.auth import UPLOAD_FORM_BYTES
@@ -32,7 +32,7 @@ from registry.ui.usage import router as usage_router
 
 def build_ui(registry: Registry) -> ASGIApp:
     ui = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
-    ui.state.registry = registry
+    attach(ui, registry)
     ui.state.ui_sessions = UiSessionStore(registry.db, registry.tokens, hours=registry.settings.ui_session_hours)
     ui.state.ui_uploads = UploadStore(registry.db)
     pages = Pages()
