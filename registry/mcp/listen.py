@@ -64,6 +64,7 @@ from registry.mcp.protocol import (
 )
 from registry.mcp.server import SERVER_INFO
 from registry.mcp.sessions import ClientState
+from registry.streaming import serve_until_disconnect
 from registry.webhooks import caller_key
 
 log = logging.getLogger("registry.mcp")
@@ -554,26 +555,10 @@ class ListenService:
             stream.outside_since = monotonic()  # a client that takes not even the end is dropped too
             await sse.close()
 
-        writer = asyncio.create_task(write_all())
-
-        async def watch_disconnect() -> None:
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    await stream.aclose()
-                    writer.cancel()
-                    return
-
-        watcher = asyncio.create_task(watch_disconnect())
         try:
-            await asyncio.wait({writer})
-            if not writer.cancelled():
-                error = writer.exception()
-                if error is not None and not isinstance(error, OSError):
-                    raise error
+            with contextlib.suppress(OSError):  # the client is gone: nothing more to write
+                await serve_until_disconnect(write_all(), receive, stream._end)
         finally:
-            watcher.cancel()
-            writer.cancel()
             stream.idle = False
             if stream.unfinished is not None:  # never awaited (cancelled first): end the send
                 stream.unfinished.close()

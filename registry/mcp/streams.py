@@ -45,6 +45,7 @@ from registry.limits import DEFAULT_LIMITS, env_name
 from registry.mcp.http_common import KEEPALIVE_FRAME, Receive, SendFn, SseStream, WritePass, sse_frame
 from registry.mcp.protocol import dumps
 from registry.mcp.sessions import ClientState
+from registry.streaming import serve_until_disconnect
 
 log = logging.getLogger("registry.mcp")
 
@@ -365,25 +366,10 @@ class StreamHub:
             stream.writing = False
 
         writer = stream.writer = asyncio.create_task(write_all())
-
-        async def watch_disconnect() -> None:
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    stream.closing = True
-                    writer.cancel()  # nothing more can reach the client
-                    return
-
-        watcher = asyncio.create_task(watch_disconnect())
         try:
-            await asyncio.wait({writer})
-            if not writer.cancelled():
-                error = writer.exception()
-                if error is not None and not isinstance(error, OSError):
-                    raise error
+            with contextlib.suppress(OSError):  # the client is gone: nothing more to write
+                await serve_until_disconnect(writer, receive, stream.close)
         finally:
-            watcher.cancel()
-            writer.cancel()
             stream.idle = False
             if stream.unfinished is not None:  # never awaited (cancelled first): end the send
                 stream.unfinished[0].close()

@@ -39,9 +39,9 @@ import json
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -53,6 +53,7 @@ from registry.catalog.service import CatalogService, EntryView
 from registry.catalog.specs import is_label
 from registry.catalog.tool_calls import ToolTest, resolve_tool_test, run_tool_test
 from registry.limits import Limits
+from registry.streaming import serve_until_disconnect
 from registry.ui.auth import Editor, EditorForm, UiForbidden
 from registry.ui.entries import INT32_MAX, EntryName, VersionQuery
 from registry.ui.schema_form import (
@@ -81,8 +82,6 @@ RUNS_PER_PROCESS = 32
 INLINE_IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 _BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
 STREAM_MEDIA_TYPE = "text/event-stream"
-
-T = TypeVar("T")
 
 
 class TooManyRuns(CatalogError):
@@ -290,28 +289,6 @@ class _Shown:
 _finishing: set[asyncio.Task[None]] = set()
 
 
-async def _until_disconnected(request: Request, call: Awaitable[T]) -> tuple[bool, T | None]:
-    """Await ``call`` unless the client goes away first (then it is cancelled): (finished, value).
-    The form's body was read whole, so the only message left to receive is the disconnect."""
-    running = asyncio.ensure_future(call)
-
-    async def disconnected() -> None:
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-
-    watcher = asyncio.ensure_future(disconnected())
-    try:
-        await asyncio.wait({running, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watcher.cancel()
-        if not running.done():
-            running.cancel()
-            await asyncio.wait({running})  # the webhook connection is closed before the slot is freed
-    if running.cancelled():
-        return False, None
-    return True, running.result()
-
-
 def router(pages: Pages) -> APIRouter:
     routes = APIRouter(prefix="/tools")
     slots = RunSlots()
@@ -440,15 +417,15 @@ def router(pages: Pages) -> APIRouter:
                 if shown_count.take():
                     listed.append(describe_notification(notification, shown_count.seconds()))
 
-            finished, result = await _until_disconnected(
-                request,
+            result = await serve_until_disconnect(
                 run_tool_test(
                     test, arguments, allowed_networks=allowed, limits=limits, on_notification=collect, caller=caller
                 ),
+                request.receive,  # the form was read whole: a disconnect is all that is left to receive
             )
         finally:
             slots.release(key)
-        if not finished or result is None:
+        if result is None:
             return Response(status_code=204)  # the browser has gone: nobody reads this
         return again(outcome=outcome_view(result, test, listed, shown_count.omitted))
 

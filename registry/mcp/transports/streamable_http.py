@@ -15,7 +15,6 @@ A POST's answer starts as plain JSON; if the handler emits a related notificatio
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import secrets
@@ -57,6 +56,7 @@ from registry.mcp.protocol import (
 from registry.mcp.server import McpServer, RequestContext
 from registry.mcp.sessions import STREAMABLE_HTTP, ClientState, Session, SessionBacklogFull, SessionStore
 from registry.mcp.streams import StreamHub
+from registry.streaming import serve_until_disconnect
 from registry.tokens import Principal, TokenService
 
 if TYPE_CHECKING:
@@ -403,7 +403,7 @@ class StreamableHttpTransport:
         ctx = RequestContext(client=client, send=related, modern=True, peer=_peer(scope))
         if self.server.may_wait(message.method, message.params, client):
             work = self.server.stopping.run(self.server.handle_request(message, ctx), message.id)
-            answer = await _until_disconnect(work, receive)
+            answer = await serve_until_disconnect(work, receive)
             if answer is None:
                 return  # the client closed the request: that is its cancellation
         else:
@@ -489,28 +489,6 @@ def _as_seen_by(session: Session, principal: Principal) -> None:
 def _opened_by(session: Session, principal: Principal) -> bool:
     """A session belongs to the token that opened it; anyone else is told it does not exist."""
     return (session.token_id, session.user, session.principal) == (principal.token_id, principal.user, principal.name)
-
-
-async def _until_disconnect(work: Any, receive: Receive) -> dict[str, Any] | None:
-    """Run a request's handler until it answers, or until the client disconnects (cancelling it:
-    in the stateless era, closing the request is how a client cancels it). None: cancelled."""
-    task: asyncio.Task[dict[str, Any]] = asyncio.ensure_future(work)
-
-    async def watch() -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-
-    watcher = asyncio.ensure_future(watch())
-    try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watcher.cancel()
-    if not task.done():
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        return None
-    return task.result()
 
 
 __all__ = ["StreamableHttpTransport"]
