@@ -37,7 +37,7 @@ from registry.webhooks import (
     ProgressCallback,
     WebhookAnswer,
     WebhookTarget,
-    call_webhook_step,
+    call_webhook,
     error_result,
     make_guarded_client,
 )
@@ -86,52 +86,13 @@ def prepare_tool(tool: ToolSpec, limits: Limits = DEFAULT_LIMITS) -> PreparedToo
     )
 
 
-async def call_tool(
-    name: str,
-    tool: CallableTool,
-    arguments: Mapping[str, Any],
-    *,
-    client: OutboundClient,
-    caller: str | None = None,
-    limits: Limits = DEFAULT_LIMITS,
-    request_id: str | int | None = None,
-    session_id: str | None = None,
-    on_progress: ProgressCallback | None = None,
-    on_log: LogCallback | None = None,
-) -> dict[str, Any]:
-    """Validate ``arguments``, call the tool's webhook and check its answer: a ``CallToolResult``.
-
-    ``client`` carries the SSRF guard and the outbound caps (``registry.webhooks.make_guarded_client``);
-    ``caller`` (``registry.webhooks.caller_key``) is whose call it is, for the per-caller cap. Tool failures
-    of every kind are ``isError`` results; only cancellation and the callbacks' own exceptions
-    propagate. A webhook asking for input gets an ``isError`` result here (there is nobody to
-    ask): MCP calls use :func:`call_tool_step`.
-    """
-    answer = await call_tool_step(
-        name,
-        tool,
-        arguments,
-        client=client,
-        caller=caller,
-        limits=limits,
-        request_id=request_id,
-        session_id=session_id,
-        on_progress=on_progress,
-        on_log=on_log,
-    )
-    if isinstance(answer, InputRequired):
-        methods = ", ".join(sorted({r.method for r in answer.requests.values()}))
-        return error_result(f"tool {name} asked for input ({methods}), which a test call cannot provide")
-    return answer
-
-
 def input_capabilities(capabilities: Mapping[str, Any]) -> dict[str, Any]:
     """The part of a client's capabilities a webhook asking for input cares about."""
     wanted = set(INPUT_METHODS.values())
     return {key: value for key, value in capabilities.items() if key in wanted and isinstance(value, dict)}
 
 
-async def call_tool_step(
+async def call_tool(
     name: str,
     tool: CallableTool,
     arguments: Mapping[str, Any],
@@ -148,9 +109,14 @@ async def call_tool_step(
     state: str | None = None,
     hook_services: Any = None,
 ) -> WebhookAnswer:
-    """One webhook call of a tool call: a ``CallToolResult``, or the webhook's request for input
-    (``InputRequired``), which the caller answers by calling again with ``input_responses`` and
-    the webhook's ``state``.
+    """Validate ``arguments``, call the tool's webhook and check its answer: a ``CallToolResult``,
+    or the webhook's request for input (``InputRequired``), which the caller answers by calling
+    again with ``input_responses`` and the webhook's ``state``.
+
+    ``client`` carries the SSRF guard and the outbound caps (``registry.webhooks.make_guarded_client``);
+    ``caller`` (``registry.webhooks.caller_key``) is whose call it is, for the per-caller cap. Tool failures
+    of every kind are ``isError`` results; only cancellation and the callbacks' own exceptions
+    propagate.
 
     The webhook's body is ``{"tool", "arguments", "request_id", "session", "client_capabilities"}``
     (the ``elicitation``/``sampling``/``roots`` part of what the client declared), plus
@@ -173,7 +139,7 @@ async def call_tool_step(
     if input_responses is not None:
         payload["input_responses"] = dict(input_responses)
         payload["state"] = state
-    result = await call_webhook_step(
+    result = await call_webhook(
         tool.target,
         payload,
         client=client,
@@ -275,7 +241,7 @@ async def run_tool_test(
             )
 
     async with make_guarded_client(allowed_networks, timeout=TEST_CLIENT_TIMEOUT_S, limits=limits) as client:
-        return await call_tool(
+        answer = await call_tool(
             name,
             test.tool,
             arguments,
@@ -286,3 +252,7 @@ async def run_tool_test(
             on_progress=on_progress,
             on_log=on_log,
         )
+    if isinstance(answer, InputRequired):  # there is nobody to ask
+        methods = ", ".join(sorted({r.method for r in answer.requests.values()}))
+        return error_result(f"tool {name} asked for input ({methods}), which a test call cannot provide")
+    return answer

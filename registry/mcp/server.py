@@ -23,7 +23,7 @@ from registry.catalog.render_runner import RenderRunner
 from registry.catalog.rendering import ArgumentError
 from registry.catalog.service import PRODUCTION, CatalogService
 from registry.catalog.templates import TemplateError
-from registry.catalog.tool_calls import call_tool_step
+from registry.catalog.tool_calls import call_tool
 from registry.catalog.usage import UsageCounter
 from registry.db.diskfull import is_full
 from registry.db.engine import is_unavailable, warn_unavailable
@@ -567,7 +567,7 @@ class McpServer:
         async def step(responses: dict[str, Any] | None, state: str | None) -> WebhookAnswer:
             nonlocal uncounted
             # The same code path as the admin API's tool test (registry/catalog/tool_calls.py).
-            answer = await call_tool_step(
+            answer = await call_tool(
                 name,
                 tool,
                 arguments,

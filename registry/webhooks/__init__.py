@@ -19,7 +19,7 @@ from ._types import LOG_LEVELS, JSONObject, LogCallback, ProgressCallback
 from .bodies import ACCEPT_ENCODING, BodyError, BodyTooLarge, iter_body, read_body
 from .builtin import BUILTINS, BuiltinRegistry, Hook, HookContext, HookError, builtin, builtin_name
 from .caps import OUTBOUND_CALLS, CapReached, OutboundCalls, caller_key
-from .client import DEFAULT_MAX_RESPONSE_BYTES, WebhookAnswer, WebhookTarget, call_webhook, call_webhook_step
+from .client import DEFAULT_MAX_RESPONSE_BYTES, WebhookAnswer, WebhookTarget, call_webhook
 from .input_required import INPUT_METHODS, InputRequest, InputRequired, parse_input_required
 from .outbound import (
     ConnectFailed,
@@ -98,7 +98,6 @@ __all__ = [
     "builtin",
     "builtin_name",
     "call_webhook",
-    "call_webhook_step",
     "caller_key",
     "check_url",
     "check_url_sync",

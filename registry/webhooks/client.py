@@ -50,7 +50,7 @@ from .results import InvalidResult, error_result, to_call_tool_result
 from .signing import SIGNATURE_HEADER, sign
 from .ssrf import ForbiddenDestination
 
-__all__ = ["DEFAULT_MAX_RESPONSE_BYTES", "WebhookAnswer", "WebhookTarget", "call_webhook", "call_webhook_step"]
+__all__ = ["DEFAULT_MAX_RESPONSE_BYTES", "WebhookAnswer", "WebhookTarget", "call_webhook"]
 
 #: What one webhook call ends with: a ``CallToolResult`` dict, or a request for input.
 WebhookAnswer = JSONObject | InputRequired
@@ -119,21 +119,25 @@ async def call_webhook(
     on_log: LogCallback | None = None,
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     notifications_per_second: float = DEFAULT_LIMITS.progress_per_second,
-) -> JSONObject:
-    """Call ``target`` with ``payload`` as its JSON body and return a ``CallToolResult`` dict.
+    hook_services: Any = None,
+) -> WebhookAnswer:
+    """Call ``target`` with ``payload`` as its JSON body: a ``CallToolResult`` dict, or the hook's
+    request for input (an :class:`~registry.webhooks.input_required.InputRequired`, validated and
+    bounded; an invalid one is an ``isError`` result), which the caller answers by calling again
+    with ``input_responses`` and ``state`` in the payload.
 
     ``client`` should come from :func:`~registry.webhooks.outbound.make_guarded_client`: the SSRF
     guard and the outbound caps live there, not here; ``caller``
     (:func:`~registry.webhooks.caps.caller_key`) is whose call it is, for the per-caller cap. A
     call past a cap is an ``isError`` result naming the limit. Neither is used for ``builtin://``
-    targets.
+    targets, which get ``hook_services`` (``HookContext.services``) instead.
 
     The whole call, streaming included, is bounded by ``target.timeout_s``. Responses:
 
     * ``application/x-ndjson``: one JSON object per line; ``{"progress": n, "total"?, "message"?}``
       awaits ``on_progress``, ``{"log": {"level", "data"}}`` awaits ``on_log``, and
-      ``{"result": ...}`` ends the call with that result (mapped like a JSON body). Other objects
-      are ignored, for forward compatibility.
+      ``{"result": ...}`` (or ``{"input_required": ...}``) ends the call with that answer (mapped
+      like a JSON body). Other objects are ignored, for forward compatibility.
     * a JSON ``CallToolResult`` (an object with a ``content`` list) is passed through, any other
       JSON value is wrapped as text (and ``structuredContent`` if an object), and an empty body
       (e.g. 204) is a success with no content.
@@ -146,39 +150,6 @@ async def call_webhook(
     Exceptions raised by ``on_progress``/``on_log`` propagate for HTTP targets (they are the
     caller's), as does ``asyncio.CancelledError``; everything else becomes an ``isError`` result.
     """
-    answer = await call_webhook_step(
-        target,
-        payload,
-        client=client,
-        caller=caller,
-        on_progress=on_progress,
-        on_log=on_log,
-        max_response_bytes=max_response_bytes,
-        notifications_per_second=notifications_per_second,
-    )
-    if isinstance(answer, InputRequired):
-        methods = ", ".join(sorted({r.method for r in answer.requests.values()}))
-        return error_result(f"the tool asked for input ({methods}), which this call cannot provide")
-    return answer
-
-
-async def call_webhook_step(
-    target: WebhookTarget,
-    payload: Mapping[str, Any],
-    *,
-    client: OutboundClient,
-    caller: str | None = None,
-    on_progress: ProgressCallback | None = None,
-    on_log: LogCallback | None = None,
-    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
-    notifications_per_second: float = DEFAULT_LIMITS.progress_per_second,
-    hook_services: Any = None,
-) -> WebhookAnswer:
-    """:func:`call_webhook`, except that a hook's ``{"input_required": ...}`` answer is returned
-    as an :class:`~registry.webhooks.input_required.InputRequired` (validated and bounded; an
-    invalid one is an ``isError`` result) for the caller to get the answers and call again with
-    ``input_responses`` and ``state`` in the payload. ``hook_services`` is handed to built-in
-    hooks (``HookContext.services``)."""
     relay = NotificationRelay(on_progress, on_log, notifications_per_second)
     try:
         result = await _call(target, payload, client, caller, relay, max_response_bytes, hook_services)
