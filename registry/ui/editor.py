@@ -154,6 +154,19 @@ def apply_row_op(state: dict[str, Any], op: str, rows: Mapping[str, Callable[[],
     return False
 
 
+def read_rows(form: FormData, prefix: str, fields: Iterable[str]) -> list[dict[str, str]]:
+    """The rows a form posts as ``<prefix>-<n>-<field>`` (``hdr-0-name``), in the order of ``n``:
+    each the ``fields`` posted for it (other fields are ignored)."""
+    pattern = re.compile(rf"{prefix}-(\d{{1,4}})-({'|'.join(fields)})")
+    found: dict[int, dict[str, str]] = {}
+    for key in form:
+        match = pattern.fullmatch(key)
+        if match:
+            value = form.get(key)
+            found.setdefault(int(match.group(1)), {})[match.group(2)] = value if isinstance(value, str) else ""
+    return [found[index] for index in sorted(found)]
+
+
 #: Pydantic's words for a value its field's pattern refuses: they quote the regular expression.
 _PATTERN_REFUSED = re.compile(r"String should match pattern '.*'", re.DOTALL)
 #: What the form says instead, by where the value is (``friendly_message``).

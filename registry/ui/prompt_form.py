@@ -15,7 +15,6 @@ checker's name for them), and the problems their line (``data-line``), which the
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,29 +26,18 @@ from registry.catalog.drafts import DraftIssue, preview_prompt
 from registry.catalog.errors import CatalogError
 from registry.catalog.service import CatalogService
 from registry.limits import Limits
-from registry.ui.editor import Draft, apply_row_op
+from registry.ui.editor import Draft, apply_row_op, read_rows
 from registry.ui.editor import session_access as _access
 
 ROLES = ("user", "assistant")
 #: Message content types the form offers (audio like image: a MIME type and base64 data).
 CONTENT_TYPES = (("text", "Text template"), ("image", "Image"), ("audio", "Audio"), ("resource", "Embedded resource"))
-_ROW = re.compile(r"(arg|msg)-(\d{1,4})-([a-z]+)")
 #: Sample values for the preview: ``sample-<argument name>``.
 SAMPLE_PREFIX = "sample-"
 #: The hidden field saying what the page's preview inputs were drawn for (``fields_shape``).
 PREVIEW_SHAPE = "preview-shape"
 #: The JSON-RPC id shown in the raw result (any would do: the preview is not a real request).
 PREVIEW_ID = 1
-
-
-def _rows(form: FormData, prefix: str) -> list[dict[str, str]]:
-    found: dict[int, dict[str, str]] = {}
-    for key in form:
-        match = _ROW.fullmatch(key)
-        if match and match.group(1) == prefix:
-            value = form.get(key)
-            found.setdefault(int(match.group(2)), {})[match.group(3)] = value if isinstance(value, str) else ""
-    return [found[index] for index in sorted(found)]
 
 
 def _argument_state(argument: Mapping[str, Any]) -> dict[str, Any]:
@@ -114,7 +102,7 @@ class PromptForm:
                 "enum": row.get("enum", ""),
                 "default": row.get("default", ""),
             }
-            for row in _rows(form, "arg")
+            for row in read_rows(form, "arg", ("name", "title", "description", "required", "enum", "default"))
         ]
         messages_state = [
             {
@@ -125,7 +113,7 @@ class PromptForm:
                 "mime": row.get("mime", "").strip(),
                 "data": "".join(row.get("data", "").split()),
             }
-            for row in _rows(form, "msg")
+            for row in read_rows(form, "msg", ("role", "type", "text", "uri", "mime", "data"))
         ]
         for what, rows, cap in (
             ("arguments", arguments_state, limits.prompt_arguments),

@@ -29,7 +29,6 @@ from __future__ import annotations
 import base64
 import json
 import math
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -49,7 +48,7 @@ from registry.catalog.drafts import (
 from registry.catalog.errors import CatalogError
 from registry.catalog.service import CatalogService
 from registry.limits import LimitExceeded, Limits
-from registry.ui.editor import Draft, apply_row_op
+from registry.ui.editor import Draft, apply_row_op, read_rows
 from registry.ui.editor import session_access as _access
 from registry.webhooks import parse_networks
 
@@ -58,7 +57,6 @@ KINDS = (
     ("template", "Template: a URI template and a text template"),
     ("http", "HTTP: fetched from a URL"),
 )
-_HEADER_ROW = re.compile(r"hdr-(\d{1,4})-(name|value)")
 #: Room the editor's other fields and the multipart framing need besides a blob: a blob must
 #: leave this much of ``body_bytes`` free, or the form could not carry it back.
 FORM_ROOM_BYTES = 64 * 1024
@@ -101,15 +99,6 @@ class _NoAliasLoader(yaml.SafeLoader):
 def _text(form: FormData, key: str) -> str:
     value = form.get(key)
     return value if isinstance(value, str) else ""
-
-
-def _header_rows(form: FormData) -> list[dict[str, str]]:
-    found: dict[int, dict[str, str]] = {}
-    for key in form:
-        match = _HEADER_ROW.fullmatch(key)
-        if match:
-            found.setdefault(int(match.group(1)), {})[match.group(2)] = _text(form, key)
-    return [{"name": found[i].get("name", "").strip(), "value": found[i].get("value", "")} for i in sorted(found)]
 
 
 def _ttl_text(value: Any) -> str:
@@ -176,7 +165,10 @@ class ResourceForm:
             "blob_name": _text(form, "blob_name")[:FILE_NAME_CHARS],
             "url": _text(form, "url").strip(),
             "cache_ttl": _text(form, "cache_ttl_s").strip(),
-            "headers": _header_rows(form),
+            "headers": [
+                {"name": row.get("name", "").strip(), "value": row.get("value", "")}
+                for row in read_rows(form, "hdr", ("name", "value"))
+            ],
             "annotations": _text(form, "annotations").replace("\r\n", "\n"),
             "try_uri": _text(form, "try_uri").strip(),
             "show_raw": form.get("show_raw") == "1",

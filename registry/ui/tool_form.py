@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,7 +33,7 @@ from registry.catalog.errors import CatalogError
 from registry.catalog.secrets import MASK
 from registry.catalog.service import CatalogService
 from registry.limits import Limits, env_name
-from registry.ui.editor import Draft, apply_row_op
+from registry.ui.editor import Draft, apply_row_op, read_rows
 from registry.ui.editor import session_access as _access
 
 METHODS = ("POST", "PUT")
@@ -79,7 +78,6 @@ WHERE_LABELS = {
     "webhook.secret": "Signing secret",
     "tool": "Tool",
 }
-_HEADER_ROW = re.compile(r"hdr-(\d{1,4})-(name|value|stored)")
 
 
 def _text(form: FormData, key: str) -> str:
@@ -103,16 +101,6 @@ def _hint_text(value: Any) -> str:
 
 def _empty_header() -> dict[str, str]:
     return {"name": "", "value": "", "stored": ""}
-
-
-def _header_rows(form: FormData) -> list[dict[str, str]]:
-    found: dict[int, dict[str, str]] = {}
-    for key in form:
-        match = _HEADER_ROW.fullmatch(key)
-        if match:
-            value = form.get(key)
-            found.setdefault(int(match.group(1)), {})[match.group(2)] = value if isinstance(value, str) else ""
-    return [{**_empty_header(), **found[index]} for index in sorted(found)]
 
 
 def parse_schema_text(text: str, where: str, label: str, limits: Limits) -> tuple[Any, DraftIssue | None]:
@@ -237,7 +225,7 @@ class ToolForm:
             else:
                 hook["timeout_s"] = timeout
 
-        rows = _header_rows(form)
+        rows = [{**_empty_header(), **row} for row in read_rows(form, "hdr", ("name", "value", "stored"))]
         if len(rows) > limits.webhook_headers:
             problems.append(
                 DraftIssue(
