@@ -13,6 +13,7 @@ from registry.catalog.audit_verify import brings_keys, key_the_chain
 from registry.catalog.bundles import apply_import
 from registry.catalog.errors import Conflict
 from registry.catalog.protection import ProtectionPolicy
+from registry.catalog.reports import AuditService, UsageService
 from registry.catalog.reviews import ChangeRequestService
 from registry.catalog.secrets import SecretBox, audit_key, load_or_create_key
 from registry.catalog.service import CatalogService
@@ -72,6 +73,8 @@ class Registry:
         self.oidc = OidcVerifier(settings) if settings.oidc_issuer else None
         self.tokens = TokenService(self.db, jwt_verifier=self.oidc)
         self.teams = TeamService(self.db)
+        self.audit = AuditService(self.db)
+        self.usage = UsageService(self.db, settings.session_idle_timeout_s)
         #: Pages waiting for saves of one entry (fed by the MCP runtime's change feed).
         self.watchers = EntryWatchers(settings.limits.ui_event_streams)
 

@@ -12,6 +12,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from registry.catalog.protection import ProtectionPolicy
+from registry.catalog.reports import AuditService, UsageService
 from registry.catalog.reviews import ChangeRequestService
 from registry.catalog.service import CatalogService
 from registry.catalog.teams import TeamService
@@ -57,6 +58,14 @@ def get_teams(registry: RegistryDep) -> TeamService:
     return registry.teams
 
 
+def get_audit(registry: RegistryDep) -> AuditService:
+    return registry.audit
+
+
+def get_usage(registry: RegistryDep) -> UsageService:
+    return registry.usage
+
+
 def get_watchers(registry: RegistryDep) -> EntryWatchers:
     return registry.watchers
 
@@ -69,3 +78,5 @@ ProtectionDep = Annotated[ProtectionPolicy, Depends(get_protection)]
 TokensDep = Annotated[TokenService, Depends(get_tokens)]
 TeamsDep = Annotated[TeamService, Depends(get_teams)]
 WatchersDep = Annotated[EntryWatchers, Depends(get_watchers)]
+AuditDep = Annotated[AuditService, Depends(get_audit)]
+UsageDep = Annotated[UsageService, Depends(get_usage)]
