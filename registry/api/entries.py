@@ -23,12 +23,11 @@ from registry.api.problems import ALWAYS, WITH_BODY, InvalidParameter, documente
 from registry.catalog.errors import Invalid
 from registry.catalog.preconditions import parse_if_match
 from registry.catalog.protection import ReviewAsk
-from registry.catalog.service import CatalogService, EntryView, WriteResult
+from registry.catalog.service import EntryView, WriteResult
 from registry.catalog.specs import KIND_BY_COLLECTION, LABEL_PATTERN, TAG_PATTERN
 from registry.catalog.teams import GLOBAL_ONLY, TEAM_PATTERN
 from registry.catalog.tool_calls import resolve_tool_test
 from registry.catalog.tool_calls import run_tool_test as run_tool_test_call
-from registry.config import Settings
 from registry.limits import LimitExceeded, env_name
 from registry.tokens import Principal
 from registry.webhooks import caller_key, parse_networks
@@ -401,7 +400,27 @@ async def test_tool(
     body: models.ToolTestRequest,
     principal: WriterPrincipal,
 ) -> dict[str, Any]:
-    return await run_tool_test(catalog, settings, name, body, access=principal)
+    """One tools/call through the shared test-call runner (registry/catalog/tool_calls.py, which
+    the web UI's test page uses too), its notifications collected instead of streamed."""
+    test = await run_in_threadpool(
+        resolve_tool_test, catalog, name, version=body.version, label=body.label, access=principal
+    )
+    notifications: list[dict[str, Any]] = []
+
+    async def collect(notification: dict[str, Any]) -> None:
+        notifications.append(notification)
+
+    allowed = parse_networks(settings.webhook_allowed_networks)
+    # The outbound caps count a test call as its token's (or single-sign-on user's), as its MCP calls.
+    result = await run_tool_test_call(
+        test,
+        body.arguments,
+        allowed_networks=allowed,
+        limits=catalog.limits,
+        on_notification=collect,
+        caller=caller_key(principal.token_id, principal.user),
+    )
+    return {"result": result, "notifications": notifications, "version": test.version, "label": test.label}
 
 
 def entry_router(collection: str, kind: str) -> APIRouter:
@@ -481,30 +500,3 @@ def entry_router(collection: str, kind: str) -> APIRouter:
             response_model=models.ToolTestResult, response_model_exclude_unset=True,
             responses=documented(*ALWAYS, *WITH_BODY, 404))  # fmt: skip
     return router
-
-
-async def run_tool_test(
-    catalog: CatalogService,
-    settings: Settings,
-    name: str,
-    body: models.ToolTestRequest,
-    *,
-    access: Principal | None = None,
-) -> dict[str, Any]:
-    """One tools/call through the shared test-call runner (registry/catalog/tool_calls.py, which
-    the web UI's test page uses too), its notifications collected instead of streamed."""
-    test = await run_in_threadpool(
-        resolve_tool_test, catalog, name, version=body.version, label=body.label, access=access
-    )
-    notifications: list[dict[str, Any]] = []
-
-    async def collect(notification: dict[str, Any]) -> None:
-        notifications.append(notification)
-
-    allowed = parse_networks(settings.webhook_allowed_networks)
-    # The outbound caps count a test call as its token's (or single-sign-on user's), as its MCP calls.
-    caller = caller_key(access.token_id, access.user) if access is not None else None
-    result = await run_tool_test_call(
-        test, body.arguments, allowed_networks=allowed, limits=catalog.limits, on_notification=collect, caller=caller
-    )
-    return {"result": result, "notifications": notifications, "version": test.version, "label": test.label}
