@@ -6,7 +6,7 @@ The same service layer as ``mcp-registry import`` / ``export`` (``registry.catal
 
 1. ``POST /ui/bundles`` (a zip, at most ``REGISTRY_LIMIT_BUNDLE_BYTES``): unpacked and planned; a
    bad zip, a limit or any invalid file is shown on the page and nothing is kept. A valid upload
-   is held server-side (``registry.ui.uploads``: in the database, for this UI session, 30 minutes)
+   is held server-side (``registry.catalog.uploads``: in the database, for this UI session, 30 minutes)
    and the browser is sent to its plan.
 2. ``GET /ui/bundles/plan/{id}``: the plan (per kind, what would be created, updated, left
    unchanged; a diff per update; per entry the labels that go live and the protected ones that go
