@@ -13,18 +13,18 @@ from fastapi import APIRouter, Path, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import RedirectResponse, Response
 
+from registry.api.deps import TeamsDep, get_registry
 from registry.catalog.errors import CatalogError
 from registry.catalog.teams import TEAM_PATTERN, TEAM_TITLE_CHARS, TeamService
+from registry.catalog.web_sessions import SignedIn
 from registry.ui.auth import Admin, AdminForm, is_https
-from registry.ui.sessions import SignedIn
-from registry.ui.templating import Pages, set_flash
+from registry.ui.templating import Pages, PagesDep, set_flash
 
 TeamName = Annotated[str, Path(pattern=f"^{TEAM_PATTERN}$", max_length=64)]
 
 
 def _teams(request: Request) -> TeamService:
-    teams: TeamService = request.app.state.registry.teams
-    return teams
+    return get_registry(request).teams
 
 
 def visible_teams(request: Request, ui: SignedIn) -> list[str]:
@@ -42,58 +42,69 @@ def team_choices(request: Request, ui: SignedIn) -> list[str | None]:
     return ui.edit_teams
 
 
-def router(pages: Pages) -> APIRouter:
-    routes = APIRouter(prefix="/teams")
+router = APIRouter(prefix="/teams")
 
-    def teams_page(
-        request: Request, *, values: dict[str, Any] | None = None, error: str | None = None, status: int = 200
-    ) -> Response:
-        context = {
-            "title": "Teams",
-            "nav": "teams",
-            "teams": _teams(request).list_teams(),
-            "values": values or {"name": "", "title": ""},
-            "error": error,
-            "title_chars": TEAM_TITLE_CHARS,
-        }
-        return pages.render(request, "teams.html", context, status=status)
 
-    def redirect(request: Request, notice: str) -> Response:
-        response = RedirectResponse("/ui/teams", status_code=303)
-        set_flash(response, notice, secure=is_https(request))
-        return response
+def teams_page(
+    pages: Pages,
+    teams: TeamService,
+    request: Request,
+    *,
+    values: dict[str, Any] | None = None,
+    error: str | None = None,
+    status: int = 200,
+) -> Response:
+    context = {
+        "title": "Teams",
+        "nav": "teams",
+        "teams": teams.list_teams(),
+        "values": values or {"name": "", "title": ""},
+        "error": error,
+        "title_chars": TEAM_TITLE_CHARS,
+    }
+    return pages.render(request, "teams.html", context, status=status)
 
-    @routes.get("")
-    def list_teams(request: Request, ui: Admin) -> Response:
-        return teams_page(request)
 
-    @routes.post("")
-    async def create_team(request: Request, form: AdminForm) -> Response:
-        ui, fields = form
-        name, title = (_text(fields.get(key)) for key in ("name", "title"))
-        try:
-            info = await run_in_threadpool(
-                _teams(request).create, name, title or None, actor=ui.principal.actor(), access=ui.principal
-            )
-        except CatalogError as exc:
-            detail, status = exc.detail, exc.status
-            values = {"name": name, "title": title}
-            return await run_in_threadpool(lambda: teams_page(request, values=values, error=detail, status=status))
-        return redirect(request, f"Team {info['name']} is created.")
+def redirect(request: Request, notice: str) -> Response:
+    response = RedirectResponse("/ui/teams", status_code=303)
+    set_flash(response, notice, secure=is_https(request))
+    return response
 
-    @routes.get("/{team}/delete")
-    def delete_confirm(request: Request, ui: Admin, team: TeamName) -> Response:
-        info = _teams(request).get(team, ui.principal)
-        context = {"title": f"Delete team {team}?", "nav": "teams", "team": info}
-        return pages.render(request, "confirm_team_delete.html", context)
 
-    @routes.post("/{team}/delete")
-    async def delete_team(request: Request, form: AdminForm, team: TeamName) -> Response:
-        ui, _fields = form
-        info = await run_in_threadpool(_teams(request).delete, team, actor=ui.principal.actor(), access=ui.principal)
-        return redirect(request, f"Team {info['name']} is deleted.")
+@router.get("")
+def list_teams(request: Request, ui: Admin, pages: PagesDep, teams: TeamsDep) -> Response:
+    return teams_page(pages, teams, request)
 
-    return routes
+
+@router.post("")
+async def create_team(request: Request, form: AdminForm, pages: PagesDep, teams: TeamsDep) -> Response:
+    ui, fields = form
+    name, title = (_text(fields.get(key)) for key in ("name", "title"))
+    try:
+        info = await run_in_threadpool(
+            teams.create, name, title or None, actor=ui.principal.actor(), access=ui.principal
+        )
+    except CatalogError as exc:
+        detail, status = exc.detail, exc.status
+        values = {"name": name, "title": title}
+        return await run_in_threadpool(
+            lambda: teams_page(pages, teams, request, values=values, error=detail, status=status)
+        )
+    return redirect(request, f"Team {info['name']} is created.")
+
+
+@router.get("/{team}/delete")
+def delete_confirm(request: Request, ui: Admin, pages: PagesDep, teams: TeamsDep, team: TeamName) -> Response:
+    info = teams.get(team, ui.principal)
+    context = {"title": f"Delete team {team}?", "nav": "teams", "team": info}
+    return pages.render(request, "confirm_team_delete.html", context)
+
+
+@router.post("/{team}/delete")
+async def delete_team(request: Request, form: AdminForm, teams: TeamsDep, team: TeamName) -> Response:
+    ui, _fields = form
+    info = await run_in_threadpool(teams.delete, team, actor=ui.principal.actor(), access=ui.principal)
+    return redirect(request, f"Team {info['name']} is deleted.")
 
 
 def _text(value: object) -> str:

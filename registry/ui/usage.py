@@ -13,12 +13,12 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
 
-from registry.catalog.service import CatalogService
+from registry.api.deps import CatalogDep, ReportsDep, SettingsDep
 from registry.catalog.specs import KIND_BY_COLLECTION, NAME_PATTERN
-from registry.catalog.usage_report import MAX_DAYS, UsageFilter, entry_usage, usage_report
-from registry.runtime import Registry
+from registry.catalog.usage_report import MAX_DAYS, UsageFilter
 from registry.ui.auth import Viewer
-from registry.ui.templating import COLLECTIONS, Pages
+from registry.ui.collections import PREFIX, CollectionDep
+from registry.ui.templating import PagesDep
 
 #: The windows the overview offers, and how long each is.
 WINDOWS: dict[str, tuple[str, timedelta]] = {
@@ -35,67 +35,63 @@ COLLECTION_BY_KIND = {kind: collection for collection, kind in KIND_BY_COLLECTIO
 EntryName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=128)]
 
 
-def _registry(request: Request) -> Registry:
-    registry: Registry = request.app.state.registry
-    return registry
+router = APIRouter()
 
 
-def router(pages: Pages) -> APIRouter:
-    routes = APIRouter()
+@router.get("/usage")
+def overview(
+    request: Request,
+    ui: Viewer,
+    pages: PagesDep,
+    reports: ReportsDep,
+    settings: SettingsDep,
+    window: Literal["24h", "7d", "30d"] = "24h",
+) -> Response:
+    now = datetime.now(UTC)
+    filters = UsageFilter(since=now - WINDOWS[window][1], until=now)
 
-    @routes.get("/usage")
-    def overview(request: Request, ui: Viewer, window: Literal["24h", "7d", "30d"] = "24h") -> Response:
-        registry = _registry(request)
-        now = datetime.now(UTC)
-        filters = UsageFilter(since=now - WINDOWS[window][1], until=now)
+    def top(group: Literal["entry", "version", "agent"]) -> dict[str, Any]:
+        return reports.usage(ui.principal, filters, group=group, limit=TOP, now=now)
 
-        def top(group: Literal["entry", "version", "agent"]) -> dict[str, Any]:
-            return usage_report(registry.db, ui.principal, filters, group=group, limit=TOP, now=now)
-
-        context = {
-            "title": "Usage",
-            "nav": "usage",
-            "window": window,
-            "windows": {key: title for key, (title, _span) in WINDOWS.items()},
-            "entries": top("entry"),
-            "versions": top("version"),
-            "agents": top("agent"),
-            "collection_of": COLLECTION_BY_KIND,
-            "enabled": registry.settings.usage_enabled,
-            "flush_s": registry.settings.usage_flush_s,
-        }
-        return pages.render(request, "usage.html", context)
-
-    titles = dict(COLLECTIONS)
-    for collection, kind in KIND_BY_COLLECTION.items():
-        _entry_page(routes, pages, collection, kind, titles[collection].removesuffix("s"))
-    return routes
+    context = {
+        "title": "Usage",
+        "nav": "usage",
+        "window": window,
+        "windows": {key: title for key, (title, _span) in WINDOWS.items()},
+        "entries": top("entry"),
+        "versions": top("version"),
+        "agents": top("agent"),
+        "collection_of": COLLECTION_BY_KIND,
+        "enabled": settings.usage_enabled,
+        "flush_s": settings.usage_flush_s,
+    }
+    return pages.render(request, "usage.html", context)
 
 
-def _entry_page(routes: APIRouter, pages: Pages, collection: str, kind: str, title: str) -> None:
-    @routes.get(f"/{collection}/{{name}}/usage")
-    def entry_page(
-        request: Request,
-        ui: Viewer,
-        name: EntryName,
-        days: Annotated[int, Query(ge=1, le=MAX_DAYS)] = 30,
-    ) -> Response:
-        registry = _registry(request)
-        # First: an entry this user cannot see is "not found" before anything else is read.
-        report = entry_usage(registry.db, ui.principal, kind, name, days=days)
-        catalog: CatalogService = registry.catalog
-        view = catalog.get(kind, name, access=ui.principal)
-        context = {
-            "collection": collection,
-            "kind": kind,
-            "kind_title": title,
-            "nav": collection,
-            "title": f"Usage of {title.lower()} {name}",
-            "entry": view.as_dict(),
-            "tab": "usage",
-            "report": report,
-            "days": days,
-            "day_choices": sorted({*DAY_CHOICES, days}),
-            "enabled": registry.settings.usage_enabled,
-        }
-        return pages.render(request, "usage_entry.html", context)
+@router.get(PREFIX + "/{name}/usage")
+def entry_page(
+    request: Request,
+    ui: Viewer,
+    pages: PagesDep,
+    collection: CollectionDep,
+    catalog: CatalogDep,
+    reports: ReportsDep,
+    settings: SettingsDep,
+    name: EntryName,
+    days: Annotated[int, Query(ge=1, le=MAX_DAYS)] = 30,
+) -> Response:
+    kind, title = collection.kind, collection.title
+    # First: an entry this user cannot see is "not found" before anything else is read.
+    report = reports.entry_usage(ui.principal, kind, name, days=days)
+    view = catalog.get(kind, name, access=ui.principal)
+    context = {
+        **collection.common,
+        "title": f"Usage of {title.lower()} {name}",
+        "entry": view.as_dict(),
+        "tab": "usage",
+        "report": report,
+        "days": days,
+        "day_choices": sorted({*DAY_CHOICES, days}),
+        "enabled": settings.usage_enabled,
+    }
+    return pages.render(request, "usage_entry.html", context)
