@@ -6,13 +6,13 @@ the count and the newest few (``HOME_AGENTS``).
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from starlette.responses import Response
 
 from registry.api.deps import ReportsDep
 from registry.catalog.agents import MAX_AGENTS, TRANSPORT_TITLES
 from registry.ui.auth import Viewer
-from registry.ui.templating import PagesDep
+from registry.ui.views import ViewDep
 
 #: Sessions on the home page.
 HOME_AGENTS = 5
@@ -22,7 +22,7 @@ router = APIRouter()
 
 
 @router.get("/agents")
-def agents(request: Request, ui: Viewer, pages: PagesDep, reports: ReportsDep) -> Response:
+def agents(ui: Viewer, pages: ViewDep, reports: ReportsDep) -> Response:
     found = reports.connected_agents(limit=MAX_AGENTS)
     context = {
         "title": "Connected agents",
@@ -31,4 +31,4 @@ def agents(request: Request, ui: Viewer, pages: PagesDep, reports: ReportsDep) -
         "transports": TRANSPORT_TITLES,
         "idle_minutes": round(found.idle_timeout_s / 60),
     }
-    return pages.render(request, "agents.html", context)
+    return pages.render("agents.html", context)

@@ -10,30 +10,28 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from registry.api.deps import ReportsDep
 from registry.catalog.audit_log import AUDIT_KINDS, AuditFilter
 from registry.catalog.reports import ReportService
-from registry.catalog.specs import KIND_BY_COLLECTION
 from registry.catalog.web_sessions import SignedIn
 from registry.ui.auth import AdminForm, Viewer
-from registry.ui.templating import Pages, PagesDep
+from registry.ui.collections import COLLECTION_OF_KIND
+from registry.ui.views import View, ViewDep
 
 #: Rows per page.
 AUDIT_PAGE = 50
-COLLECTION_BY_KIND = {kind: collection for collection, kind in KIND_BY_COLLECTION.items()}
 
 
 router = APIRouter(prefix="/audit")
 
 
 def audit_view(
-    pages: Pages,
+    pages: View,
     reports: ReportService,
-    request: Request,
     ui: SignedIn,
     filters: dict[str, Any],
     after: int | None,
@@ -47,9 +45,10 @@ def audit_view(
         action=filters["action"] or None,
         override=True if filters["override"] else None,
     )
-    page = reports.audit_page(where, access=ui.principal, after=after, limit=AUDIT_PAGE)
+    found = reports.audit_page(where, access=ui.principal, after=after, limit=AUDIT_PAGE)
     rows = [
-        {**row, "collection": COLLECTION_BY_KIND.get(row["kind"]), "short_hash": row["hash"][:12]} for row in page.items
+        {**row, "collection": COLLECTION_OF_KIND.get(row["kind"]), "short_hash": row["hash"][:12]}
+        for row in found.items
     ]
     context = {
         "title": "Audit trail",
@@ -57,18 +56,17 @@ def audit_view(
         "rows": rows,
         "filters": filters,
         "kinds": AUDIT_KINDS,
-        "next_after": page.next_after,
+        "next_after": found.next_after,
         "paged": after is not None,
         "verification": verification,
     }
-    return pages.render(request, "audit.html", context)
+    return pages.render("audit.html", context)
 
 
 @router.get("")
 def audit(
-    request: Request,
     ui: Viewer,
-    pages: PagesDep,
+    pages: ViewDep,
     reports: ReportsDep,
     actor: Annotated[str, Query(max_length=128)] = "",
     team: Annotated[str, Query(max_length=64)] = "",
@@ -86,13 +84,13 @@ def audit(
         "action": action.strip(),
         "override": "1" if override else "",
     }
-    return audit_view(pages, reports, request, ui, filters, after)
+    return audit_view(pages, reports, ui, filters, after)
 
 
 @router.post("/verify")
-async def verify(request: Request, form: AdminForm, pages: PagesDep, reports: ReportsDep) -> Response:
+async def verify(form: AdminForm, pages: ViewDep, reports: ReportsDep) -> Response:
     ui, _fields = form
     report = await run_in_threadpool(reports.verify_audit)
     verification = {**report.as_dict(), "summary": report.summary()}
     empty = {key: "" for key in ("actor", "team", "kind", "name", "action", "override")}
-    return await run_in_threadpool(audit_view, pages, reports, request, ui, empty, None, verification)
+    return await run_in_threadpool(audit_view, pages, reports, ui, empty, None, verification)

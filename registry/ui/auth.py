@@ -176,6 +176,12 @@ async def read_upload(request: Request) -> FormData:
     return form
 
 
+def form_field(form: FormData, name: str) -> str:
+    """A posted form's text field, stripped ("" when it is missing or a file)."""
+    value = form.get(name)
+    return value.strip() if isinstance(value, str) else ""
+
+
 def check_csrf(ui: SignedIn, sent: str | None) -> None:
     if not sent or not hmac.compare_digest(sent.encode(), ui.csrf_token.encode()):
         raise UiForbidden(

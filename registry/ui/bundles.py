@@ -22,24 +22,24 @@ from __future__ import annotations
 import re
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Query
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
-from registry.api.deps import RegistryDep, UploadsDep
+from registry.api.deps import RegistryDep
 from registry.catalog.bundle_archive import PlanChanged, ZipPlan, apply_zip, export_zip, plan_zip
 from registry.catalog.errors import CatalogError
 from registry.catalog.specs import LABEL_PATTERN
 from registry.catalog.uploads import TTL, Upload
 from registry.catalog.web_sessions import SignedIn
 from registry.limits import LimitExceeded
-from registry.runtime import Registry
-from registry.ui.auth import Admin, AdminForm, AdminUpload, Viewer, is_https
-from registry.ui.templating import Pages, PagesDep, set_flash
+from registry.ui.auth import Admin, AdminForm, AdminUpload, Viewer
+from registry.ui.views import View
 
 #: Where the upload form posts (within the UI app; ``UiGuard`` lets its body be bundle-sized).
 UPLOAD_PATH = "/bundles"
@@ -65,109 +65,86 @@ def _plan_context(plan: ZipPlan) -> dict[str, Any]:
     }
 
 
+@dataclass
+class BundlePages(View):
+    """The bundle pages; ``registry`` for its settings, catalog, protection and held uploads."""
+
+    registry: RegistryDep
+
+    def bundles_page(
+        self, *, error: str | None = None, details: list[str] | None = None, status: int = 200, refusal: bool = True
+    ) -> Response:
+        registry = self.registry
+        limits = registry.settings.limits
+        context = {
+            "title": "Bundles",
+            "nav": "bundles",
+            "error": error,
+            "details": details or [],
+            "refusal": refusal,
+            "labels": registry.settings.agent_selectable_labels,
+            "protected_labels": sorted(registry.protection.names_hint()),
+            "bundle_mib": limits.bundle_bytes / (1024 * 1024),
+            "bundle_files": limits.bundle_files,
+        }
+        return self.render("bundles.html", context, status=status)
+
+    def plan_page(
+        self, upload: Upload, plan: ZipPlan, *, notice: str | None = None, error: str | None = None, status: int = 200
+    ) -> Response:
+        context = {
+            "title": f"Import plan: {upload.filename}",
+            "nav": "bundles",
+            "upload": upload,
+            "notice": notice,
+            "error": error,
+            "ttl_minutes": int(TTL.total_seconds() // 60),
+            **_plan_context(plan),
+        }
+        return self.render("bundles_plan.html", context, status=status)
+
+    def gone_page(self) -> Response:
+        return self.bundles_page(
+            error="This upload is no longer held: it was applied or discarded, replaced by a newer upload, or is "
+            f"older than {int(TTL.total_seconds() // 60)} minutes. Upload the bundle again.",
+            status=404,
+            refusal=False,
+        )
+
+    def refused(self, exc: CatalogError) -> Response:
+        lines = [line.strip() for line in exc.detail.splitlines() if line.strip()]
+        status = 413 if "REGISTRY_LIMIT_BUNDLE_BYTES" in exc.detail else exc.status
+        return self.bundles_page(error=lines[0] if lines else exc.detail, details=lines[1:], status=status)
+
+    def refused_apply(self, ui: SignedIn, held: Upload, exc: CatalogError) -> Response:
+        """The write was refused as a whole: the plan as it is now, with the reason."""
+        try:
+            plan = plan_zip(self.registry.catalog, held.content)
+        except CatalogError as again:
+            self.registry.uploads.discard(ui, held.id)
+            return self.refused(again)
+        return self.plan_page(held, plan, error=exc.detail, status=exc.status)
+
+
+BundlePagesDep = Annotated[BundlePages, Depends()]
 router = APIRouter(prefix=UPLOAD_PATH)
 
 
-def bundles_page(
-    pages: Pages,
-    registry: Registry,
-    request: Request,
-    *,
-    error: str | None = None,
-    details: list[str] | None = None,
-    status: int = 200,
-    refusal: bool = True,
-) -> Response:
-    limits = registry.settings.limits
-    context = {
-        "title": "Bundles",
-        "nav": "bundles",
-        "error": error,
-        "details": details or [],
-        "refusal": refusal,
-        "labels": registry.settings.agent_selectable_labels,
-        "protected_labels": sorted(registry.protection.names_hint()),
-        "bundle_mib": limits.bundle_bytes / (1024 * 1024),
-        "bundle_files": limits.bundle_files,
-    }
-    return pages.render(request, "bundles.html", context, status=status)
-
-
-def plan_page(
-    pages: Pages,
-    request: Request,
-    upload: Upload,
-    plan: ZipPlan,
-    *,
-    notice: str | None = None,
-    error: str | None = None,
-    status: int = 200,
-) -> Response:
-    context = {
-        "title": f"Import plan: {upload.filename}",
-        "nav": "bundles",
-        "upload": upload,
-        "notice": notice,
-        "error": error,
-        "ttl_minutes": int(TTL.total_seconds() // 60),
-        **_plan_context(plan),
-    }
-    return pages.render(request, "bundles_plan.html", context, status=status)
-
-
-def gone_page(pages: Pages, registry: Registry, request: Request) -> Response:
-    return bundles_page(
-        pages,
-        registry,
-        request,
-        error="This upload is no longer held: it was applied or discarded, replaced by a newer upload, or is "
-        f"older than {int(TTL.total_seconds() // 60)} minutes. Upload the bundle again.",
-        status=404,
-        refusal=False,
-    )
-
-
-def refused(pages: Pages, registry: Registry, request: Request, exc: CatalogError) -> Response:
-    lines = [line.strip() for line in exc.detail.splitlines() if line.strip()]
-    status = 413 if "REGISTRY_LIMIT_BUNDLE_BYTES" in exc.detail else exc.status
-    return bundles_page(
-        pages, registry, request, error=lines[0] if lines else exc.detail, details=lines[1:], status=status
-    )
-
-
-def refused_apply(
-    pages: Pages, registry: Registry, request: Request, ui: SignedIn, held: Upload, exc: CatalogError
-) -> Response:
-    """The write was refused as a whole: the plan as it is now, with the reason."""
-    try:
-        plan = plan_zip(registry.catalog, held.content)
-    except CatalogError as again:
-        registry.uploads.discard(ui, held.id)
-        return refused(pages, registry, request, again)
-    return plan_page(pages, request, held, plan, error=exc.detail, status=exc.status)
-
-
 @router.get("")
-def bundles(request: Request, ui: Viewer, pages: PagesDep, registry: RegistryDep) -> Response:
-    return bundles_page(pages, registry, request)
+def bundles(ui: Viewer, pages: BundlePagesDep) -> Response:
+    return pages.bundles_page()
 
 
 @router.get("/export.zip")
-def export(
-    request: Request,
-    ui: Viewer,
-    pages: PagesDep,
-    registry: RegistryDep,
-    label: Annotated[str, Query(max_length=64)] = "",
-) -> Response:
+def export(ui: Viewer, pages: BundlePagesDep, label: Annotated[str, Query(max_length=64)] = "") -> Response:
     label = label.strip()
     if label and not _LABEL.match(label):
-        return bundles_page(pages, registry, request, error=f"{label!r} is not a label name.", status=400)
+        return pages.bundles_page(error=f"{label!r} is not a label name.", status=400)
     # An unnamed temporary file (gone from the disk already): nothing is left behind, however
     # the download ends; the zip never sits in memory whole.
     sink = tempfile.TemporaryFile(prefix="mcpr-export-")  # noqa: SIM115 - closed when the download ends
     try:
-        export_zip(registry.catalog, sink, label=label or None)
+        export_zip(pages.registry.catalog, sink, label=label or None)
         size = sink.tell()
         sink.seek(0)
     except BaseException:
@@ -192,54 +169,52 @@ def export(
 
 
 @router.post("")
-async def upload(request: Request, form: AdminUpload, pages: PagesDep, registry: RegistryDep) -> Response:
+async def upload(form: AdminUpload, pages: BundlePagesDep) -> Response:
     ui, fields = form
     sent = fields.get(FILE_FIELD)
     if not isinstance(sent, UploadFile) or not (sent.filename or "").strip():
         return await run_in_threadpool(
-            lambda: bundles_page(pages, registry, request, error="Choose a bundle (.zip) to upload.", status=422)
+            lambda: pages.bundles_page(error="Choose a bundle (.zip) to upload.", status=422)
         )
-    limit = registry.settings.limits.bundle_bytes
+    limit = pages.registry.settings.limits.bundle_bytes
     content = await sent.read(limit + 1)
     if len(content) > limit:
         too_large = LimitExceeded("bundle_bytes", f"the upload is larger than {limit} bytes")
-        return await run_in_threadpool(lambda: bundles_page(pages, registry, request, error=str(too_large), status=413))
+        return await run_in_threadpool(lambda: pages.bundles_page(error=str(too_large), status=413))
     if not content:
-        return await run_in_threadpool(
-            lambda: bundles_page(pages, registry, request, error="The file is empty.", status=422)
-        )
+        return await run_in_threadpool(lambda: pages.bundles_page(error="The file is empty.", status=422))
     try:
-        await run_in_threadpool(plan_zip, registry.catalog, content)
+        await run_in_threadpool(plan_zip, pages.registry.catalog, content)
     except CatalogError as exc:
         error = exc
-        return await run_in_threadpool(lambda: refused(pages, registry, request, error))
-    upload_id = await run_in_threadpool(registry.uploads.put, ui, sent.filename or "", content)
+        return await run_in_threadpool(lambda: pages.refused(error))
+    upload_id = await run_in_threadpool(pages.registry.uploads.put, ui, sent.filename or "", content)
     return RedirectResponse(f"/ui/bundles/plan/{upload_id}", status_code=303)
 
 
 @router.get("/plan/{upload_id}")
-def show_plan(request: Request, ui: Admin, pages: PagesDep, registry: RegistryDep, upload_id: UploadId) -> Response:
-    held = registry.uploads.get(ui, upload_id)
+def show_plan(ui: Admin, pages: BundlePagesDep, upload_id: UploadId) -> Response:
+    held = pages.registry.uploads.get(ui, upload_id)
     if held is None:
-        return gone_page(pages, registry, request)
+        return pages.gone_page()
     try:
-        plan = plan_zip(registry.catalog, held.content)
+        plan = plan_zip(pages.registry.catalog, held.content)
     except CatalogError as exc:  # the catalog changed since the upload (a URI taken, say)
-        registry.uploads.discard(ui, upload_id)
-        return refused(pages, registry, request, exc)
-    return plan_page(pages, request, held, plan)
+        pages.registry.uploads.discard(ui, upload_id)
+        return pages.refused(exc)
+    return pages.plan_page(held, plan)
 
 
 @router.post("/plan/{upload_id}/apply")
-def apply(request: Request, form: AdminForm, pages: PagesDep, registry: RegistryDep, upload_id: UploadId) -> Response:
+def apply(form: AdminForm, pages: BundlePagesDep, upload_id: UploadId) -> Response:
     ui, fields = form
     fingerprint = fields.get("fingerprint")
-    held = registry.uploads.get(ui, upload_id)
+    held = pages.registry.uploads.get(ui, upload_id)
     if held is None:
-        return gone_page(pages, registry, request)
+        return pages.gone_page()
     try:
         plan, opened = apply_zip(
-            registry.catalog,
+            pages.registry.catalog,
             held.content,
             fingerprint=fingerprint if isinstance(fingerprint, str) else "",
             # The whole actor (token, user): a change request the import opens is its author's,
@@ -248,11 +223,10 @@ def apply(request: Request, form: AdminForm, pages: PagesDep, registry: Registry
             source=f"{held.filename} (web UI)",
         )
     except PlanChanged as changed:
-        return plan_page(pages, request, held, changed.plan, notice=changed.detail, status=409)
+        return pages.plan_page(held, changed.plan, notice=changed.detail, status=409)
     except CatalogError as exc:  # refused as a whole (a history conflict, a concurrent edit)
-        return refused_apply(pages, registry, request, ui, held, exc)
-    registry.uploads.discard(ui, upload_id)
-    response = RedirectResponse("/ui/bundles", status_code=303)
+        return pages.refused_apply(ui, held, exc)
+    pages.registry.uploads.discard(ui, upload_id)
     message = f"Imported {held.filename}: {plan.summary()}."
     if opened:
         shown = ", ".join(f"#{number}" for number in opened[:10]) + (" …" if len(opened) > 10 else "")
@@ -261,14 +235,11 @@ def apply(request: Request, form: AdminForm, pages: PagesDep, registry: Registry
             f" {labels} is protected: {len(opened)} change request{'s' if len(opened) != 1 else ''} "
             f"({shown}) wait for review under Reviews."
         )
-    set_flash(response, message, secure=is_https(request))
-    return response
+    return pages.redirect("/ui/bundles", message)
 
 
 @router.post("/plan/{upload_id}/discard")
-def discard(request: Request, form: AdminForm, uploads: UploadsDep, upload_id: UploadId) -> Response:
+def discard(form: AdminForm, pages: BundlePagesDep, upload_id: UploadId) -> Response:
     ui, _fields = form
-    uploads.discard(ui, upload_id)
-    response = RedirectResponse("/ui/bundles", status_code=303)
-    set_flash(response, "The upload was discarded; nothing was imported.", secure=is_https(request))
-    return response
+    pages.registry.uploads.discard(ui, upload_id)
+    return pages.redirect("/ui/bundles", "The upload was discarded; nothing was imported.")

@@ -1,10 +1,8 @@
 """Which collection (prompts, resources, tools) an entry page's route serves.
 
 An entry's pages are the same for every kind, so their routes (``entries``, ``editor_routes``,
-``usage``'s entry page) are written once, under ``PREFIX``: ``/{collection}`` as a path
-parameter that matches only the three collections (the ``collection`` convertor), so the URLs
-are those of three routers and anything else is still "no such page". A handler takes the
-``Collection`` as ``CollectionDep``.
+``usage``'s entry page) are written once, under ``PREFIX``: a path parameter that matches only
+the collections' names (anything else is still "no such page"), taken as ``CollectionDep``.
 """
 
 from __future__ import annotations
@@ -13,7 +11,7 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Path
-from starlette.convertors import Convertor, register_url_convertor
+from starlette.convertors import StringConvertor, register_url_convertor
 
 from registry.catalog.specs import KIND_BY_COLLECTION
 from registry.ui.templating import COLLECTIONS
@@ -39,21 +37,16 @@ class Collection:
 BY_NAME = {name: Collection(name, KIND_BY_COLLECTION[name], title.removesuffix("s")) for name, title in COLLECTIONS}
 
 
-class CollectionConvertor(Convertor[str]):
-    """A path segment that is one of the collections' names."""
+#: The prefix of every route of an entry's pages: ``/prompts``, ``/resources`` or ``/tools``.
+PREFIX = "/{collection:collection}"
+COLLECTION_OF_KIND = {c.kind: c.name for c in BY_NAME.values()}
 
+
+class CollectionConvertor(StringConvertor):
     regex = "|".join(BY_NAME)
-
-    def convert(self, value: str) -> str:
-        return value
-
-    def to_string(self, value: str) -> str:
-        return value
 
 
 register_url_convertor("collection", CollectionConvertor())
-#: The prefix of every route of an entry's pages.
-PREFIX = "/{collection:collection}"
 
 
 def route_collection(collection: Annotated[str, Path()]) -> Collection:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query
 from starlette.responses import Response
 
 from registry.api.deps import CatalogDep, ReportsDep
@@ -16,9 +16,10 @@ from registry.catalog.agents import TRANSPORT_TITLES
 from registry.catalog.specs import KIND_BY_COLLECTION
 from registry.ui.agents import HOME_AGENTS
 from registry.ui.auth import Viewer
-from registry.ui.templating import COLLECTIONS, PagesDep
+from registry.ui.collections import COLLECTION_OF_KIND
+from registry.ui.templating import COLLECTIONS
+from registry.ui.views import ViewDep
 
-COLLECTION_BY_KIND = {kind: collection for collection, kind in KIND_BY_COLLECTION.items()}
 #: Changes on the home page, and per activity page.
 HOME_CHANGES = 10
 ACTIVITY_PAGE = 50
@@ -28,7 +29,7 @@ _LABEL_NOTE = re.compile(r"^[a-z0-9][a-z0-9_.\-]*: (\d+|-) -> (\d+)$")
 
 def change_link(change: dict[str, Any]) -> tuple[str, str] | None:
     """(where a change row links, what the link says): its diff when there is one to show."""
-    collection = COLLECTION_BY_KIND.get(change["kind"])
+    collection = COLLECTION_OF_KIND.get(change["kind"])
     if collection is None:
         return None
     base = f"/ui/{collection}/{change['name']}"
@@ -50,7 +51,7 @@ def _with_links(changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for change in changes:
         link = change_link(change)
-        collection = COLLECTION_BY_KIND.get(change["kind"], "")
+        collection = COLLECTION_OF_KIND.get(change["kind"], "")
         rows.append({**change, "link": link, "entry_url": f"/ui/{collection}/{change['name']}"})
     return rows
 
@@ -59,7 +60,7 @@ router = APIRouter()
 
 
 @router.get("/")
-def home(request: Request, ui: Viewer, pages: PagesDep, catalog: CatalogDep, reports: ReportsDep) -> Response:
+def home(ui: Viewer, pages: ViewDep, catalog: CatalogDep, reports: ReportsDep) -> Response:
     counts = []
     for collection, title in COLLECTIONS:
         kind = KIND_BY_COLLECTION[collection]
@@ -67,7 +68,7 @@ def home(request: Request, ui: Viewer, pages: PagesDep, catalog: CatalogDep, rep
         archived = catalog.list_entries(kind, archived=True, limit=1, access=ui.principal).total
         counts.append({"collection": collection, "title": title, "active": active, "archived": archived})
     changes = recent_changes(catalog, limit=HOME_CHANGES, access=ui.principal).items
-    base = f"{request.url.scheme}://{request.url.netloc}"
+    base = f"{pages.request.url.scheme}://{pages.request.url.netloc}"
     context = {
         "title": "Home",
         "nav": "home",
@@ -77,14 +78,13 @@ def home(request: Request, ui: Viewer, pages: PagesDep, catalog: CatalogDep, rep
         "agents": reports.connected_agents(limit=HOME_AGENTS, newest_first=True),
         "transports": TRANSPORT_TITLES,
     }
-    return pages.render(request, "home.html", context)
+    return pages.render("home.html", context)
 
 
 @router.get("/activity")
 def activity(
-    request: Request,
     ui: Viewer,
-    pages: PagesDep,
+    pages: ViewDep,
     catalog: CatalogDep,
     kind: Annotated[Literal["", "prompt", "resource", "tool"], Query()] = "",
     name: Annotated[str, Query(max_length=128)] = "",
@@ -101,4 +101,4 @@ def activity(
         "next_before": page.next_before,
         "paged": before is not None,
     }
-    return pages.render(request, "activity.html", context, partial="_activity_results.html")
+    return pages.render("activity.html", context, partial="_activity_results.html")

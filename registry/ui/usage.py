@@ -10,15 +10,15 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Path, Query
 from starlette.responses import Response
 
 from registry.api.deps import CatalogDep, ReportsDep, SettingsDep
-from registry.catalog.specs import KIND_BY_COLLECTION, NAME_PATTERN
+from registry.catalog.specs import NAME_PATTERN
 from registry.catalog.usage_report import MAX_DAYS, UsageFilter
 from registry.ui.auth import Viewer
-from registry.ui.collections import PREFIX, CollectionDep
-from registry.ui.templating import PagesDep
+from registry.ui.collections import COLLECTION_OF_KIND, PREFIX, CollectionDep
+from registry.ui.views import ViewDep
 
 #: The windows the overview offers, and how long each is.
 WINDOWS: dict[str, tuple[str, timedelta]] = {
@@ -30,7 +30,6 @@ WINDOWS: dict[str, tuple[str, timedelta]] = {
 TOP = 20
 #: The per-entry page's choices of "recent" (days).
 DAY_CHOICES = (1, 7, 30, 90, 365)
-COLLECTION_BY_KIND = {kind: collection for collection, kind in KIND_BY_COLLECTION.items()}
 
 EntryName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=128)]
 
@@ -40,9 +39,8 @@ router = APIRouter()
 
 @router.get("/usage")
 def overview(
-    request: Request,
     ui: Viewer,
-    pages: PagesDep,
+    pages: ViewDep,
     reports: ReportsDep,
     settings: SettingsDep,
     window: Literal["24h", "7d", "30d"] = "24h",
@@ -61,18 +59,17 @@ def overview(
         "entries": top("entry"),
         "versions": top("version"),
         "agents": top("agent"),
-        "collection_of": COLLECTION_BY_KIND,
+        "collection_of": COLLECTION_OF_KIND,
         "enabled": settings.usage_enabled,
         "flush_s": settings.usage_flush_s,
     }
-    return pages.render(request, "usage.html", context)
+    return pages.render("usage.html", context)
 
 
 @router.get(PREFIX + "/{name}/usage")
 def entry_page(
-    request: Request,
     ui: Viewer,
-    pages: PagesDep,
+    pages: ViewDep,
     collection: CollectionDep,
     catalog: CatalogDep,
     reports: ReportsDep,
@@ -94,4 +91,4 @@ def entry_page(
         "day_choices": sorted({*DAY_CHOICES, days}),
         "enabled": settings.usage_enabled,
     }
-    return pages.render(request, "usage_entry.html", context)
+    return pages.render("usage_entry.html", context)
