@@ -32,7 +32,7 @@ from registry.ui.auth import (
     set_session_cookie,
     signed_in,
 )
-from registry.ui.templating import Pages, PagesDep
+from registry.ui.views import View, ViewDep
 
 SIGNIN_COOKIE = "mcpr_ui_signin"
 _REASONS = {
@@ -57,8 +57,7 @@ def sso_enabled(request: Request) -> bool:
 
 
 def signin_page(
-    pages: Pages,
-    request: Request,
+    pages: View,
     next_path: str,
     *,
     error: str | None = None,
@@ -77,9 +76,9 @@ def signin_page(
         "notice": notice,
         "unsaved": unsaved,
         "title": "Sign in",
-        "sso": sso_enabled(request),
+        "sso": sso_enabled(pages.request),
     }
-    response = pages.render(request, "signin.html", context, status=status)
+    response = pages.render("signin.html", context, status=status)
     response.set_cookie(
         SIGNIN_COOKIE,
         nonce,
@@ -87,7 +86,7 @@ def signin_page(
         path="/ui/signin",
         httponly=True,
         samesite="lax",
-        secure=is_https(request),
+        secure=is_https(pages.request),
     )
     return response
 
@@ -97,15 +96,14 @@ router = APIRouter()
 
 @router.get("/signin")
 def signin_form(
-    request: Request,
-    pages: PagesDep,
+    pages: ViewDep,
     next: Annotated[str | None, Query(max_length=2000)] = None,
     ended: Annotated[str | None, Query(max_length=8)] = None,
     signed_out: Annotated[str | None, Query(max_length=8)] = None,
     unsaved: Annotated[str | None, Query(max_length=8)] = None,
 ) -> Response:
     target = safe_next(next)
-    if signed_in(request) is not None:
+    if signed_in(pages.request) is not None:
         return RedirectResponse(target, status_code=303)
     notice = None
     if unsaved:
@@ -114,11 +112,11 @@ def signin_form(
         notice = "Your session has ended. Sign in again to continue."
     elif signed_out:
         notice = "You are signed out."
-    return signin_page(pages, request, target, notice=notice, unsaved=bool(unsaved))
+    return signin_page(pages, target, notice=notice, unsaved=bool(unsaved))
 
 
 @router.post("/signin")
-async def signin(request: Request, pages: PagesDep, sessions: WebSessionsDep) -> Response:
+async def signin(request: Request, pages: ViewDep, sessions: WebSessionsDep) -> Response:
     form = await read_form(request)
     target = safe_next(_text(form.get("next")))
     nonce = _text(form.get("signin_nonce"))
@@ -126,7 +124,6 @@ async def signin(request: Request, pages: PagesDep, sessions: WebSessionsDep) ->
     if not nonce or not expected or not hmac.compare_digest(nonce.encode(), expected.encode()):
         return signin_page(
             pages,
-            request,
             target,
             status=400,
             error="The sign-in form had expired (or cookies are off). Paste your token again.",
@@ -134,7 +131,7 @@ async def signin(request: Request, pages: PagesDep, sessions: WebSessionsDep) ->
     try:
         secret, session = await run_in_threadpool(sessions.sign_in, _text(form.get("token")))
     except TokenRejected as exc:
-        return signin_page(pages, request, target, status=401, error=_REASONS.get(exc.reason, exc.reason))
+        return signin_page(pages, target, status=401, error=_REASONS.get(exc.reason, exc.reason))
     response = RedirectResponse(target, status_code=303)
     max_age = max(1, int((session.expires_at - datetime.now(UTC)).total_seconds()))
     set_session_cookie(response, request, secret, max_age)

@@ -40,7 +40,7 @@ from registry.runtime import Registry
 from registry.tokens import Principal, TokenRejected
 from registry.ui.auth import is_https, set_session_cookie
 from registry.ui.signin import safe_next, signin_page, sso_enabled
-from registry.ui.templating import Pages, PagesDep
+from registry.ui.views import View, ViewDep
 
 FLOW_COOKIE = "mcpr_ui_sso"
 FLOW_PATH = "/ui/sso"
@@ -126,30 +126,30 @@ def exchange(
 router = APIRouter()
 
 
-def refused(pages: Pages, request: Request, error: str, status: int, next_path: str = "/ui/") -> Response:
-    response = signin_page(pages, request, next_path, error=error, status=status)
-    response.delete_cookie(FLOW_COOKIE, path=FLOW_PATH, httponly=True, samesite="lax", secure=is_https(request))
+def refused(pages: View, error: str, status: int, next_path: str = "/ui/") -> Response:
+    response = signin_page(pages, next_path, error=error, status=status)
+    response.delete_cookie(FLOW_COOKIE, path=FLOW_PATH, httponly=True, samesite="lax", secure=is_https(pages.request))
     return response
 
 
 @router.get("/sso/start")
 async def start(
     request: Request,
-    pages: PagesDep,
+    pages: ViewDep,
     registry: RegistryDep,
     next: Annotated[str | None, Query(max_length=2000)] = None,
 ) -> Response:
     target = safe_next(next)
     if registry.oidc is None or not sso_enabled(request):
-        return refused(pages, request, NOT_CONFIGURED, 404, target)
+        return refused(pages, NOT_CONFIGURED, 404, target)
     try:
         metadata = await run_in_threadpool(registry.oidc.metadata)
         endpoint = check_url(metadata.get("authorization_endpoint"), "authorization_endpoint")
     except OidcError:
-        return refused(pages, request, UNREACHABLE, 502, target)
+        return refused(pages, UNREACHABLE, 502, target)
     settings = registry.settings
     if not settings.public_url:  # never the Host header: the server refuses to start so (check_server_settings)
-        return refused(pages, request, NOT_CONFIGURED, 404, target)
+        return refused(pages, NOT_CONFIGURED, 404, target)
     verifier = secrets.token_urlsafe(48)
     flow = {
         "state": secrets.token_urlsafe(24),
@@ -186,7 +186,7 @@ async def start(
 @router.get("/sso/callback")
 async def callback(
     request: Request,
-    pages: PagesDep,
+    pages: ViewDep,
     registry: RegistryDep,
     sessions: WebSessionsDep,
     code: Annotated[str | None, Query(max_length=4096)] = None,
@@ -194,20 +194,18 @@ async def callback(
     error: Annotated[str | None, Query(max_length=256)] = None,
 ) -> Response:
     if registry.oidc is None or not sso_enabled(request):
-        return refused(pages, request, NOT_CONFIGURED, 404)
+        return refused(pages, NOT_CONFIGURED, 404)
     flow = unseal(_key(registry), request.cookies.get(FLOW_COOKIE, ""))
     if flow is None:
-        return refused(pages, request, FLOW_LOST, 400)
+        return refused(pages, FLOW_LOST, 400)
     target = safe_next(flow["next"])
     if not state or not hmac.compare_digest(state.encode(), flow["state"].encode()):
-        return refused(pages, request, STATE_MISMATCH, 400, target)
+        return refused(pages, STATE_MISMATCH, 400, target)
     if error is not None:
         shown = error if _OAUTH_ERROR.fullmatch(error) else "unknown error"
-        return refused(pages, request, f"The identity provider did not sign you in ({shown}).", 401, target)
+        return refused(pages, f"The identity provider did not sign you in ({shown}).", 401, target)
     if not code:
-        return refused(
-            pages, request, "The identity provider's answer has no authorization code. Start again.", 400, target
-        )
+        return refused(pages, "The identity provider's answer has no authorization code. Start again.", 400, target)
     settings = registry.settings
     assert settings.oidc_client_id is not None  # sso_enabled
     try:
@@ -215,14 +213,14 @@ async def callback(
             exchange, registry.oidc, settings.oidc_client_id, settings.oidc_client_secret, code, flow
         )
     except OidcError as exc:
-        return refused(pages, request, f"The identity provider could not complete the sign-in: {exc}.", 502, target)
+        return refused(pages, f"The identity provider could not complete the sign-in: {exc}.", 502, target)
     except TokenRejected as exc:
-        return refused(pages, request, f"The identity provider's ID token was refused: {exc.reason}.", 401, target)
+        return refused(pages, f"The identity provider's ID token was refused: {exc.reason}.", 401, target)
     try:
         # The ID token's own expiry (often minutes) only bounds its use for this sign-in.
         secret, session = await run_in_threadpool(sessions.sign_in_identity, replace(principal, expires_at=None))
     except TokenRejected as exc:
-        return refused(pages, request, exc.reason[:1].upper() + exc.reason[1:], 403, target)
+        return refused(pages, exc.reason[:1].upper() + exc.reason[1:], 403, target)
     response = RedirectResponse(target, status_code=303)
     max_age = max(1, int((session.expires_at - datetime.now(UTC)).total_seconds()))
     set_session_cookie(response, request, secret, max_age)
