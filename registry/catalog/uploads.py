@@ -24,9 +24,9 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import delete, select
 
+from registry.catalog.web_sessions import SignedIn
 from registry.db.engine import Database
 from registry.db.models import UiUpload
-from registry.catalog.web_sessions import SignedIn
 
 #: How long an uploaded bundle waits for "Apply".
 TTL = timedelta(minutes=30)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.responses import Response
 
-from registry.api.deps import ReportsDep
+from registry.api.deps import UsageDep
 from registry.catalog.agents import MAX_AGENTS, TRANSPORT_TITLES
 from registry.ui.auth import Viewer
 from registry.ui.views import ViewDep
@@ -22,8 +22,8 @@ router = APIRouter()
 
 
 @router.get("/agents")
-def agents(ui: Viewer, pages: ViewDep, reports: ReportsDep) -> Response:
-    found = reports.connected_agents(limit=MAX_AGENTS)
+def agents(ui: Viewer, pages: ViewDep, usage: UsageDep) -> Response:
+    found = usage.agents(limit=MAX_AGENTS)
     context = {
         "title": "Connected agents",
         "nav": "agents",

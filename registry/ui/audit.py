@@ -14,9 +14,9 @@ from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from registry.api.deps import ReportsDep
+from registry.api.deps import AuditDep
 from registry.catalog.audit_log import AUDIT_KINDS, AuditFilter
-from registry.catalog.reports import ReportService
+from registry.catalog.reports import AuditService
 from registry.catalog.web_sessions import SignedIn
 from registry.ui.auth import AdminForm, Viewer
 from registry.ui.collections import COLLECTION_OF_KIND
@@ -31,7 +31,7 @@ router = APIRouter(prefix="/audit")
 
 def audit_view(
     pages: View,
-    reports: ReportService,
+    audit: AuditService,
     ui: SignedIn,
     filters: dict[str, Any],
     after: int | None,
@@ -45,7 +45,7 @@ def audit_view(
         action=filters["action"] or None,
         override=True if filters["override"] else None,
     )
-    found = reports.audit_page(where, access=ui.principal, after=after, limit=AUDIT_PAGE)
+    found = audit.page(where, access=ui.principal, after=after, limit=AUDIT_PAGE)
     rows = [
         {**row, "collection": COLLECTION_OF_KIND.get(row["kind"]), "short_hash": row["hash"][:12]}
         for row in found.items
@@ -64,10 +64,10 @@ def audit_view(
 
 
 @router.get("")
-def audit(
+def audit_trail(
     ui: Viewer,
     pages: ViewDep,
-    reports: ReportsDep,
+    audit: AuditDep,
     actor: Annotated[str, Query(max_length=128)] = "",
     team: Annotated[str, Query(max_length=64)] = "",
     kind: Annotated[str, Query(max_length=16)] = "",
@@ -84,13 +84,13 @@ def audit(
         "action": action.strip(),
         "override": "1" if override else "",
     }
-    return audit_view(pages, reports, ui, filters, after)
+    return audit_view(pages, audit, ui, filters, after)
 
 
 @router.post("/verify")
-async def verify(form: AdminForm, pages: ViewDep, reports: ReportsDep) -> Response:
+async def verify(form: AdminForm, pages: ViewDep, audit: AuditDep) -> Response:
     ui, _fields = form
-    report = await run_in_threadpool(reports.verify_audit)
+    report = await run_in_threadpool(audit.verify)
     verification = {**report.as_dict(), "summary": report.summary()}
     empty = {key: "" for key in ("actor", "team", "kind", "name", "action", "override")}
-    return await run_in_threadpool(audit_view, pages, reports, ui, empty, None, verification)
+    return await run_in_threadpool(audit_view, pages, audit, ui, empty, None, verification)

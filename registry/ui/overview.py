@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query
 from starlette.responses import Response
 
-from registry.api.deps import CatalogDep, ReportsDep
+from registry.api.deps import CatalogDep, UsageDep
 from registry.catalog.activity import ChangeFilter, recent_changes
 from registry.catalog.agents import TRANSPORT_TITLES
 from registry.catalog.specs import KIND_BY_COLLECTION
@@ -60,7 +60,7 @@ router = APIRouter()
 
 
 @router.get("/")
-def home(ui: Viewer, pages: ViewDep, catalog: CatalogDep, reports: ReportsDep) -> Response:
+def home(ui: Viewer, pages: ViewDep, catalog: CatalogDep, usage: UsageDep) -> Response:
     counts = []
     for collection, title in COLLECTIONS:
         kind = KIND_BY_COLLECTION[collection]
@@ -75,7 +75,7 @@ def home(ui: Viewer, pages: ViewDep, catalog: CatalogDep, reports: ReportsDep) -
         "counts": counts,
         "changes": _with_links(changes),
         "mcp_url": base + "/mcp",
-        "agents": reports.connected_agents(limit=HOME_AGENTS, newest_first=True),
+        "agents": usage.agents(limit=HOME_AGENTS, newest_first=True),
         "transports": TRANSPORT_TITLES,
     }
     return pages.render("home.html", context)

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Path, Query
 from starlette.responses import Response
 
-from registry.api.deps import CatalogDep, ReportsDep, SettingsDep
+from registry.api.deps import CatalogDep, SettingsDep, UsageDep
 from registry.catalog.specs import NAME_PATTERN
 from registry.catalog.usage_report import MAX_DAYS, UsageFilter
 from registry.ui.auth import Viewer
@@ -41,7 +41,7 @@ router = APIRouter()
 def overview(
     ui: Viewer,
     pages: ViewDep,
-    reports: ReportsDep,
+    usage: UsageDep,
     settings: SettingsDep,
     window: Literal["24h", "7d", "30d"] = "24h",
 ) -> Response:
@@ -49,7 +49,7 @@ def overview(
     filters = UsageFilter(since=now - WINDOWS[window][1], until=now)
 
     def top(group: Literal["entry", "version", "agent"]) -> dict[str, Any]:
-        return reports.usage(ui.principal, filters, group=group, limit=TOP, now=now)
+        return usage.report(ui.principal, filters, group=group, limit=TOP, now=now)
 
     context = {
         "title": "Usage",
@@ -72,14 +72,14 @@ def entry_page(
     pages: ViewDep,
     collection: CollectionDep,
     catalog: CatalogDep,
-    reports: ReportsDep,
+    usage: UsageDep,
     settings: SettingsDep,
     name: EntryName,
     days: Annotated[int, Query(ge=1, le=MAX_DAYS)] = 30,
 ) -> Response:
     kind, title = collection.kind, collection.title
     # First: an entry this user cannot see is "not found" before anything else is read.
-    report = reports.entry_usage(ui.principal, kind, name, days=days)
+    report = usage.entry(ui.principal, kind, name, days=days)
     view = catalog.get(kind, name, access=ui.principal)
     context = {
         **collection.common,
