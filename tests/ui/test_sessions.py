@@ -9,7 +9,7 @@ import pytest
 
 from registry.runtime import Registry
 from registry.tokens import TokenRejected
-from registry.ui.sessions import AGENT_ONLY, UiSessionStore
+from registry.catalog.web_sessions import AGENT_ONLY, UiSessionStore
 
 
 def _store(registry: Registry, hours: float = 12.0) -> UiSessionStore:
