@@ -46,9 +46,8 @@ def build_ui(registry: Registry) -> ASGIApp:
     ui.mount("/vendor", StaticFiles(directory=static / "vendor"), name="ui-vendor")
     ui.mount("/docs", StaticFiles(directory=static / "docs"), name="ui-docs")
 
-    for module in (signin, sso, overview, tokens, teams, agents, bundles):
+    for module in (signin, sso, overview, tokens, teams, agents, bundles, tool_test):
         ui.include_router(module.router)
-    ui.include_router(tool_test.router(pages))
     for module in (audit, usage, reviews, editor_routes, entries):
         ui.include_router(module.router)
     pages.env.globals["editable_kinds"] = frozenset(editor_routes.FORMS)

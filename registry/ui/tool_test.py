@@ -43,11 +43,12 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
+from registry.api.deps import CatalogDep, SettingsDep
 from registry.catalog.errors import CatalogError, Invalid, NotFound
 from registry.catalog.service import CatalogService, EntryView
 from registry.catalog.specs import is_label
@@ -66,7 +67,7 @@ from registry.ui.schema_form import (
     read_raw_json,
 )
 from registry.ui.sessions import SignedIn
-from registry.ui.templating import Pages
+from registry.ui.views import View
 from registry.webhooks import IPNetwork, caller_key, parse_networks
 
 log = logging.getLogger("registry.ui")
@@ -136,15 +137,6 @@ class Choice:
 
     def describe(self, number: int) -> str:
         return f"version {number} ({self.label})" if self.label else f"version {number}"
-
-
-def _catalog(request: Request) -> CatalogService:
-    catalog: CatalogService = request.app.state.registry.catalog
-    return catalog
-
-
-def _limits(request: Request) -> Limits:
-    return _catalog(request).limits
 
 
 def _choose(labels: Mapping[str, int], label: str | None, version: int | None) -> Choice:
@@ -289,13 +281,13 @@ class _Shown:
 _finishing: set[asyncio.Task[None]] = set()
 
 
-def router(pages: Pages) -> APIRouter:
-    routes = APIRouter(prefix="/tools")
-    slots = RunSlots()
-    common = {"collection": "tools", "kind": "tool", "kind_title": "Tool", "nav": "tools", "tab": "test"}
+@dataclass
+class ToolTestPages(View):
+    catalog: CatalogDep
+    settings: SettingsDep
 
     def page(
-        request: Request,
+        self,
         entry: Any,
         *,
         choice: Choice,
@@ -310,7 +302,7 @@ def router(pages: Pages) -> APIRouter:
         status: int = 200,
     ) -> Response:
         context = {
-            **common,
+            **_COMMON,
             "title": f"Test call of tool {entry['name']}",
             "entry": entry,
             "choice": choice,
@@ -326,110 +318,114 @@ def router(pages: Pages) -> APIRouter:
             "timeout_s": timeout_s,
             "max_shown": MAX_SHOWN_NOTIFICATIONS,
         }
-        return pages.render(request, "tool_test.html", context, status=status)
+        return self.render("tool_test.html", context, status=status)
 
-    @routes.get("/{name}/test")
-    def test_form(
-        request: Request,
-        ui: Editor,
-        name: EntryName,
-        label: Annotated[str | None, Query(max_length=64)] = None,
-        version: VersionQuery = None,
-    ) -> Response:
-        catalog = _catalog(request)
-        newest = catalog.get("tool", name, access=ui.principal)
-        if not ui.may_edit(newest.team):
-            where = f"team {newest.team!r}" if newest.team else "global entries"
-            raise UiForbidden(f"A test call of {name} needs the editor role on {where}.")
-        choice = _choose(newest.labels, (label or "").strip() or None, version)
-        number = choice.version if choice.version is not None else newest.labels[str(choice.label)]
-        spec = catalog.get("tool", name, version=number, access=ui.principal).spec  # 404 page: no such version
-        hook = spec.get("webhook") or {}
-        form = build_form(spec.get("inputSchema", {}))
-        return page(
-            request,
+
+ToolTestPagesDep = Annotated[ToolTestPages, Depends()]
+router = APIRouter(prefix="/tools")
+#: The test calls running in this process.
+SLOTS = RunSlots()
+_COMMON = {"collection": "tools", "kind": "tool", "kind_title": "Tool", "nav": "tools", "tab": "test"}
+
+
+@router.get("/{name}/test")
+def test_form(
+    ui: Editor,
+    pages: ToolTestPagesDep,
+    name: EntryName,
+    label: Annotated[str | None, Query(max_length=64)] = None,
+    version: VersionQuery = None,
+) -> Response:
+    catalog = pages.catalog
+    newest = catalog.get("tool", name, access=ui.principal)
+    if not ui.may_edit(newest.team):
+        where = f"team {newest.team!r}" if newest.team else "global entries"
+        raise UiForbidden(f"A test call of {name} needs the editor role on {where}.")
+    choice = _choose(newest.labels, (label or "").strip() or None, version)
+    number = choice.version if choice.version is not None else newest.labels[str(choice.label)]
+    spec = catalog.get("tool", name, version=number, access=ui.principal).spec  # 404 page: no such version
+    hook = spec.get("webhook") or {}
+    form = build_form(spec.get("inputSchema", {}))
+    return pages.page(
+        newest.as_dict(),
+        choice=choice,
+        number=number,
+        hook_url=str(hook.get("url", "")),
+        timeout_s=float(hook.get("timeout_s", 30)),
+        form=form,
+        mode="json" if form.prefer_json else "form",
+        raw_json=json.dumps(form.example, indent=2, ensure_ascii=False),
+    )
+
+
+@router.post("/{name}/test")
+async def test_run(posted: EditorForm, pages: ToolTestPagesDep, name: EntryName) -> Response:
+    ui, fields = posted
+    request, limits = pages.request, pages.catalog.limits
+    choice = _posted_choice(fields)
+    test, newest = await run_in_threadpool(_load, pages.catalog, name, choice, ui)
+    form = build_form(test.input_schema)
+    mode = "json" if fields.get(MODE_FIELD) == "json" else "form"
+    raw_field = fields.get(ARGUMENTS_FIELD)
+    raw_json = raw_field if isinstance(raw_field, str) else ""
+    error: str | None = None
+    arguments: dict[str, Any] = {}
+    if mode == "json":
+        try:
+            arguments = read_raw_json(raw_json, limits)
+        except FormInputError as exc:
+            error = str(exc)
+    else:
+        arguments = read_fields(form, fields, limits)
+        if form.has_errors:
+            error = "Some fields need attention (see the messages below them): nothing was sent."
+
+    def again(**extra: Any) -> Response:
+        return pages.page(
             newest.as_dict(),
             choice=choice,
-            number=number,
-            hook_url=str(hook.get("url", "")),
-            timeout_s=float(hook.get("timeout_s", 30)),
+            number=test.version,
+            hook_url=test.tool.target.url,
+            timeout_s=test.tool.target.timeout_s,
             form=form,
-            mode="json" if form.prefer_json else "form",
-            raw_json=json.dumps(form.example, indent=2, ensure_ascii=False),
+            mode=mode,
+            raw_json=raw_json,
+            **extra,
         )
 
-    @routes.post("/{name}/test")
-    async def test_run(request: Request, posted: EditorForm, name: EntryName) -> Response:
-        ui, fields = posted
-        catalog = _catalog(request)
-        limits = _limits(request)
-        choice = _posted_choice(fields)
-        test, newest = await run_in_threadpool(_load, catalog, name, choice, ui)
-        form = build_form(test.input_schema)
-        mode = "json" if fields.get(MODE_FIELD) == "json" else "form"
-        raw_field = fields.get(ARGUMENTS_FIELD)
-        raw_json = raw_field if isinstance(raw_field, str) else ""
-        error: str | None = None
-        arguments: dict[str, Any] = {}
-        if mode == "json":
-            try:
-                arguments = read_raw_json(raw_json, limits)
-            except FormInputError as exc:
-                error = str(exc)
-        else:
-            arguments = read_fields(form, fields, limits)
-            if form.has_errors:
-                error = "Some fields need attention (see the messages below them): nothing was sent."
+    if error is not None:
+        return again(error=error, status=400)
+    key = session_key(ui)
+    allowed = parse_networks(pages.settings.webhook_allowed_networks)
+    # The outbound caps count a test call as the signed-in token's or user's, as its MCP calls.
+    caller = caller_key(ui.principal.token_id, ui.principal.user, key)
+    if STREAM_MEDIA_TYPE in request.headers.get("accept", ""):
+        SLOTS.check(key)  # a refusal now is a page; one lost to a race is a "failed" event
+        return EventSourceResponse(
+            _stream(test, arguments, allowed, limits, SLOTS, key, caller),
+            ping=10,
+            sep="\n",
+        )
+    SLOTS.acquire(key)
+    try:
+        shown_count = _Shown()
+        listed: list[dict[str, Any]] = []
 
-        def again(**extra: Any) -> Response:
-            return page(
-                request,
-                newest.as_dict(),
-                choice=choice,
-                number=test.version,
-                hook_url=test.tool.target.url,
-                timeout_s=test.tool.target.timeout_s,
-                form=form,
-                mode=mode,
-                raw_json=raw_json,
-                **extra,
-            )
+        async def collect(notification: dict[str, Any]) -> None:
+            if shown_count.take():
+                listed.append(describe_notification(notification, shown_count.seconds()))
 
-        if error is not None:
-            return again(error=error, status=400)
-        key = session_key(ui)
-        allowed = parse_networks(request.app.state.registry.settings.webhook_allowed_networks)
-        # The outbound caps count a test call as the signed-in token's or user's, as its MCP calls.
-        caller = caller_key(ui.principal.token_id, ui.principal.user, key)
-        if STREAM_MEDIA_TYPE in request.headers.get("accept", ""):
-            slots.check(key)  # a refusal now is a page; one lost to a race is a "failed" event
-            return EventSourceResponse(
-                _stream(test, arguments, allowed, limits, slots, key, caller),
-                ping=10,
-                sep="\n",
-            )
-        slots.acquire(key)
-        try:
-            shown_count = _Shown()
-            listed: list[dict[str, Any]] = []
-
-            async def collect(notification: dict[str, Any]) -> None:
-                if shown_count.take():
-                    listed.append(describe_notification(notification, shown_count.seconds()))
-
-            result = await serve_until_disconnect(
-                run_tool_test(
-                    test, arguments, allowed_networks=allowed, limits=limits, on_notification=collect, caller=caller
-                ),
-                request.receive,  # the form was read whole: a disconnect is all that is left to receive
-            )
-        finally:
-            slots.release(key)
-        if result is None:
-            return Response(status_code=204)  # the browser has gone: nobody reads this
-        return again(outcome=outcome_view(result, test, listed, shown_count.omitted))
-
-    return routes
+        result = await serve_until_disconnect(
+            run_tool_test(
+                test, arguments, allowed_networks=allowed, limits=limits, on_notification=collect, caller=caller
+            ),
+            request.receive,  # the form was read whole: a disconnect is all that is left to receive
+        )
+    finally:
+        SLOTS.release(key)
+    if result is None:
+        return Response(status_code=204)  # the browser has gone: nobody reads this
+    return again(outcome=outcome_view(result, test, listed, shown_count.omitted))
 
 
 def _event(kind: str, data: Mapping[str, Any]) -> ServerSentEvent:
