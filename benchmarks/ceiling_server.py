@@ -19,7 +19,7 @@ import uuid
 from typing import Any
 
 import bench_catalog as catalog
-import uvicorn
+import peers
 
 PARSE_ERROR = b'{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}'
 
@@ -68,18 +68,7 @@ def main() -> None:
     ap.add_argument("--loop", default="asyncio")
     ap.add_argument("--http", default="h11")
     args = ap.parse_args()
-    uvicorn.run(
-        app,
-        host=args.host,
-        port=args.port,
-        workers=1,
-        log_level="warning",
-        access_log=False,
-        loop=args.loop,
-        http=args.http,
-        timeout_keep_alive=30,
-        backlog=4096,
-    )
+    peers.serve(app, args.host, args.port, args.loop, args.http)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import bench_catalog as catalog
-import uvicorn
+import peers
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.prompts.base import Prompt
 from mcp.server.mcpserver.resources import TextResource
@@ -152,18 +152,7 @@ def main() -> None:
         gc.collect()
         gc.freeze()
     logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
-    uvicorn.run(
-        app,
-        host=args.host,
-        port=args.port,
-        workers=1,
-        log_level=args.log_level.lower(),
-        access_log=False,
-        loop=args.loop,
-        http=args.http,
-        timeout_keep_alive=30,
-        backlog=4096,
-    )
+    peers.serve(app, args.host, args.port, args.loop, args.http, log_level=args.log_level.lower())
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 PEER_SCRIPT = BENCH / "peer_server.py"
@@ -26,6 +27,25 @@ def require_sdk() -> None:
 def peer_command(port: int, *options: str) -> list[str]:
     """The SDK's server on ``port`` (``peer_server.py``); ``options`` such as ``--json-response``."""
     return [sys.executable, str(PEER_SCRIPT), "--port", str(port), *options]
+
+
+def serve(app: Any, host: str, port: int, loop: str, http: str, log_level: str = "warning") -> None:
+    """Run a reference server's ``app`` as both are measured: one process, one worker, no access log,
+    a backlog that takes a burst of connections and keep-alive longer than any pause between runs."""
+    import uvicorn
+
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        workers=1,
+        log_level=log_level,
+        access_log=False,
+        loop=loop,
+        http=http,
+        timeout_keep_alive=30,
+        backlog=4096,
+    )
 
 
 def ceiling_command(port: int) -> list[str]:
