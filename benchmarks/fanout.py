@@ -1238,6 +1238,7 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
         "workdir": str(workdir),
         "phases": {},
     }
+    log(environment.headline(results["environment"]))
     log(f"work dir {workdir} (server logs)")
     try:
         groups = sittings(args)
