@@ -110,6 +110,14 @@ OPEN_BATCH = 500
 #: The SDK peer keeps at most this many streams (its broadcast loop at 10,000 takes seconds a round).
 PEER_MAX_STREAMS = 1_000
 
+#: This process is one anonymous caller (127.0.0.1) holding every listen stream of a run, and the
+#: registry caps listens per caller (100 by default since 24ece70, ``registry/limits.py``) and per
+#: process (10,000): the registries started here have both raised past anything a run opens.
+LISTEN_LIMITS = {
+    "REGISTRY_LIMIT_LISTEN_STREAMS_PER_CALLER": "1000000",
+    "REGISTRY_LIMIT_LISTEN_STREAMS": "1000000",
+}
+
 ROUND_TIMEOUT_S = 10.0
 READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 20.0
@@ -180,7 +188,7 @@ def registry_server(
     return ServerProcess(
         data_dir,
         admin_token=admin_token,
-        env={"REGISTRY_SECRET_KEY": secret_key},
+        env={"REGISTRY_SECRET_KEY": secret_key, **LISTEN_LIMITS},
         args=args,
         program=mcp_registry_command(),
         log_path=workdir / f"{name}.log",
