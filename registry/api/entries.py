@@ -19,11 +19,12 @@ from registry.api.problems import ALWAYS, WITH_BODY, InvalidParameter, documente
 from registry.catalog.errors import Invalid
 from registry.catalog.preconditions import parse_if_match
 from registry.catalog.protection import ReviewAsk
-from registry.catalog.service import CatalogService, EntryView, WriteResult
+from registry.catalog.service import CatalogService
 from registry.catalog.specs import LABEL_PATTERN, NAME_PATTERN, TAG_PATTERN
 from registry.catalog.teams import GLOBAL_ONLY, TEAM_PATTERN
 from registry.catalog.tool_calls import resolve_tool_test
 from registry.catalog.tool_calls import run_tool_test as run_tool_test_call
+from registry.catalog.values import EntryView, WriteResult
 from registry.limits import LimitExceeded, env_name
 from registry.tokens import Principal
 from registry.webhooks import caller_key, parse_networks
@@ -293,12 +294,8 @@ def entry_router(collection: str, kind: str) -> APIRouter:
         result = _catalog(request).create(
             kind,
             spec,
-            actor=principal.actor(),
-            note=note,
-            labels=labels,
+            principal.writes(note=note, labels=labels, review=_review_ask(body)),
             team=team,
-            access=principal,
-            review=_review_ask(body),
         )
         response.headers["Location"] = f"{request.url.path.rstrip('/')}/{result.view.name}"
         return _saved_response(result, response)
@@ -344,12 +341,7 @@ def entry_router(collection: str, kind: str) -> APIRouter:
             kind,
             name,
             spec,
-            actor=principal.actor(),
-            if_match=if_match,
-            note=note,
-            labels=labels,
-            access=principal,
-            review=_review_ask(body),
+            principal.writes(if_match=if_match, note=note, labels=labels, review=_review_ask(body)),
         )
         return _saved_response(result, response)
 
@@ -381,12 +373,7 @@ def entry_router(collection: str, kind: str) -> APIRouter:
             kind,
             name,
             patch,
-            actor=principal.actor(),
-            if_match=if_match,
-            note=note,
-            labels=labels,
-            access=principal,
-            review=_review_ask(body),
+            principal.writes(if_match=if_match, note=note, labels=labels, review=_review_ask(body)),
         )
         return _saved_response(result, response)
 
@@ -401,7 +388,7 @@ def entry_router(collection: str, kind: str) -> APIRouter:
     def archive_entry(
         request: Request, response: Response, name: EntryName, principal: WriterPrincipal
     ) -> dict[str, Any]:
-        result = _catalog(request).set_archived(kind, name, True, actor=principal.actor(), access=principal)
+        result = _catalog(request).set_archived(kind, name, True, principal.writes())
         return _entry_response(result.view, response)
 
     @router.post(
@@ -415,7 +402,7 @@ def entry_router(collection: str, kind: str) -> APIRouter:
     def restore_entry(
         request: Request, response: Response, name: EntryName, principal: WriterPrincipal
     ) -> dict[str, Any]:
-        result = _catalog(request).set_archived(kind, name, False, actor=principal.actor(), access=principal)
+        result = _catalog(request).set_archived(kind, name, False, principal.writes())
         return _entry_response(result.view, response)
 
     @router.get(
@@ -467,10 +454,7 @@ def entry_router(collection: str, kind: str) -> APIRouter:
             kind,
             name,
             number,
-            actor=principal.actor(),
-            if_match=if_match,
-            note=body.change_note,
-            access=principal,
+            principal.writes(if_match=if_match, note=body.change_note),
         )
         return _saved_response(result, response)
 
@@ -511,9 +495,7 @@ def entry_router(collection: str, kind: str) -> APIRouter:
             name,
             label,
             move.version,
-            actor=principal.actor(),
-            access=principal,
-            override_reason=move.override_reason,
+            principal.writes(override_reason=move.override_reason),
         )
         return _entry_response(result.view, response)
 
@@ -541,9 +523,7 @@ def entry_router(collection: str, kind: str) -> APIRouter:
             ),
         ] = None,
     ) -> dict[str, Any]:
-        result = _catalog(request).delete_label(
-            kind, name, label, actor=principal.actor(), access=principal, override_reason=override_reason
-        )
+        result = _catalog(request).delete_label(kind, name, label, principal.writes(override_reason=override_reason))
         return _entry_response(result.view, response)
 
     if kind == "prompt":

@@ -194,9 +194,7 @@ def _move_route(collection: str, kind: str) -> None:
     def move_team(
         request: Request, response: Response, name: EntryName, body: TeamMove, principal: WriterPrincipal
     ) -> dict[str, Any]:
-        result = _catalog(request).set_team(
-            kind, name, body.team, actor=principal.actor(body.reason or None), access=principal
-        )
+        result = _catalog(request).set_team(kind, name, body.team, principal.writes(body.reason or None))
         response.headers["ETag"] = result.view.etag
         return result.view.as_dict()
 

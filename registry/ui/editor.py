@@ -56,8 +56,9 @@ from registry.catalog.drafts import DraftIssue, draft_issues, reapply
 from registry.catalog.errors import CatalogError, Invalid, NotFound, PreconditionFailed, Subject
 from registry.catalog.preconditions import make_etag
 from registry.catalog.protection import ReviewAsk
-from registry.catalog.service import CatalogService, EntryView, WriteResult
+from registry.catalog.service import CatalogService
 from registry.catalog.specs import dump_spec, is_label
+from registry.catalog.values import EntryView, WriteResult
 from registry.limits import LimitExceeded, Limits
 from registry.runtime import Registry
 from registry.tokens import Principal
@@ -414,12 +415,12 @@ def editor_router(pages: Pages, collection: str, kind: str, title: str, form: En
                 _catalog(request).create,
                 kind,
                 draft.spec,
-                actor=ui.principal.actor(),
-                note=draft.state["change_note"].strip() or None,
-                labels=editor.labels(draft.state),
+                ui.principal.writes(
+                    note=draft.state["change_note"].strip() or None,
+                    labels=editor.labels(draft.state),
+                    review=_review_ask(draft.state),
+                ),
                 team=draft.state["team"] or None,
-                access=ui.principal,
-                review=_review_ask(draft.state),
             )
         except CatalogError as exc:
             return refused(request, draft, None, exc)
@@ -468,12 +469,12 @@ def editor_router(pages: Pages, collection: str, kind: str, title: str, form: En
                 kind,
                 name,
                 draft.spec,
-                actor=ui.principal.actor(),
-                if_match=make_etag(int(base)),
-                note=draft.state["change_note"].strip() or None,
-                labels=editor.labels(draft.state),
-                access=ui.principal,
-                review=_review_ask(draft.state),
+                ui.principal.writes(
+                    if_match=make_etag(int(base)),
+                    note=draft.state["change_note"].strip() or None,
+                    labels=editor.labels(draft.state),
+                    review=_review_ask(draft.state),
+                ),
                 secrets_from=int(source),
             )
         except PreconditionFailed:

@@ -261,7 +261,12 @@ def entry_router(pages: Pages, collection: str, kind: str, title: str) -> APIRou
         label = _field(fields, "label")
         version = _version_field(fields)
         result = await run_in_threadpool(
-            _catalog(request).set_label, kind, name, label, version, actor=ui.principal.actor(), access=ui.principal
+            _catalog(request).set_label,
+            kind,
+            name,
+            label,
+            version,
+            ui.principal.writes(),
         )
         notice = (
             f"{label} now serves v{version} of {name}." if result.changed else f"{label} already served v{version}."
@@ -299,10 +304,7 @@ def entry_router(pages: Pages, collection: str, kind: str, title: str) -> APIRou
             kind,
             name,
             number,
-            actor=ui.principal.actor(),
-            if_match=make_etag(base),
-            note=note,
-            access=ui.principal,
+            ui.principal.writes(if_match=make_etag(base), note=note),
         )
         view = result.view
         if not result.changed:
@@ -331,7 +333,11 @@ def entry_router(pages: Pages, collection: str, kind: str, title: str) -> APIRou
     async def archive(request: Request, form: EditorForm, name: EntryName) -> Response:
         ui, _fields = form
         await run_in_threadpool(
-            _catalog(request).set_archived, kind, name, True, actor=ui.principal.actor(), access=ui.principal
+            _catalog(request).set_archived,
+            kind,
+            name,
+            True,
+            ui.principal.writes(),
         )
         return redirect_with_notice(request, entry_url(name), f"{name} is archived: agents no longer see it.")
 
@@ -339,7 +345,11 @@ def entry_router(pages: Pages, collection: str, kind: str, title: str) -> APIRou
     async def restore(request: Request, form: EditorForm, name: EntryName) -> Response:
         ui, _fields = form
         await run_in_threadpool(
-            _catalog(request).set_archived, kind, name, False, actor=ui.principal.actor(), access=ui.principal
+            _catalog(request).set_archived,
+            kind,
+            name,
+            False,
+            ui.principal.writes(),
         )
         return redirect_with_notice(request, entry_url(name), f"{name} is restored: agents see it again.")
 
@@ -372,7 +382,11 @@ def entry_router(pages: Pages, collection: str, kind: str, title: str) -> APIRou
         if reason is not None and len(reason) > REASON_CHARS:
             raise Invalid(f"the reason has {len(reason)} characters; at most {REASON_CHARS}")
         result = await run_in_threadpool(
-            _catalog(request).set_team, kind, name, team, actor=ui.principal.actor(reason), access=ui.principal
+            _catalog(request).set_team,
+            kind,
+            name,
+            team,
+            ui.principal.writes(reason),
         )
         where = f"team {team}" if team else "global (everyone sees it)"
         notice = f"{name} now belongs to {where}." if result.changed else f"{name} already belonged to {where}."

@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from registry import __version__
-from registry.catalog.service import to_yaml
+from registry.catalog.diffs import to_yaml
 from registry.paths import admin_ui_dir
 from registry.ui.security import STYLE_NONCE_KEY
 from registry.ui.sessions import SignedIn

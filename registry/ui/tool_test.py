@@ -49,9 +49,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from registry.catalog.errors import CatalogError, Invalid, NotFound
-from registry.catalog.service import CatalogService, EntryView
+from registry.catalog.service import CatalogService
 from registry.catalog.specs import is_label
 from registry.catalog.tool_calls import ToolTest, resolve_tool_test, run_tool_test
+from registry.catalog.values import EntryView
 from registry.limits import Limits
 from registry.ui.auth import Editor, EditorForm, UiForbidden
 from registry.ui.entries import INT32_MAX, EntryName, VersionQuery
