@@ -338,10 +338,7 @@ def entry_router(collection: str, kind: str) -> APIRouter:
         _refuse_team(body, collection, name)
         spec, note, labels = _split_meta(body)
         result = _catalog(request).update(
-            kind,
-            name,
-            spec,
-            principal.writes(if_match=if_match, note=note, labels=labels, review=_review_ask(body)),
+            kind, name, spec, principal.writes(if_match=if_match, note=note, labels=labels, review=_review_ask(body))
         )
         return _saved_response(result, response)
 
@@ -370,10 +367,7 @@ def entry_router(collection: str, kind: str) -> APIRouter:
         _check_patch(patch_model, kind, body)
         patch, note, labels = _split_meta(body)
         result = _catalog(request).patch(
-            kind,
-            name,
-            patch,
-            principal.writes(if_match=if_match, note=note, labels=labels, review=_review_ask(body)),
+            kind, name, patch, principal.writes(if_match=if_match, note=note, labels=labels, review=_review_ask(body))
         )
         return _saved_response(result, response)
 
@@ -451,10 +445,7 @@ def entry_router(collection: str, kind: str) -> APIRouter:
         if_match: IfMatch = None,
     ) -> dict[str, Any]:
         result = _catalog(request).restore_version(
-            kind,
-            name,
-            number,
-            principal.writes(if_match=if_match, note=body.change_note),
+            kind, name, number, principal.writes(if_match=if_match, note=body.change_note)
         )
         return _saved_response(result, response)
 
@@ -491,11 +482,7 @@ def entry_router(collection: str, kind: str) -> APIRouter:
         principal: WriterPrincipal,
     ) -> dict[str, Any]:
         result = _catalog(request).set_label(
-            kind,
-            name,
-            label,
-            move.version,
-            principal.writes(override_reason=move.override_reason),
+            kind, name, label, move.version, principal.writes(override_reason=move.override_reason)
         )
         return _entry_response(result.view, response)
 

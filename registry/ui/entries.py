@@ -260,14 +260,7 @@ def entry_router(pages: Pages, collection: str, kind: str, title: str) -> APIRou
         ui, fields = form
         label = _field(fields, "label")
         version = _version_field(fields)
-        result = await run_in_threadpool(
-            _catalog(request).set_label,
-            kind,
-            name,
-            label,
-            version,
-            ui.principal.writes(),
-        )
+        result = await run_in_threadpool(_catalog(request).set_label, kind, name, label, version, ui.principal.writes())
         notice = (
             f"{label} now serves v{version} of {name}." if result.changed else f"{label} already served v{version}."
         )
@@ -332,25 +325,13 @@ def entry_router(pages: Pages, collection: str, kind: str, title: str) -> APIRou
     @routes.post("/{name}/archive")
     async def archive(request: Request, form: EditorForm, name: EntryName) -> Response:
         ui, _fields = form
-        await run_in_threadpool(
-            _catalog(request).set_archived,
-            kind,
-            name,
-            True,
-            ui.principal.writes(),
-        )
+        await run_in_threadpool(_catalog(request).set_archived, kind, name, True, ui.principal.writes())
         return redirect_with_notice(request, entry_url(name), f"{name} is archived: agents no longer see it.")
 
     @routes.post("/{name}/restore")
     async def restore(request: Request, form: EditorForm, name: EntryName) -> Response:
         ui, _fields = form
-        await run_in_threadpool(
-            _catalog(request).set_archived,
-            kind,
-            name,
-            False,
-            ui.principal.writes(),
-        )
+        await run_in_threadpool(_catalog(request).set_archived, kind, name, False, ui.principal.writes())
         return redirect_with_notice(request, entry_url(name), f"{name} is restored: agents see it again.")
 
     @routes.get("/{name}/team")
@@ -381,13 +362,7 @@ def entry_router(pages: Pages, collection: str, kind: str, title: str) -> APIRou
         reason = _field(fields, "reason") or None
         if reason is not None and len(reason) > REASON_CHARS:
             raise Invalid(f"the reason has {len(reason)} characters; at most {REASON_CHARS}")
-        result = await run_in_threadpool(
-            _catalog(request).set_team,
-            kind,
-            name,
-            team,
-            ui.principal.writes(reason),
-        )
+        result = await run_in_threadpool(_catalog(request).set_team, kind, name, team, ui.principal.writes(reason))
         where = f"team {team}" if team else "global (everyone sees it)"
         notice = f"{name} now belongs to {where}." if result.changed else f"{name} already belonged to {where}."
         return redirect_with_notice(request, entry_url(name), notice)
