@@ -393,6 +393,7 @@ def catalog_entries(echo_url: str) -> list[tuple[str, dict[str, Any]]]:
 
 def load_catalog(data_dir: Path, database_url: str | None, entries: list[tuple[str, dict[str, Any]]]) -> float:
     """Write the catalog in-process through CatalogService.create; returns seconds taken."""
+    from registry.catalog.values import WriteOptions
     from registry.config import Settings
     from registry.runtime import Registry
 
@@ -405,7 +406,7 @@ def load_catalog(data_dir: Path, database_url: str | None, entries: list[tuple[s
         # writers (BEGIN IMMEDIATE) and is CPU-bound here, so threads would not help it.
         workers = 8 if registry.db.is_postgres else 1
         with ThreadPoolExecutor(workers) as pool:
-            for _ in pool.map(lambda e: registry.catalog.create(e[0], e[1], actor="benchmark"), entries):
+            for _ in pool.map(lambda e: registry.catalog.create(e[0], e[1], WriteOptions(actor="benchmark")), entries):
                 pass
     finally:
         registry.close()

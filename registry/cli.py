@@ -158,7 +158,7 @@ def _serve_worker(args: argparse.Namespace, settings: Settings, slot: WorkerSlot
 def cmd_stdio(args: argparse.Namespace) -> int:
     import asyncio
 
-    from registry.catalog.service import PRODUCTION
+    from registry.catalog.validation import PRODUCTION
     from registry.mcp.listen import ListenService
     from registry.mcp.notifier import ChangeFeed, Notifier
     from registry.mcp.server import McpServer

@@ -42,6 +42,7 @@ from registry.catalog.errors import Conflict, Invalid, NotFound
 from registry.catalog.specs import LABEL_PATTERN
 from registry.catalog.teams import TEAM_PATTERN as TEAM_PATTERN  # re-exported (registry.oidc)
 from registry.catalog.teams import missing_teams
+from registry.catalog.values import WriteOptions
 from registry.db.audit import Actor, digest
 from registry.db.changelog import CHANGELOG_LOCK_KEY, append_event
 from registry.db.diskfull import is_full
@@ -144,6 +145,11 @@ class Principal:
     def actor(self, reason: str | None = None, *, override: bool = False) -> Actor:
         """This principal as the audit trail records a write it makes."""
         return Actor(self.name, self.token_id, self.user, reason, override)
+
+    def writes(self, reason: str | None = None, **options: Any) -> WriteOptions:
+        """How a catalog write this principal makes is made: by it (``reason`` recorded), with its
+        rights, and the rest of ``options`` (``registry.catalog.values.WriteOptions``)."""
+        return WriteOptions(actor=self.actor(reason), access=self, **options)
 
     @property
     def may_use_mcp(self) -> bool:

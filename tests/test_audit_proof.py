@@ -19,6 +19,7 @@ from sqlalchemy import select, text
 
 from registry.catalog import audit_verify
 from registry.catalog.audit_verify import Anchor, key_the_chain, verify_audit
+from registry.catalog.values import WriteOptions
 from registry.db.audit import row_content, row_hash, row_mac
 from registry.db.models import Change
 from tests.conftest import LiveServer, run_cli
@@ -239,7 +240,10 @@ def test_a_write_during_verification_is_not_a_difference(
 
     def save_first(*args: Any) -> None:
         live_server.registry.catalog.update(
-            "prompt", "pay", {**PROMPT, "template": "Pay {{ who }} today"}, actor="meanwhile", labels=["staging"]
+            "prompt",
+            "pay",
+            {**PROMPT, "template": "Pay {{ who }} today"},
+            WriteOptions(actor="meanwhile", labels=["staging"]),
         )
         original(*args)
 
@@ -359,7 +363,7 @@ def test_a_chain_written_before_keys_is_keyed_and_then_covered(live_server: Live
         f"change request #{made['request_id']} as it stood when the audit chain was keyed"
     ]
     # A rollback to a version written before the keys names it without writing it: no difference.
-    live_server.registry.catalog.set_label("prompt", "pay", "staging", 1, actor="admin")
+    live_server.registry.catalog.set_label("prompt", "pay", "staging", 1, WriteOptions(actor="admin"))
     assert verify_audit(db).intact, verify_audit(db).as_dict()
 
     with raw.begin() as conn:

@@ -13,6 +13,7 @@ import pytest
 from registry.catalog.browse import UsageRanking, folder_path, usage_order
 from registry.catalog.errors import Invalid
 from registry.catalog.usage import hour_number, write_counts
+from registry.catalog.values import WriteOptions
 from registry.db.engine import Database
 from registry.runtime import Registry
 from registry.ui.paging import page_window
@@ -24,7 +25,7 @@ NAMES = ["alpha", "support.refund-reply", "support.billing.refund", "support.bil
 @pytest.fixture
 def filled(registry: Registry) -> Registry:
     for name in NAMES:
-        registry.catalog.create("prompt", {"name": name, "template": "hi"}, actor="alice")
+        registry.catalog.create("prompt", {"name": name, "template": "hi"}, WriteOptions(actor="alice"))
     return registry
 
 
@@ -36,7 +37,7 @@ def test_orders_prefix_and_folders(filled: Registry) -> None:
     catalog = filled.catalog
     by_name = names(catalog.list_entries("prompt", limit=50))
     assert names(catalog.list_entries("prompt", limit=50, sort="name-desc")) == by_name[::-1]
-    catalog.update("prompt", "alpha", {"name": "alpha", "template": "again"}, actor="alice")
+    catalog.update("prompt", "alpha", {"name": "alpha", "template": "again"}, WriteOptions(actor="alice"))
     assert names(catalog.list_entries("prompt", limit=50, sort="updated"))[0] == "alpha"
 
     # Case matters in a prefix (SQLite's LIKE ignores it; the filter does not).
@@ -88,10 +89,10 @@ def test_usage_order_counts_the_last_30_days(filled: Registry) -> None:
     # The ordered names are kept between pages, and made again after any change to the catalog.
     before = names(catalog.list_entries("prompt", limit=50, sort="usage"))
     assert before == names(catalog.list_entries("prompt", limit=50, sort="usage"))
-    catalog.create("prompt", {"name": "support.aaa", "template": "hi"}, actor="alice")
+    catalog.create("prompt", {"name": "support.aaa", "template": "hi"}, WriteOptions(actor="alice"))
     after = names(catalog.list_entries("prompt", limit=50, sort="usage"))
     assert after[:2] == ["zeta", "support.refund-reply"] and "support.aaa" in after and len(after) == len(before) + 1
-    catalog.set_archived("prompt", "zeta", True, actor="alice")
+    catalog.set_archived("prompt", "zeta", True, WriteOptions(actor="alice"))
     assert "zeta" not in names(catalog.list_entries("prompt", limit=50, sort="usage"))
     assert names(catalog.list_entries("prompt", limit=50, sort="usage", prefix="support.")) == [
         "support.refund-reply",

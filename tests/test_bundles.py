@@ -9,6 +9,7 @@ from sqlalchemy import text
 
 from registry.catalog.bundles import apply_import, export_bundle, plan_import
 from registry.catalog.errors import Invalid
+from registry.catalog.values import WriteOptions
 from registry.paths import seed_data_dir
 from registry.runtime import Registry
 
@@ -120,7 +121,7 @@ def test_import_updates_only_what_differs(registry: Registry, tmp_path: Path) ->
 def test_seed_never_overwrites_admin_edits(registry: Registry) -> None:
     registry.seed("demo")
     spec = {**registry.catalog.get("prompt", "summarize").spec, "description": "edited by an admin"}
-    registry.catalog.update("prompt", "summarize", spec, actor="admin")
+    registry.catalog.update("prompt", "summarize", spec, WriteOptions(actor="admin"))
     before = counts(registry)
     registry.seed("demo")  # e.g. the next restart
     assert registry.catalog.get("prompt", "summarize").spec["description"] == "edited by an admin"
@@ -129,7 +130,7 @@ def test_seed_never_overwrites_admin_edits(registry: Registry) -> None:
 
 def test_archived_entries_are_not_revived_by_import(registry: Registry) -> None:
     apply_import(registry.catalog, DEMO, actor="tester")
-    registry.catalog.set_archived("tool", "echo", True, actor="admin")
+    registry.catalog.set_archived("tool", "echo", True, WriteOptions(actor="admin"))
     plan = {(item.kind, item.name): item.action for item, _ in plan_import(registry.catalog, DEMO)}
     assert plan[("tool", "echo")] == "skip-archived"
     before = counts(registry)

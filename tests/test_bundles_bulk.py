@@ -16,6 +16,7 @@ from registry.catalog import bulk
 from registry.catalog.bundles import apply_import, plan_import
 from registry.catalog.errors import Conflict, Invalid
 from registry.catalog.service import CatalogService
+from registry.catalog.values import WriteOptions
 from registry.db.changelog import NOTIFY_CHANNEL
 from registry.db.listener import libpq_conninfo
 from registry.runtime import Registry
@@ -68,7 +69,9 @@ def seventeenth_fails(request: pytest.FixtureRequest, registry: Registry, tmp_pa
         write_tools(bundle, 14 if request.param == "masked-secret" else 13)
     if request.param == "uri-taken":
         (bundle / "resources").mkdir()
-        registry.catalog.create("resource", {"name": "owner", "uri": "docs://taken", "text": "theirs"}, actor="admin")
+        registry.catalog.create(
+            "resource", {"name": "owner", "uri": "docs://taken", "text": "theirs"}, WriteOptions(actor="admin")
+        )
     (bundle / relative).write_text(body)
     return bundle, request.param
 
@@ -115,7 +118,7 @@ def test_an_entry_created_meanwhile_refuses_the_whole_bundle(
     original = CatalogService.import_heads
 
     def racing(self: CatalogService, *args: Any, **kwargs: Any) -> int | None:
-        self.create("prompt", {"name": "p0016", "template": "mine"}, actor="admin")
+        self.create("prompt", {"name": "p0016", "template": "mine"}, WriteOptions(actor="admin"))
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(CatalogService, "import_heads", racing)
@@ -176,7 +179,7 @@ def test_updates_move_labels_and_record_what_lists_show(registry: Registry, tmp_
     write_prompts(tmp_path / "b", 3)
     apply_import(registry.catalog, tmp_path / "b", actor="tester")
     for name in ("p0000", "p0001"):
-        registry.catalog.set_label("prompt", name, "staging", 1, actor="admin")
+        registry.catalog.set_label("prompt", name, "staging", 1, WriteOptions(actor="admin"))
     # p0000: a template-only edit (lists unchanged); p0001: a description edit; p0002: unchanged.
     write_prompts(tmp_path / "b", 1, text_of="Something else about {{{{ topic }}}} ({i})")
     (tmp_path / "b" / "prompts" / "p0001.yaml").write_text(

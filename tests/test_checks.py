@@ -18,8 +18,8 @@ from registry.catalog.checks import (
     tool_breaks,
 )
 from registry.catalog.errors import Invalid
-from registry.catalog.service import CatalogService
 from registry.catalog.specs import PromptSpec, dump_spec
+from registry.catalog.validation import SpecValidator
 from registry.limits import Limits
 
 
@@ -282,9 +282,7 @@ def test_a_missing_embedded_resource_fails_the_render() -> None:
 
 
 def test_samples_are_bounded_and_name_declared_arguments() -> None:
-    catalog = CatalogService.__new__(CatalogService)  # parse_spec needs only the limits and no URL guard
-    catalog.limits = Limits(prompt_samples=2)
-    catalog.url_guard = None
+    catalog = SpecValidator(Limits(prompt_samples=2))  # parse_spec needs only the limits and no URL guard
     base = {"name": "p", "arguments": [WHO], "template": "Hi {{ who }}"}
     catalog.parse_spec("prompt", {**base, "samples": [{"who": "a"}, {"who": "b"}]})
     with pytest.raises(Invalid, match="REGISTRY_LIMIT_PROMPT_SAMPLES"):

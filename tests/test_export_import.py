@@ -23,6 +23,7 @@ from sqlalchemy import create_engine, text
 
 from registry.catalog import bulk
 from registry.catalog.secrets import PREFIX
+from registry.catalog.values import WriteOptions
 from registry.cli import main
 from registry.config import Settings
 from registry.db.engine import normalize_database_url
@@ -80,34 +81,30 @@ def build_catalog(registry: Registry, hook: WebhookServer) -> None:
     catalog.create(
         "prompt",
         {"name": "summarize", "template": "v1 {{ text }}", "arguments": [{"name": "text"}]},
-        actor="alice",
-        note="first draft",
+        WriteOptions(actor="alice", note="first draft"),
     )
     catalog.update(
         "prompt",
         "summarize",
         {"template": "v2 {{ text }}", "arguments": [{"name": "text"}]},
-        actor="bob",
-        note="better",
+        WriteOptions(actor="bob", note="better"),
     )
     catalog.update(
         "prompt",
         "summarize",
         {"template": "v3 {{ text }}", "arguments": [{"name": "text"}]},
-        actor="carol",
-        note="trying something",
-        labels=["staging"],
+        WriteOptions(actor="carol", note="trying something", labels=["staging"]),
     )  # unpromoted
-    catalog.create("prompt", {"name": "pinned", "template": "one"}, actor="alice")
-    catalog.update("prompt", "pinned", {"template": "two"}, actor="alice")
-    catalog.set_label("prompt", "pinned", "canary", 1, actor="alice")
-    catalog.delete_label("prompt", "pinned", "production", actor="alice")
-    catalog.create("prompt", {"name": "retired", "template": "old"}, actor="dave")
-    catalog.set_archived("prompt", "retired", True, actor="dave")
+    catalog.create("prompt", {"name": "pinned", "template": "one"}, WriteOptions(actor="alice"))
+    catalog.update("prompt", "pinned", {"template": "two"}, WriteOptions(actor="alice"))
+    catalog.set_label("prompt", "pinned", "canary", 1, WriteOptions(actor="alice"))
+    catalog.delete_label("prompt", "pinned", "production", WriteOptions(actor="alice"))
+    catalog.create("prompt", {"name": "retired", "template": "old"}, WriteOptions(actor="dave"))
+    catalog.set_archived("prompt", "retired", True, WriteOptions(actor="dave"))
     catalog.create(
         "resource",
         {"name": "sprint", "kind": "template", "uriTemplate": "sprint://{team}", "text": "Team {{ team }}"},
-        actor="erin",
+        WriteOptions(actor="erin"),
     )
     catalog.create(
         "resource",
@@ -118,7 +115,7 @@ def build_catalog(registry: Registry, hook: WebhookServer) -> None:
             "url": hook.url("/inspect"),
             "headers": {"Authorization": "Bearer res-secret"},
         },
-        actor="erin",
+        WriteOptions(actor="erin"),
     )
     tool: dict[str, Any] = {
         "name": "payments",
@@ -126,9 +123,9 @@ def build_catalog(registry: Registry, hook: WebhookServer) -> None:
         "inputSchema": {"type": "object", "properties": {"amount": {"type": "number"}}},
         "webhook": {"url": hook.url("/inspect"), "headers": {"X-Api-Key": "key-123"}, "secret": "hook-secret-1"},
     }
-    catalog.create("tool", tool, actor="frank", note="v1")
+    catalog.create("tool", tool, WriteOptions(actor="frank", note="v1"))
     rotated = {**tool, "webhook": {**tool["webhook"], "headers": {"X-Api-Key": "key-456"}, "secret": "hook-secret-2"}}
-    catalog.update("tool", "payments", rotated, actor="frank", note="rotated", labels=["staging"])
+    catalog.update("tool", "payments", rotated, WriteOptions(actor="frank", note="rotated", labels=["staging"]))
 
 
 def describe(registry: Registry) -> dict[tuple[str, str], dict[str, Any]]:
@@ -349,7 +346,7 @@ def test_label_export_and_a_history_import_into_a_catalog_that_has_the_entries(
     # After an edit there, the entry's history differs: the import is refused whole.
     registry = Registry(Settings(data_dir=source[1], database_url=source[0], secret_key="source-instance-key"))
     try:
-        registry.catalog.update("prompt", "pinned", {"template": "three"}, actor="zoe")
+        registry.catalog.update("prompt", "pinned", {"template": "three"}, WriteOptions(actor="zoe"))
         before = describe(registry)
     finally:
         registry.close()

@@ -20,6 +20,7 @@ from sqlalchemy import select
 from registry.catalog.bundle_archive import PlanChanged, apply_zip, plan_zip
 from registry.catalog.bundles import apply_import, plan_import
 from registry.catalog.errors import NotFound
+from registry.catalog.values import WriteOptions
 from registry.config import Settings
 from registry.db.models import Change, ChangeRequest
 from registry.paths import seed_data_dir
@@ -68,7 +69,7 @@ def test_the_seed_publishes_but_an_import_holds_production(protected: Registry, 
 def test_an_import_of_a_team_entry_names_the_team(registry: Registry, tmp_path: Path) -> None:
     registry.seed("demo")
     registry.teams.create("docs", actor="admin")
-    registry.catalog.set_team("prompt", "summarize", "docs", actor="admin")
+    registry.catalog.set_team("prompt", "summarize", "docs", WriteOptions(actor="admin"))
 
     apply_import(registry.catalog, edited_demo(tmp_path), actor="importer")
     with registry.db.session() as session:

@@ -28,6 +28,7 @@ from sqlalchemy import event
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from registry.catalog.values import WriteOptions
 from registry.db.engine import Database, DatabaseUnavailable
 from registry.db.models import ChangeRequestReview
 from registry.runtime import Registry
@@ -666,8 +667,8 @@ def _opened_request(registry: Registry) -> int:
     registry.protection.protect("production", None, actor="admin")
     name = fresh("inproc")
     spec = {"name": name, **GREETING, "template": "Hello {{ who }}"}
-    registry.catalog.create("prompt", spec, actor="alice")
-    registry.catalog.update("prompt", name, {**spec, "template": "Hi {{ who }}"}, actor="alice")
+    registry.catalog.create("prompt", spec, WriteOptions(actor="alice"))
+    registry.catalog.update("prompt", name, {**spec, "template": "Hi {{ who }}"}, WriteOptions(actor="alice"))
     opened = registry.reviews.open("prompt", name, actor="alice", to_version=2)
     request_id: int = opened["id"]
     return request_id

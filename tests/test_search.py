@@ -19,6 +19,7 @@ from alembic import command
 from sqlalchemy import insert, inspect, text
 
 from registry.catalog.service import CatalogService
+from registry.catalog.values import WriteOptions
 from registry.db import migrate, search
 from registry.db.models import SEARCH_TEXT_SQL, Entry
 from registry.runtime import Registry
@@ -68,11 +69,11 @@ def _drop_search_index(registry: Registry) -> None:
 
 
 def test_every_field_is_searched_in_any_case(catalog: CatalogService) -> None:
-    catalog.create("prompt", _prompt("invoice-reminder"), actor="t")
-    catalog.create("prompt", _prompt("a1", title="Quarterly Report"), actor="t")
-    catalog.create("prompt", _prompt("a2", description="Summarise the SHIPPING manifest"), actor="t")
-    catalog.create("prompt", _prompt("a3", tags=["Payments", "ops"]), actor="t")
-    catalog.create("prompt", _prompt("a4", description="nothing to see"), actor="t")
+    catalog.create("prompt", _prompt("invoice-reminder"), WriteOptions(actor="t"))
+    catalog.create("prompt", _prompt("a1", title="Quarterly Report"), WriteOptions(actor="t"))
+    catalog.create("prompt", _prompt("a2", description="Summarise the SHIPPING manifest"), WriteOptions(actor="t"))
+    catalog.create("prompt", _prompt("a3", tags=["Payments", "ops"]), WriteOptions(actor="t"))
+    catalog.create("prompt", _prompt("a4", description="nothing to see"), WriteOptions(actor="t"))
 
     assert _names(catalog, q="INVOICE") == ["invoice-reminder"]
     assert _names(catalog, q="quarterly rep") == ["a1"]
@@ -98,7 +99,7 @@ def test_wildcards_quotes_and_query_syntax_match_themselves(catalog: CatalogServ
         "plain": "axb c",
     }
     for name, description in texts.items():
-        catalog.create("prompt", _prompt(name, description=description), actor="t")
+        catalog.create("prompt", _prompt(name, description=description), WriteOptions(actor="t"))
     assert _names(catalog, q="50%") == ["pct"]
     assert _names(catalog, q="%") == ["pct"]
     assert _names(catalog, q="a_b") == ["under"]
@@ -116,10 +117,12 @@ def test_wildcards_quotes_and_query_syntax_match_themselves(catalog: CatalogServ
 
 
 def test_tag_filter_is_exact_and_combines_with_search(catalog: CatalogService) -> None:
-    catalog.create("prompt", _prompt("p0", description="about invoices", tags=["billing"]), actor="t")
-    catalog.create("prompt", _prompt("p1", description="about shipping", tags=["billing", "ops"]), actor="t")
-    catalog.create("prompt", _prompt("p2", description="about shipping", tags=["ops"]), actor="t")
-    catalog.create("prompt", _prompt("p3", description="mentions ,billing, in text"), actor="t")
+    catalog.create("prompt", _prompt("p0", description="about invoices", tags=["billing"]), WriteOptions(actor="t"))
+    catalog.create(
+        "prompt", _prompt("p1", description="about shipping", tags=["billing", "ops"]), WriteOptions(actor="t")
+    )
+    catalog.create("prompt", _prompt("p2", description="about shipping", tags=["ops"]), WriteOptions(actor="t"))
+    catalog.create("prompt", _prompt("p3", description="mentions ,billing, in text"), WriteOptions(actor="t"))
     assert _names(catalog, tag="billing") == ["p0", "p1"]
     assert _names(catalog, tag="bill") == []  # whole tags only
     assert _names(catalog, tag="ops", q="shipping") == ["p1", "p2"]
@@ -129,17 +132,19 @@ def test_tag_filter_is_exact_and_combines_with_search(catalog: CatalogService) -
 
 
 def test_edits_archive_and_restore_keep_the_index_in_step(catalog: CatalogService) -> None:
-    catalog.create("prompt", _prompt("doc", title="Alpha title", description="first words"), actor="t")
+    catalog.create("prompt", _prompt("doc", title="Alpha title", description="first words"), WriteOptions(actor="t"))
     assert _names(catalog, q="alpha") == ["doc"]
-    catalog.update("prompt", "doc", _prompt("doc", title="Beta title", description="second words"), actor="t")
+    catalog.update(
+        "prompt", "doc", _prompt("doc", title="Beta title", description="second words"), WriteOptions(actor="t")
+    )
     assert _names(catalog, q="alpha") == []
     assert _names(catalog, q="first") == []
     assert _names(catalog, q="beta") == ["doc"]
     assert _names(catalog, q="second") == ["doc"]
-    catalog.set_archived("prompt", "doc", True, actor="t")
+    catalog.set_archived("prompt", "doc", True, WriteOptions(actor="t"))
     assert _names(catalog, q="beta") == []
     assert _names(catalog, q="beta", archived=True) == ["doc"]
-    catalog.set_archived("prompt", "doc", False, actor="t")
+    catalog.set_archived("prompt", "doc", False, WriteOptions(actor="t"))
     assert _names(catalog, q="beta") == ["doc"]
 
 
@@ -169,8 +174,8 @@ def test_rows_written_without_the_orm_are_found(registry: Registry) -> None:
 
 def test_total_counts_exactly_up_to_the_cap(catalog: CatalogService, monkeypatch: pytest.MonkeyPatch) -> None:
     for i in range(5):
-        catalog.create("prompt", _prompt(f"match{i}", description="needle here"), actor="t")
-    catalog.create("prompt", _prompt("other", description="hay"), actor="t")
+        catalog.create("prompt", _prompt(f"match{i}", description="needle here"), WriteOptions(actor="t"))
+    catalog.create("prompt", _prompt("other", description="hay"), WriteOptions(actor="t"))
     monkeypatch.setattr(search, "EXACT_COUNT_UP_TO", 3)
     page = catalog.list_entries("prompt", q="needle", limit=2)
     assert (page.total, page.total_exact, len(page.items)) == (3, False, 2)
@@ -227,7 +232,7 @@ def test_search_agrees_with_a_plain_substring_search(
     rng = random.Random(8)
     bodies = _corpus(rng, 120)
     for body in bodies:
-        registry.catalog.create("prompt", body, actor="t")
+        registry.catalog.create("prompt", body, WriteOptions(actor="t"))
     needles = {
         "a",
         "X",
@@ -266,21 +271,21 @@ def test_search_agrees_with_a_plain_substring_search(
 
 
 def test_a_nul_character_matches_nothing_instead_of_failing(catalog: CatalogService) -> None:
-    catalog.create("prompt", _prompt("p", description="plain"), actor="t")
+    catalog.create("prompt", _prompt("p", description="plain"), WriteOptions(actor="t"))
     for q in ("\x00", "pl\x00", "pla\x00in"):
         assert _names(catalog, q=q) == []
     assert _names(catalog, tag="a\x00") == []
 
 
 def test_non_ascii_text_matches_in_its_own_case(catalog: CatalogService) -> None:
-    catalog.create("prompt", _prompt("uni", title="Café Ünïcode Ω"), actor="t")
+    catalog.create("prompt", _prompt("uni", title="Café Ünïcode Ω"), WriteOptions(actor="t"))
     for q in ("Café", "café", "Ünï", "Ω", "é"):
         assert _names(catalog, q=q) == ["uni"], q
 
 
 def test_the_index_serves_the_query(registry: Registry) -> None:
     catalog = registry.catalog
-    catalog.create("prompt", _prompt("p", description="indexed words"), actor="t")
+    catalog.create("prompt", _prompt("p", description="indexed words"), WriteOptions(actor="t"))
     with registry.db.session() as session:
         stmt = Entry.__table__.select().where(*search.filters(session, q="indexed", tag=None))
         compiled = stmt.compile(session.get_bind(), compile_kwargs={"literal_binds": True})
@@ -310,7 +315,7 @@ def test_migration_carries_on_without_an_index(registry: Registry, monkeypatch: 
             monkeypatch.setattr(migration, "SQLITE_SEARCH_DDL", bad)
             assert migration.create_sqlite_search(conn) is False
         assert conn.execute(text("SELECT count(*) FROM entries")).scalar_one() == 0  # still usable
-    registry.catalog.create("prompt", _prompt("found", description="still searchable"), actor="t")
+    registry.catalog.create("prompt", _prompt("found", description="still searchable"), WriteOptions(actor="t"))
     assert _names(registry.catalog, q="searchable") == ["found"]
     assert _names(registry.catalog, q="se") == ["found"]
 
@@ -328,5 +333,5 @@ def test_downgrade_removes_the_search_machinery(registry: Registry) -> None:
             names = set(conn.execute(text("SELECT name FROM sqlite_master")).scalars())
             assert not {n for n in names if n.startswith("entries_search")}, names
     migrate.upgrade(registry.db)
-    registry.catalog.create("prompt", _prompt("back", description="upgraded again"), actor="t")
+    registry.catalog.create("prompt", _prompt("back", description="upgraded again"), WriteOptions(actor="t"))
     assert _names(registry.catalog, q="again") == ["back"]

@@ -23,11 +23,11 @@ from registry.api.problems import ALWAYS, WITH_BODY, InvalidParameter, documente
 from registry.catalog.errors import Invalid
 from registry.catalog.preconditions import parse_if_match
 from registry.catalog.protection import ReviewAsk
-from registry.catalog.service import EntryView, WriteResult
 from registry.catalog.specs import KIND_BY_COLLECTION, LABEL_PATTERN, TAG_PATTERN
 from registry.catalog.teams import GLOBAL_ONLY, TEAM_PATTERN
 from registry.catalog.tool_calls import resolve_tool_test
 from registry.catalog.tool_calls import run_tool_test as run_tool_test_call
+from registry.catalog.values import EntryView, WriteResult
 from registry.limits import LimitExceeded, env_name
 from registry.tokens import Principal
 from registry.webhooks import caller_key, parse_networks
@@ -233,16 +233,7 @@ def create_entry(
 ) -> dict[str, Any]:
     spec, note, labels = _split_meta(body)
     team = _take_team(spec)
-    result = catalog.create(
-        kind,
-        spec,
-        actor=principal.actor(),
-        note=note,
-        labels=labels,
-        team=team,
-        access=principal,
-        review=_review_ask(body),
-    )
+    result = catalog.create(kind, spec, principal.writes(note=note, labels=labels, review=_review_ask(body)), team=team)
     response.headers["Location"] = f"{request.url.path.rstrip('/')}/{result.view.name}"
     return _saved_response(result, response)
 
@@ -265,15 +256,7 @@ def update_entry(
     _refuse_team(body, kind, name)
     spec, note, labels = _split_meta(body)
     result = catalog.update(
-        kind,
-        name,
-        spec,
-        actor=principal.actor(),
-        if_match=if_match,
-        note=note,
-        labels=labels,
-        access=principal,
-        review=_review_ask(body),
+        kind, name, spec, principal.writes(if_match=if_match, note=note, labels=labels, review=_review_ask(body))
     )
     return _saved_response(result, response)
 
@@ -293,15 +276,7 @@ def patch_entry(
     _check_patch(_PATCH_MODELS[kind], kind, body)
     patch, note, labels = _split_meta(body)
     result = catalog.patch(
-        kind,
-        name,
-        patch,
-        actor=principal.actor(),
-        if_match=if_match,
-        note=note,
-        labels=labels,
-        access=principal,
-        review=_review_ask(body),
+        kind, name, patch, principal.writes(if_match=if_match, note=note, labels=labels, review=_review_ask(body))
     )
     return _saved_response(result, response)
 
@@ -309,14 +284,14 @@ def patch_entry(
 def archive_entry(
     response: Response, catalog: CatalogDep, kind: KindDep, name: EntryName, principal: WriterPrincipal
 ) -> dict[str, Any]:
-    result = catalog.set_archived(kind, name, True, actor=principal.actor(), access=principal)
+    result = catalog.set_archived(kind, name, True, principal.writes())
     return _entry_response(result.view, response)
 
 
 def restore_entry(
     response: Response, catalog: CatalogDep, kind: KindDep, name: EntryName, principal: WriterPrincipal
 ) -> dict[str, Any]:
-    result = catalog.set_archived(kind, name, False, actor=principal.actor(), access=principal)
+    result = catalog.set_archived(kind, name, False, principal.writes())
     return _entry_response(result.view, response)
 
 
@@ -340,9 +315,7 @@ def restore_version(
     body: Annotated[models.VersionRestore, Body()] = _NO_NOTE,
     if_match: IfMatch = None,
 ) -> dict[str, Any]:
-    result = catalog.restore_version(
-        kind, name, number, actor=principal.actor(), if_match=if_match, note=body.change_note, access=principal
-    )
+    result = catalog.restore_version(kind, name, number, principal.writes(if_match=if_match, note=body.change_note))
     return _saved_response(result, response)
 
 
@@ -366,9 +339,7 @@ def move_label(
     move: models.LabelMove,
     principal: WriterPrincipal,
 ) -> dict[str, Any]:
-    result = catalog.set_label(
-        kind, name, label, move.version, actor=principal.actor(), access=principal, override_reason=move.override_reason
-    )
+    result = catalog.set_label(kind, name, label, move.version, principal.writes(override_reason=move.override_reason))
     return _entry_response(result.view, response)
 
 
@@ -381,9 +352,7 @@ def delete_label(
     principal: WriterPrincipal,
     override_reason: Annotated[str | None, _OVERRIDE_QUERY] = None,
 ) -> dict[str, Any]:
-    result = catalog.delete_label(
-        kind, name, label, actor=principal.actor(), access=principal, override_reason=override_reason
-    )
+    result = catalog.delete_label(kind, name, label, principal.writes(override_reason=override_reason))
     return _entry_response(result.view, response)
 
 

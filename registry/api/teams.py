@@ -171,7 +171,7 @@ def delete_team(teams: TeamsDep, team: TeamPath, principal: AdminPrincipal) -> d
 def move_team(
     response: Response, catalog: CatalogDep, kind: KindDep, name: EntryName, body: TeamMove, principal: WriterPrincipal
 ) -> dict[str, Any]:
-    result = catalog.set_team(kind, name, body.team, actor=principal.actor(body.reason or None), access=principal)
+    result = catalog.set_team(kind, name, body.team, principal.writes(body.reason or None))
     response.headers["ETag"] = result.view.etag
     return result.view.as_dict()
 

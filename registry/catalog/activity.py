@@ -15,7 +15,8 @@ from typing import Any
 from sqlalchemy import select
 
 from registry.catalog.access import Access
-from registry.catalog.service import CatalogService, change_as_dict, visible_changes
+from registry.catalog.reads import change_as_dict, visible_changes
+from registry.catalog.service import CatalogService
 from registry.db.changelog import CATALOG_KINDS
 from registry.db.models import Change
 
@@ -48,7 +49,7 @@ def recent_changes(
     access: Access | None = None,
 ) -> ChangePage:
     """The newest changes matching ``where`` with ids below ``before`` (None: from the newest),
-    among those whose audience includes ``access`` (``registry.catalog.service.visible_changes``)."""
+    among those whose audience includes ``access`` (``registry.catalog.reads.visible_changes``)."""
     limit = max(1, min(limit, MAX_PAGE))
     stmt = select(Change).where(Change.kind.in_(CATALOG_KINDS))  # governance events: /ui/audit
     stmt = stmt.where(*visible_changes(access))

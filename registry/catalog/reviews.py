@@ -66,8 +66,10 @@ from registry.catalog.protection import (
     pending_request,
     request_digest,
 )
-from registry.catalog.service import PRODUCTION, CatalogService
+from registry.catalog.repository import EntryRepository
+from registry.catalog.service import CatalogService
 from registry.catalog.specs import KINDS, is_label
+from registry.catalog.validation import PRODUCTION
 from registry.db.audit import Actor, as_actor, request_ref
 from registry.db.changelog import append_event
 from registry.db.models import ChangeRequest, ChangeRequestReview, Entry, EntryVersion, utcnow
@@ -421,7 +423,8 @@ class ChangeRequestService:
             raise Invalid(f"invalid label {label!r}: use 1-64 of [a-z0-9_.-], starting with a letter or digit")
         title, description = check_request_text(title, description, self.limits)
         with self.db.session() as session:
-            entry = self.catalog.lock_entry(session, kind, name, access=access)
+            repo = EntryRepository(session, self.limits)
+            entry = repo.require(kind, name, lock=True, access=access)
             check_may(access, "editor", entry.team, f"{kind} {name!r}")
             protected = self.protection.protected_in(session, [label])
             if label not in protected:
@@ -430,7 +433,7 @@ class ChangeRequestService:
                     about=Subject(kind=kind, name=name, label=label),
                 )
             number = to_version if to_version is not None else entry.latest_version
-            self.catalog.version_in(session, entry, number)  # 404 for a version it does not have
+            repo.version(entry, number)  # 404 for a version it does not have
             current = next((lb.version for lb in entry.labels if lb.name == label), None)
             if current == number:
                 raise Conflict(
@@ -732,12 +735,13 @@ class ChangeRequestService:
     ) -> tuple[int | None, str | None]:
         """Point the request's label at its version under the entry's lock: (the change id, None);
         or (None, why not) when the label moved since the request was opened (nothing written)."""
-        entry = self.catalog.lock_entry(session, request.kind, request.name)
+        repo = EntryRepository(session, self.limits)
+        entry = repo.require(request.kind, request.name, lock=True)
         current = next((lb.version for lb in entry.labels if lb.name == request.label), None)
         if current != request.from_version:
             return None, _stale_reason(request.label, request.from_version, current)
-        target = self.catalog.version_in(session, entry, request.to_version)
-        return self.catalog.move_label_in(session, entry, request.label, target, actor=mover, note=note), None
+        target = repo.version(entry, request.to_version)
+        return repo.move_label(entry, request.label, target, actor=mover, note=note), None
 
     def _publish_when_approved(
         self,

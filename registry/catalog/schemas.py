@@ -76,14 +76,6 @@ def _compiled(pattern: str) -> Any:
         return _reason(exc)
 
 
-def compile_pattern(pattern: str) -> Any:
-    """The compiled pattern; ``UnsafePattern`` when RE2 cannot run it."""
-    found = _compiled(pattern)
-    if isinstance(found, str):
-        raise UnsafePattern(_unsafe_message(pattern, found))
-    return found
-
-
 def _unsafe_message(pattern: str, reason: str) -> str:
     return (
         f"pattern {pattern!r} cannot run on the registry's linear-time regular-expression engine (RE2): "
@@ -157,15 +149,20 @@ def _extras_message(extras: list[Any]) -> tuple[str, str]:
     return ", ".join(repr(extra) for extra in extras), "was" if len(extras) == 1 else "were"
 
 
-@lru_cache(maxsize=8)
-def _validator_class(max_chars: int) -> Any:
-    """Draft 2020-12 with every keyword that matches a regular expression replaced."""
+class _Re2Keywords:
+    """The Draft 2020-12 keywords that match regular expressions, on RE2 and for strings of at most
+    ``max_chars`` (what ``_validator_class`` puts in place of jsonschema's own)."""
 
-    def pattern(validator: Any, patrn: str, instance: Any, schema: Mapping[str, Any]) -> Iterator[ValidationError]:
+    def __init__(self, max_chars: int) -> None:
+        self.max_chars = max_chars
+
+    def pattern(
+        self, validator: Any, patrn: str, instance: Any, schema: Mapping[str, Any]
+    ) -> Iterator[ValidationError]:
         if not validator.is_type(instance, "string"):
             return
-        if len(instance) > max_chars:
-            yield ValidationError(_too_long(instance, "a string", max_chars))
+        if len(instance) > self.max_chars:
+            yield ValidationError(_too_long(instance, "a string", self.max_chars))
             return
         compiled = _compiled(patrn)
         if isinstance(compiled, str):
@@ -174,37 +171,37 @@ def _validator_class(max_chars: int) -> Any:
             yield ValidationError(f"{_preview(instance)} does not match {patrn!r}")
 
     def pattern_properties(
-        validator: Any, patterns: Mapping[str, Any], instance: Any, schema: Mapping[str, Any]
+        self, validator: Any, patterns: Mapping[str, Any], instance: Any, schema: Mapping[str, Any]
     ) -> Iterator[ValidationError]:
         if not validator.is_type(instance, "object"):
             return
         for key in instance:
-            if len(key) > max_chars:
-                yield ValidationError(_too_long(key, "a property name", max_chars), path=[key])
+            if len(key) > self.max_chars:
+                yield ValidationError(_too_long(key, "a property name", self.max_chars), path=[key])
         for patrn, subschema in patterns.items():
             compiled = _compiled(patrn)
             if isinstance(compiled, str):
                 yield ValidationError(_unsafe_message(patrn, compiled))
                 continue
             for key, value in instance.items():
-                if len(key) <= max_chars and compiled.search(key) is not None:
+                if len(key) <= self.max_chars and compiled.search(key) is not None:
                     yield from validator.descend(value, subschema, path=key, schema_path=patrn)
 
-    def additional_names(instance: Mapping[str, Any], schema: Mapping[str, Any]) -> Iterator[str]:
+    def additional_names(self, instance: Mapping[str, Any], schema: Mapping[str, Any]) -> Iterator[str]:
         properties = schema.get("properties", {})
         patterns = list(schema.get("patternProperties", {}))
         for name in instance:
-            if name in properties or any(_search(p, name, max_chars) for p in patterns):
+            if name in properties or any(_search(p, name, self.max_chars) for p in patterns):
                 continue
             yield name
 
     def additional_properties(
-        validator: Any, additional: Any, instance: Any, schema: Mapping[str, Any]
+        self, validator: Any, additional: Any, instance: Any, schema: Mapping[str, Any]
     ) -> Iterator[ValidationError]:
         # jsonschema's own, with the patternProperties lookup on RE2.
         if not validator.is_type(instance, "object"):
             return
-        extras = set(additional_names(instance, schema))
+        extras = set(self.additional_names(instance, schema))
         if validator.is_type(additional, "object"):
             for extra in extras:
                 yield from validator.descend(instance[extra], additional, path=extra)
@@ -218,7 +215,7 @@ def _validator_class(max_chars: int) -> Any:
                 listed, verb = _extras_message(sorted(extras, key=str))
                 yield ValidationError(f"Additional properties are not allowed ({listed} {verb} unexpected)")
 
-    def evaluated_keys(validator: Any, instance: Mapping[str, Any], schema: Any) -> list[str]:
+    def evaluated_keys(self, validator: Any, instance: Mapping[str, Any], schema: Any) -> list[str]:
         # jsonschema's find_evaluated_property_keys_by_schema, with the patternProperties lookup on RE2.
         if validator.is_type(schema, "boolean"):
             return []
@@ -227,7 +224,7 @@ def _validator_class(max_chars: int) -> Any:
             ref = schema.get(ref_keyword)
             if ref is not None:
                 resolved = validator._resolver.lookup(ref)
-                keys += evaluated_keys(
+                keys += self.evaluated_keys(
                     validator.evolve(schema=resolved.contents, _resolver=resolved.resolver),
                     instance,
                     resolved.contents,
@@ -241,31 +238,31 @@ def _validator_class(max_chars: int) -> Any:
                 keys += [k for k, v in instance.items() if _is_valid(validator.descend(v, subschema))]
         if "patternProperties" in schema:
             for name in instance:
-                if any(_search(p, name, max_chars) for p in schema["patternProperties"]):
+                if any(_search(p, name, self.max_chars) for p in schema["patternProperties"]):
                     keys.append(name)
         if "dependentSchemas" in schema:
             for name, subschema in schema["dependentSchemas"].items():
                 if name in instance:
-                    keys += evaluated_keys(validator, instance, subschema)
+                    keys += self.evaluated_keys(validator, instance, subschema)
         for keyword in ("allOf", "oneOf", "anyOf"):
             for subschema in schema.get(keyword, []):
                 if _is_valid(validator.descend(instance, subschema)):
-                    keys += evaluated_keys(validator, instance, subschema)
+                    keys += self.evaluated_keys(validator, instance, subschema)
         if "if" in schema:
             if validator.evolve(schema=schema["if"]).is_valid(instance):
-                keys += evaluated_keys(validator, instance, schema["if"])
+                keys += self.evaluated_keys(validator, instance, schema["if"])
                 if "then" in schema:
-                    keys += evaluated_keys(validator, instance, schema["then"])
+                    keys += self.evaluated_keys(validator, instance, schema["then"])
             elif "else" in schema:
-                keys += evaluated_keys(validator, instance, schema["else"])
+                keys += self.evaluated_keys(validator, instance, schema["else"])
         return keys
 
     def unevaluated_properties(
-        validator: Any, unevaluated: Any, instance: Any, schema: Mapping[str, Any]
+        self, validator: Any, unevaluated: Any, instance: Any, schema: Mapping[str, Any]
     ) -> Iterator[ValidationError]:
         if not validator.is_type(instance, "object"):
             return
-        evaluated = evaluated_keys(validator, instance, schema)
+        evaluated = self.evaluated_keys(validator, instance, schema)
         failing = [
             name
             for name in instance
@@ -283,13 +280,18 @@ def _validator_class(max_chars: int) -> Any:
                     "unevaluated and invalid)"
                 )
 
+
+@lru_cache(maxsize=8)
+def _validator_class(max_chars: int) -> Any:
+    """Draft 2020-12 with every keyword that matches a regular expression replaced."""
+    keywords = _Re2Keywords(max_chars)
     return validators.extend(
         Draft202012Validator,
         {
-            "pattern": pattern,
-            "patternProperties": pattern_properties,
-            "additionalProperties": additional_properties,
-            "unevaluatedProperties": unevaluated_properties,
+            "pattern": keywords.pattern,
+            "patternProperties": keywords.pattern_properties,
+            "additionalProperties": keywords.additional_properties,
+            "unevaluatedProperties": keywords.unevaluated_properties,
         },
     )
 

@@ -17,7 +17,6 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
 
 try:
     import fcntl
@@ -169,7 +168,3 @@ class SecretBox:
             raise SecretKeyError(
                 "a stored secret cannot be decrypted: REGISTRY_SECRET_KEY differs from the key it was written with"
             ) from None
-
-    @staticmethod
-    def is_encrypted(value: Any) -> bool:
-        return isinstance(value, str) and value.startswith(PREFIX)

@@ -15,8 +15,8 @@ from urllib.parse import parse_qs, urlsplit
 import psycopg
 from sqlalchemy.exc import SQLAlchemyError
 
-from registry.catalog.service import PRODUCTION
 from registry.catalog.specs import LABEL_PATTERN
+from registry.catalog.validation import PRODUCTION
 from registry.config import LOOPBACK_HOSTS, Settings
 from registry.db.diskfull import FULL_RETRY_AFTER_S, is_full
 from registry.db.engine import DatabaseUnavailable, is_unavailable, warn_unavailable

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from sqlalchemy import text
 
 from registry.catalog.audit_verify import chain_head
-from registry.catalog.service import PRODUCTION
 from registry.catalog.usage import UsageCounter
+from registry.catalog.validation import PRODUCTION
 from registry.db.engine import is_unavailable, warn_unavailable
 from registry.mcp.client_requests import CLIENT_RESPONSE_CHANNEL
 from registry.mcp.listen import ListenService

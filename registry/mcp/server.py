@@ -21,10 +21,11 @@ from typing import Any
 from registry import __version__
 from registry.catalog.render_runner import RenderRunner
 from registry.catalog.rendering import ArgumentError
-from registry.catalog.service import PRODUCTION, CatalogService
+from registry.catalog.service import CatalogService
 from registry.catalog.templates import TemplateError
 from registry.catalog.tool_calls import call_tool
 from registry.catalog.usage import UsageCounter
+from registry.catalog.validation import PRODUCTION
 from registry.db.diskfull import is_full
 from registry.db.engine import is_unavailable, warn_unavailable
 from registry.limits import DEFAULT_LIMITS, LimitExceeded, Limits

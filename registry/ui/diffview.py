@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from registry.catalog.service import field_text
+from registry.catalog.diffs import field_text
 
 #: Unchanged lines kept around each change; longer unchanged runs fold into one "n lines" row.
 CONTEXT_LINES = 3

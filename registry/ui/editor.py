@@ -50,8 +50,8 @@ from starlette.responses import RedirectResponse, Response
 
 from registry.catalog.drafts import DraftIssue, draft_issues, reapply
 from registry.catalog.errors import CatalogError, Invalid, NotFound
-from registry.catalog.service import EntryView
 from registry.catalog.specs import dump_spec, is_label
+from registry.catalog.values import EntryView
 from registry.catalog.web_sessions import SignedIn
 from registry.limits import Limits
 from registry.runtime import Registry

@@ -22,7 +22,7 @@ from registry.api.deps import RegistryDep
 from registry.catalog.errors import CatalogError, Invalid, NotFound, PreconditionFailed, Subject
 from registry.catalog.preconditions import make_etag
 from registry.catalog.protection import ReviewAsk
-from registry.catalog.service import EntryView, WriteResult
+from registry.catalog.values import EntryView, WriteResult
 from registry.catalog.web_sessions import SignedIn
 from registry.limits import LimitExceeded
 from registry.ui.auth import Editor, EntryEditorForm, UiForbidden, Viewer
@@ -75,12 +75,12 @@ async def create(request: Request, posted: EntryEditorForm, editor: EditorDep) -
             editor.registry.catalog.create,
             editor.kind,
             draft.spec,
-            actor=ui.principal.actor(),
-            note=draft.state["change_note"].strip() or None,
-            labels=editor.labels(draft.state),
+            ui.principal.writes(
+                note=draft.state["change_note"].strip() or None,
+                labels=editor.labels(draft.state),
+                review=_review_ask(draft.state),
+            ),
             team=draft.state["team"] or None,
-            access=ui.principal,
-            review=_review_ask(draft.state),
         )
     except CatalogError as exc:
         return editor.refused(request, draft, None, exc)
@@ -132,12 +132,12 @@ async def save(request: Request, posted: EntryEditorForm, editor: EditorDep, nam
             editor.kind,
             name,
             draft.spec,
-            actor=ui.principal.actor(),
-            if_match=make_etag(int(base)),
-            note=draft.state["change_note"].strip() or None,
-            labels=editor.labels(draft.state),
-            access=ui.principal,
-            review=_review_ask(draft.state),
+            ui.principal.writes(
+                if_match=make_etag(int(base)),
+                note=draft.state["change_note"].strip() or None,
+                labels=editor.labels(draft.state),
+                review=_review_ask(draft.state),
+            ),
             secrets_from=int(source),
         )
     except PreconditionFailed:

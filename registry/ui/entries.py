@@ -266,15 +266,7 @@ async def promote(form: EditorForm, pages: EntryPagesDep, name: EntryName) -> Re
     ui, fields = form
     label = form_field(fields, "label")
     version = _version_field(fields)
-    result = await run_in_threadpool(
-        pages.catalog.set_label,
-        pages.kind,
-        name,
-        label,
-        version,
-        actor=ui.principal.actor(),
-        access=ui.principal,
-    )
+    result = await run_in_threadpool(pages.catalog.set_label, pages.kind, name, label, version, ui.principal.writes())
     notice = f"{label} now serves v{version} of {name}." if result.changed else f"{label} already served v{version}."
     return pages.redirect(pages.collection.url(name), notice)
 
@@ -310,10 +302,7 @@ async def restore_version(form: EditorForm, pages: EntryPagesDep, name: EntryNam
         pages.kind,
         name,
         number,
-        actor=ui.principal.actor(),
-        if_match=make_etag(base),
-        note=note,
-        access=ui.principal,
+        ui.principal.writes(if_match=make_etag(base), note=note),
     )
     view = result.view
     if not result.changed:
@@ -344,18 +333,14 @@ def restore_confirm(ui: Editor, pages: EntryPagesDep, name: EntryName) -> Respon
 @router.post("/{name}/archive")
 async def archive(form: EditorForm, pages: EntryPagesDep, name: EntryName) -> Response:
     ui, _fields = form
-    await run_in_threadpool(
-        pages.catalog.set_archived, pages.kind, name, True, actor=ui.principal.actor(), access=ui.principal
-    )
+    await run_in_threadpool(pages.catalog.set_archived, pages.kind, name, True, ui.principal.writes())
     return pages.redirect(pages.collection.url(name), f"{name} is archived: agents no longer see it.")
 
 
 @router.post("/{name}/restore")
 async def restore(form: EditorForm, pages: EntryPagesDep, name: EntryName) -> Response:
     ui, _fields = form
-    await run_in_threadpool(
-        pages.catalog.set_archived, pages.kind, name, False, actor=ui.principal.actor(), access=ui.principal
-    )
+    await run_in_threadpool(pages.catalog.set_archived, pages.kind, name, False, ui.principal.writes())
     return pages.redirect(pages.collection.url(name), f"{name} is restored: agents see it again.")
 
 
@@ -385,9 +370,7 @@ async def move_team(form: EditorForm, pages: EntryPagesDep, name: EntryName) -> 
     reason = form_field(fields, "reason") or None
     if reason is not None and len(reason) > REASON_CHARS:
         raise Invalid(f"the reason has {len(reason)} characters; at most {REASON_CHARS}")
-    result = await run_in_threadpool(
-        pages.catalog.set_team, pages.kind, name, team, actor=ui.principal.actor(reason), access=ui.principal
-    )
+    result = await run_in_threadpool(pages.catalog.set_team, pages.kind, name, team, ui.principal.writes(reason))
     where = f"team {team}" if team else "global (everyone sees it)"
     notice = f"{name} now belongs to {where}." if result.changed else f"{name} already belonged to {where}."
     return pages.redirect(pages.collection.url(name), notice)

@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from registry import __version__
-from registry.catalog.service import to_yaml
+from registry.catalog.diffs import to_yaml
 from registry.catalog.web_sessions import SignedIn
 from registry.paths import admin_ui_dir
 from registry.runtime import registry_of

@@ -50,9 +50,10 @@ from starlette.responses import Response
 
 from registry.api.deps import CatalogDep, SettingsDep
 from registry.catalog.errors import CatalogError, Invalid, NotFound
-from registry.catalog.service import CatalogService, EntryView
+from registry.catalog.service import CatalogService
 from registry.catalog.specs import is_label
 from registry.catalog.tool_calls import ToolTest, resolve_tool_test, run_tool_test
+from registry.catalog.values import EntryView
 from registry.limits import Limits
 from registry.streaming import serve_until_disconnect
 from registry.ui.auth import Editor, EditorForm, UiForbidden

@@ -338,15 +338,16 @@ _TRIGGER_ACTOR = "conformance-trigger"
 def _flip(catalog: Any, kind: str, spec: JSONObject) -> None:
     """Show the marker entry, then hide it again: two changes to every list it is in."""
     from registry.catalog.errors import NotFound
+    from registry.catalog.values import WriteOptions
 
     name = spec["name"]
     try:
         catalog.get(kind, name)
     except NotFound:
-        catalog.create(kind, spec, actor=_TRIGGER_ACTOR)
+        catalog.create(kind, spec, WriteOptions(actor=_TRIGGER_ACTOR))
     else:
-        catalog.set_archived(kind, name, False, actor=_TRIGGER_ACTOR)
-    catalog.set_archived(kind, name, True, actor=_TRIGGER_ACTOR)
+        catalog.set_archived(kind, name, False, WriteOptions(actor=_TRIGGER_ACTOR))
+    catalog.set_archived(kind, name, True, WriteOptions(actor=_TRIGGER_ACTOR))
 
 
 async def _trigger(ctx: HookContext, kind: str, spec: JSONObject) -> JSONObject:

@@ -18,6 +18,7 @@ from sqlalchemy import text
 
 from registry.catalog.merge_patch import merge_patch
 from registry.catalog.preconditions import MalformedPrecondition, parse_if_match
+from registry.catalog.values import WriteOptions
 from tests.conftest import LiveServer
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -443,16 +444,18 @@ def test_restore_a_version_copies_it_with_its_secrets_and_moves_no_served_label(
 
 def test_a_save_started_from_an_older_version_keeps_that_versions_masked_values(live_server: LiveServer) -> None:
     catalog = live_server.registry.catalog
-    catalog.create("tool", TOOL, actor="test")
-    catalog.update("tool", "deploy", {**TOOL, "webhook": {**TOOL["webhook"], "headers": {}}}, actor="test")
+    catalog.create("tool", TOOL, WriteOptions(actor="test"))
+    catalog.update(
+        "tool", "deploy", {**TOOL, "webhook": {**TOOL["webhook"], "headers": {}}}, WriteOptions(actor="test")
+    )
     v1 = catalog.get("tool", "deploy", version=1).spec  # as the editor shows it: masked
     assert v1["webhook"]["headers"] == {"X-Api-Key": "********"}
     edited = {**v1, "description": "Deploy, from v1"}
-    saved = catalog.update("tool", "deploy", edited, actor="test", if_match='"v2"', secrets_from=1)
+    saved = catalog.update("tool", "deploy", edited, WriteOptions(actor="test", if_match='"v2"'), secrets_from=1)
     assert saved.view.version == 3
     stored = catalog.latest_stored("tool", "deploy")
     assert stored is not None
     assert catalog.reveal("tool", stored[1])["webhook"]["headers"] == {"X-Api-Key": "key-123"}
     # Without it, a masked value means the newest's, which has no such header: refused.
     with pytest.raises(Exception, match="masked but has no stored value"):
-        catalog.update("tool", "deploy", {**edited, "description": "again"}, actor="test", secrets_from=2)
+        catalog.update("tool", "deploy", {**edited, "description": "again"}, WriteOptions(actor="test"), secrets_from=2)

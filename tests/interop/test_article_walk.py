@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from registry.catalog.values import WriteOptions
 from registry.runtime import Registry
 from tests.conftest import LiveServer
 from tests.interop.mcp_wire import (
@@ -190,7 +191,9 @@ def test_stdio_protocol_errors_stay_on_the_wire(stdio_child: StdioProcess) -> No
 
 @pytest.fixture
 def staging_prompt(demo: Registry) -> Registry:
-    demo.catalog.create("prompt", {"name": "staging-only", "template": "Soon"}, actor="t", labels=["staging"])
+    demo.catalog.create(
+        "prompt", {"name": "staging-only", "template": "Soon"}, WriteOptions(actor="t", labels=["staging"])
+    )
     return demo
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from registry.catalog.values import WriteOptions
 from registry.config import Settings
 from registry.mcp.protocol import (
     ALL_VERSIONS,
@@ -266,7 +267,9 @@ def test_name_header_forms_that_match(server: LiveServer, name_header: str) -> N
 
 def test_non_ascii_names_travel_base64_encoded(demo: Registry, http: httpx.Client) -> None:
     uri = "docs://café/menü"
-    demo.catalog.create("resource", {"name": "cafe", "uri": uri, "kind": "static", "text": "Crème"}, actor="t")
+    demo.catalog.create(
+        "resource", {"name": "cafe", "uri": uri, "kind": "static", "text": "Crème"}, WriteOptions(actor="t")
+    )
     message = body("resources/read", {"uri": uri}, request_id=6)
     encoded = "=?base64?" + base64.b64encode(uri.encode()).decode() + "?="
     response = post(http, message, headers_for(message, **{"Mcp-Name": encoded}))
@@ -283,7 +286,7 @@ def regional_echo(demo: Registry) -> str:
         "required": ["message"],
     }
     tool = {"name": "regional-echo", "description": "echo", "inputSchema": schema, "webhook": {"url": "builtin://echo"}}
-    demo.catalog.create("tool", tool, actor="t")
+    demo.catalog.create("tool", tool, WriteOptions(actor="t"))
     return "regional-echo"
 
 
@@ -459,7 +462,7 @@ def test_sessions_and_stateless_requests_interleave_on_one_catalog(demo: Registr
         old, new = both(method)
         assert "resultType" not in old and "_meta" not in old and "ttlMs" not in old  # legacy stays as it was
         assert {k: v for k, v in new.items() if k not in ("resultType", "_meta", "ttlMs", "cacheScope")} == old
-    demo.catalog.create("prompt", {"name": "interleaved", "template": "Both eras"}, actor="t")
+    demo.catalog.create("prompt", {"name": "interleaved", "template": "Both eras"}, WriteOptions(actor="t"))
     deadline = time.monotonic() + 10
     while True:
         old, new = both("prompts/list")
@@ -476,7 +479,9 @@ def test_sessions_and_stateless_requests_interleave_on_one_catalog(demo: Registr
 def test_progress_switches_the_answer_to_sse_without_event_ids(demo: Registry, http: httpx.Client) -> None:
     for name, hook in (("test_tool_with_progress", "progress"), ("test_tool_with_logging", "logging")):
         tool = {"name": name, "description": hook, "webhook": {"url": f"builtin://conformance-{hook}"}}
-        demo.catalog.create("tool", {**tool, "inputSchema": {"type": "object", "properties": {}}}, actor="t")
+        demo.catalog.create(
+            "tool", {**tool, "inputSchema": {"type": "object", "properties": {}}}, WriteOptions(actor="t")
+        )
     params = {"name": "test_tool_with_progress", "arguments": {}}
     meta = {**META, "progressToken": "progress-test-1"}
     message = body("tools/call", params, request_id=31, meta=meta)
@@ -534,9 +539,9 @@ def test_listen_over_http_acks_then_delivers_list_changes(demo: Registry, http: 
         assert frame["params"]["_meta"][META_SUBSCRIPTION_ID] == "listen-1"
         assert frame["params"]["notifications"] == {"promptsListChanged": True}
         demo.catalog.create(
-            "resource", {"name": "unheard", "uri": "docs://x", "kind": "static", "text": "x"}, actor="t"
+            "resource", {"name": "unheard", "uri": "docs://x", "kind": "static", "text": "x"}, WriteOptions(actor="t")
         )
-        demo.catalog.create("prompt", {"name": "listened", "template": "x"}, actor="t")
+        demo.catalog.create("prompt", {"name": "listened", "template": "x"}, WriteOptions(actor="t"))
         changed = next(event for event in events if event.data)
         assert changed.json() == {
             "jsonrpc": "2.0",
@@ -615,7 +620,7 @@ def test_stdio_listen_until_cancelled(demo: Registry, stdio_argv: list[str]) -> 
         ack = child.receive()
         assert ack["method"] == "notifications/subscriptions/acknowledged"
         assert ack["params"]["_meta"] == {META_SUBSCRIPTION_ID: 50}
-        demo.catalog.create("prompt", {"name": "stdio-listened", "template": "x"}, actor="t")
+        demo.catalog.create("prompt", {"name": "stdio-listened", "template": "x"}, WriteOptions(actor="t"))
         changed = child.receive()
         assert changed == {
             "jsonrpc": "2.0",
@@ -625,7 +630,7 @@ def test_stdio_listen_until_cancelled(demo: Registry, stdio_argv: list[str]) -> 
         child.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 50}})
         # Requests are still answered, and the cancelled listen writes nothing more.
         assert child.rpc(body("tools/list", request_id=51)) is not None
-        demo.catalog.create("prompt", {"name": "stdio-unheard", "template": "x"}, actor="t")
+        demo.catalog.create("prompt", {"name": "stdio-unheard", "template": "x"}, WriteOptions(actor="t"))
         assert child.rpc(body("prompts/list", request_id=52)) is not None
     finally:
         assert child.close() == 0

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from registry.catalog.values import WriteOptions
 from registry.runtime import Registry
 from tests.conftest import LiveServer
 from tests.interop.mcp_wire import child_env, mcp_registry_command
@@ -117,7 +118,9 @@ def run_walk(node: Path, demo: Registry, name: str, expected_version: str, *args
     try:
         check_walk(walk.next(), expected_version)
         assert walk.next()["step"] == "ready"
-        demo.catalog.create("prompt", {"name": name, "template": "Heard by the TypeScript client"}, actor="admin")
+        demo.catalog.create(
+            "prompt", {"name": name, "template": "Heard by the TypeScript client"}, WriteOptions(actor="admin")
+        )
         changed = walk.next(timeout=30)
         assert changed["step"] == "changed" and changed["prompts"] is not None, changed
         assert name in changed["prompts"]

@@ -23,6 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import PromptsListChanged
 from mcp.types import PromptReference, ResourceTemplateReference, TextContent, TextResourceContents
 
+from registry.catalog.values import WriteOptions
 from registry.config import Settings
 from registry.runtime import Registry
 from tests.conftest import LiveServer
@@ -176,7 +177,7 @@ def locked_server(demo: Registry, settings: Settings) -> Iterator[LiveServer]:
 
 async def test_sdk_with_an_agent_token_gets_its_label(demo: Registry, locked_server: LiveServer) -> None:
     canary = {"name": "canary", "template": "Canary {{ who }}", "arguments": [{"name": "who", "required": True}]}
-    demo.catalog.create("prompt", canary, actor="t", labels=["staging"])
+    demo.catalog.create("prompt", canary, WriteOptions(actor="t", labels=["staging"]))
     token, _ = demo.tokens.create("sdk-agent", ["agent"], label="staging")
     async with (
         httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http,
@@ -227,7 +228,9 @@ async def test_sdk_stdio_transport(demo: Registry, database_url: str, tmp_path: 
             await article_walk(client)
             if expected == MODERN:
                 async with client.listen(prompts_list_changed=True) as subscription:
-                    demo.catalog.create("prompt", {"name": "heard-on-stdio", "template": "New"}, actor="admin")
+                    demo.catalog.create(
+                        "prompt", {"name": "heard-on-stdio", "template": "New"}, WriteOptions(actor="admin")
+                    )
                     with anyio.fail_after(10):
                         event = await anext(aiter(subscription))
                     assert isinstance(event, PromptsListChanged)

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from registry.catalog.values import WriteOptions
 from registry.config import Settings
 from registry.limits import Limits
 from registry.runtime import Registry
@@ -270,7 +271,7 @@ def test_requests_between_initialize_and_initialized_are_answered(http: httpx.Cl
 def test_pagination_walks_every_prompt_once(demo: Registry, server: LiveServer, http: httpx.Client) -> None:
     created = [f"bulk-{i:03d}" for i in range(130)]
     for name in created:
-        demo.catalog.create("prompt", {"name": name, "template": f"Prompt {name}"}, actor="t")
+        demo.catalog.create("prompt", {"name": name, "template": f"Prompt {name}"}, WriteOptions(actor="t"))
     client = StreamableHttpClient(http)
     client.initialize("2025-11-25")
     seen: list[str] = []
@@ -427,16 +428,17 @@ def test_get_stream_carries_list_changed(mcp: StreamableHttpClient, server: Live
 def labelled(demo: Registry) -> Registry:
     """``release-notes`` v1 in production and v2 in staging only; ``staging-only`` in staging only."""
     demo.catalog.create(
-        "prompt", {"name": "release-notes", "description": "v1 notes", "template": "Notes v1"}, actor="t"
+        "prompt", {"name": "release-notes", "description": "v1 notes", "template": "Notes v1"}, WriteOptions(actor="t")
     )
     demo.catalog.update(
         "prompt",
         "release-notes",
         {"name": "release-notes", "description": "v2 notes", "template": "Notes v2"},
-        actor="t",
-        labels=["staging"],
+        WriteOptions(actor="t", labels=["staging"]),
     )
-    demo.catalog.create("prompt", {"name": "staging-only", "template": "Soon"}, actor="t", labels=["staging"])
+    demo.catalog.create(
+        "prompt", {"name": "staging-only", "template": "Soon"}, WriteOptions(actor="t", labels=["staging"])
+    )
     return demo
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from registry.catalog.values import WriteOptions
 from registry.config import Settings
 from registry.limits import Limits
 from registry.mcp.listen import ListenService, ListenStream
@@ -83,7 +84,7 @@ def _describe(registry: Registry, kind: str, name: str, text: str) -> None:
     """A new description: a change of what the label lists."""
     spec = dict(registry.catalog.get(kind, name).spec)
     spec["description"] = text
-    registry.catalog.update(kind, name, spec, actor="test")
+    registry.catalog.update(kind, name, spec, WriteOptions(actor="test"))
 
 
 # -- the filter ----------------------------------------------------------------------------
@@ -165,7 +166,7 @@ async def test_a_template_only_edit_is_no_list_change(runtime: McpRuntime, regis
     def retemplate() -> None:
         spec = dict(registry.catalog.get("prompt", "summarize").spec)
         spec["messages"] = [{"role": "user", "content": {"type": "text", "text": "Briefly: {{ text }}"}}]
-        registry.catalog.update("prompt", "summarize", spec, actor="test")
+        registry.catalog.update("prompt", "summarize", spec, WriteOptions(actor="test"))
 
     await _write(retemplate)
     await _nothing(stream)
@@ -180,7 +181,7 @@ async def test_resources_updated_for_subscribed_uris_and_templates(runtime: McpR
     def retext(name: str, text: str) -> None:
         spec = dict(registry.catalog.get("resource", name).spec)
         spec["text"] = text
-        registry.catalog.update("resource", name, spec, actor="test")
+        registry.catalog.update("resource", name, spec, WriteOptions(actor="test"))
 
     await _write(retext, "server-info", "{}")
     assert await _next(subscriber) == {
@@ -208,7 +209,7 @@ async def test_a_listener_hears_only_changes_to_its_own_label(runtime: McpRuntim
         "description": "only in staging",
         "messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
     }
-    await _write(lambda: registry.catalog.create("prompt", staged, actor="test", labels=["staging"]))
+    await _write(lambda: registry.catalog.create("prompt", staged, WriteOptions(actor="test", labels=["staging"])))
     assert (await _next(staging))["params"] == {"_meta": {SUB: 2}}
     await _nothing(production)
 

@@ -36,6 +36,7 @@ from registry.catalog.errors import Conflict, Invalid, NotFound
 from registry.catalog.listing import listing
 from registry.catalog.service import CatalogService
 from registry.catalog.specs import PromptSpec, ResourceSpec, ToolSpec
+from registry.catalog.values import WriteOptions
 from registry.db.changelog import changes_after, last_change_id
 from registry.db.engine import DatabaseUnavailable
 from registry.db.models import Entry, EntryVersion, Label
@@ -148,16 +149,18 @@ def _random_change(rng: random.Random, catalog: CatalogService, step: int) -> No
             else:
                 body = _tool(name, title or "echo")
             try:
-                catalog.update(kind, name, body, actor=ACTOR, labels=labels)
+                catalog.update(kind, name, body, WriteOptions(actor=ACTOR, labels=labels))
             except NotFound:
-                catalog.create(kind, body, actor=ACTOR, labels=labels)
+                catalog.create(kind, body, WriteOptions(actor=ACTOR, labels=labels))
         elif action == "label":
             latest = catalog.get(kind, name).latest_version
-            catalog.set_label(kind, name, rng.choice(["production", "staging"]), rng.randint(1, latest), actor=ACTOR)
+            catalog.set_label(
+                kind, name, rng.choice(["production", "staging"]), rng.randint(1, latest), WriteOptions(actor=ACTOR)
+            )
         elif action == "unlabel":
-            catalog.delete_label(kind, name, rng.choice(["production", "staging"]), actor=ACTOR)
+            catalog.delete_label(kind, name, rng.choice(["production", "staging"]), WriteOptions(actor=ACTOR))
         else:
-            catalog.set_archived(kind, name, action == "archive", actor=ACTOR)
+            catalog.set_archived(kind, name, action == "archive", WriteOptions(actor=ACTOR))
     except (NotFound, Conflict, Invalid):
         pass
 
@@ -303,36 +306,38 @@ def test_each_kind_of_change_is_applied(registry: Registry) -> None:
             nonlocal position
             position = await _apply_new(registry, cache, position)
 
-        catalog.create("prompt", _prompt("greet", "Hello"), actor=ACTOR)
+        catalog.create("prompt", _prompt("greet", "Hello"), WriteOptions(actor=ACTOR))
         await catch_up()
         assert [p["name"] for p in production.prompt_list] == ["greet"]
         assert staging.prompt_list == []
 
-        catalog.update("prompt", "greet", _prompt("greet", "Hi", "Greeting"), actor=ACTOR, labels=["staging"])
+        catalog.update(
+            "prompt", "greet", _prompt("greet", "Hi", "Greeting"), WriteOptions(actor=ACTOR, labels=["staging"])
+        )
         await catch_up()
         assert production.prompts["greet"].version == 1 and staging.prompts["greet"].version == 2
         assert staging.prompt_list[0]["title"] == "Greeting" and "title" not in production.prompt_list[0]
 
-        catalog.set_label("prompt", "greet", "production", 2, actor=ACTOR)
+        catalog.set_label("prompt", "greet", "production", 2, WriteOptions(actor=ACTOR))
         await catch_up()
         assert production.prompts["greet"] is staging.prompts["greet"]  # one version: one shared entry
         text = production.prompts["greet"].renderer.render({"x": "you"})["messages"][0]["content"]["text"]
         assert text == "Hi you"
 
-        catalog.delete_label("prompt", "greet", "staging", actor=ACTOR)
+        catalog.delete_label("prompt", "greet", "staging", WriteOptions(actor=ACTOR))
         await catch_up()
         assert "greet" not in staging.prompts and staging.keys["prompts"] == []
 
-        catalog.set_archived("prompt", "greet", True, actor=ACTOR)
+        catalog.set_archived("prompt", "greet", True, WriteOptions(actor=ACTOR))
         await catch_up()
         assert production.prompts == {} and production.prompt_list == []
-        catalog.set_archived("prompt", "greet", False, actor=ACTOR)
+        catalog.set_archived("prompt", "greet", False, WriteOptions(actor=ACTOR))
         await catch_up()
         assert list(production.prompts) == ["greet"]
 
-        catalog.create("resource", _resource("doc", "doc://a", "A", False), actor=ACTOR)
-        catalog.create("resource", _resource("tpl", "tpl://t", "T", True), actor=ACTOR)
-        catalog.create("tool", _tool("hook", "Echoes"), actor=ACTOR)
+        catalog.create("resource", _resource("doc", "doc://a", "A", False), WriteOptions(actor=ACTOR))
+        catalog.create("resource", _resource("tpl", "tpl://t", "T", True), WriteOptions(actor=ACTOR))
+        catalog.create("tool", _tool("hook", "Echoes"), WriteOptions(actor=ACTOR))
         await catch_up()
         assert production.read_static("doc://a", None) == [{"uri": "doc://a", "text": "A"}]
         assert production.read_static("tpl://t/7", None) == [{"uri": "tpl://t/7", "text": "T 7"}]
@@ -340,7 +345,7 @@ def test_each_kind_of_change_is_applied(registry: Registry) -> None:
         assert production.tools["hook"].target.url == "builtin://echo"
 
         # A static resource that becomes a template moves from one list to the other.
-        catalog.update("resource", "doc", _resource("doc", "doc://b", "B", True), actor=ACTOR)
+        catalog.update("resource", "doc", _resource("doc", "doc://b", "B", True), WriteOptions(actor=ACTOR))
         await catch_up()
         assert production.resource_list == []
         assert [t["uriTemplate"] for t in production.template_list] == ["doc://b/{id}", "tpl://t/{id}"]
@@ -355,7 +360,7 @@ def test_a_change_during_a_build_is_not_lost(registry: Registry, monkeypatch: py
     """A change committed after a build read the database but dispatched before the build is
     installed is applied on top of it."""
     catalog = registry.catalog
-    catalog.create("prompt", _prompt("p", "v1"), actor=ACTOR)
+    catalog.create("prompt", _prompt("p", "v1"), WriteOptions(actor=ACTOR))
     real = catalog.served_rows
 
     async def scenario() -> None:
@@ -364,7 +369,9 @@ def test_a_change_during_a_build_is_not_lost(registry: Registry, monkeypatch: py
 
         def served_rows_then_an_edit(label: str) -> tuple[int, list[tuple[str, str, int, str, str | None]]]:
             read = real(label)  # the build has read the catalog: v1...
-            catalog.update("prompt", "p", _prompt("p", "v2", "Now titled"), actor=ACTOR)  # ...then v2 lands
+            catalog.update(
+                "prompt", "p", _prompt("p", "v2", "Now titled"), WriteOptions(actor=ACTOR)
+            )  # ...then v2 lands
             events = _events_after(registry, read[0])
             asyncio.run_coroutine_threadsafe(cache.apply(events), loop).result(timeout=30)  # and is dispatched
             return read
@@ -385,14 +392,14 @@ def test_unreadable_database_keeps_the_last_good_snapshot(registry: Registry, mo
     """A batch that cannot be read is refused as a whole (the feed retries it) while the last good
     snapshot keeps serving; once the database answers, the retry applies it."""
     catalog = registry.catalog
-    catalog.create("prompt", _prompt("p", "v1"), actor=ACTOR)
+    catalog.create("prompt", _prompt("p", "v1"), WriteOptions(actor=ACTOR))
 
     async def scenario() -> None:
         cache = SnapshotCache(catalog)
         snapshot = await cache.get("production")
         before = snapshot.state()
         applied = cache.applied
-        catalog.update("prompt", "p", _prompt("p", "v2"), actor=ACTOR)
+        catalog.update("prompt", "p", _prompt("p", "v2"), WriteOptions(actor=ACTOR))
         events = _events_after(registry, 0)[-1:]
 
         def down(*_args: object) -> None:
@@ -430,7 +437,7 @@ def test_a_large_batch_is_applied_in_slices_with_loop_turns_between(
         with registry.db.session() as session:  # the start-up's governance events (the admin token) come before
             start = last_change_id(session)
         for name in names:
-            catalog.create("prompt", _prompt(name, "v1"), actor=ACTOR)
+            catalog.create("prompt", _prompt(name, "v1"), WriteOptions(actor=ACTOR))
         events = _events_after(registry, start)
         assert [event.name for event in events] == names
         seen: list[list[str]] = []
@@ -484,12 +491,12 @@ def test_a_failed_apply_rebuilds_in_the_background(
     registry: Registry, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     catalog = registry.catalog
-    catalog.create("prompt", _prompt("p", "v1"), actor=ACTOR)
+    catalog.create("prompt", _prompt("p", "v1"), WriteOptions(actor=ACTOR))
 
     async def scenario() -> None:
         cache = SnapshotCache(catalog)
         old = await cache.get("production")
-        catalog.update("prompt", "p", _prompt("p", "v2"), actor=ACTOR)
+        catalog.update("prompt", "p", _prompt("p", "v2"), WriteOptions(actor=ACTOR))
         events = _events_after(registry, 0)[-1:]
 
         def broken(*_args: object) -> None:

@@ -34,6 +34,7 @@ from typing import Any
 import httpx
 import pytest
 
+from registry.catalog.values import WriteOptions
 from registry.db.changelog import changes_after
 from registry.mcp.notifier import ChangeEvent
 from registry.mcp.server import McpServer
@@ -567,7 +568,7 @@ def test_only_views_that_show_no_team_entries_are_public(registry: Registry) -> 
         assert scope(visible_teams=None) == "public"
         assert scope(user="sub-1") == scope(token_id=3) == scope("staging") == "private"
         registry.teams.create("a", actor="test")
-        registry.catalog.create("prompt", {"name": "p", "template": "x"}, actor="test", team="a")
+        registry.catalog.create("prompt", {"name": "p", "template": "x"}, WriteOptions(actor="test"), team="a")
         await server.snapshots.apply(_events_after(registry, 0))
         assert scope(visible_teams=None) == scope(visible_teams=frozenset({"a"})) == "private"
         assert scope(visible_teams=frozenset({"b"})) == "private"  # conservative: any team view, once teams exist
@@ -818,13 +819,13 @@ def test_a_snapshot_kept_current_through_team_moves_equals_a_fresh_build(registr
                     )
                 else:
                     spec = {"name": name, "inputSchema": {"type": "object"}, "webhook": {"url": "builtin://echo"}}
-                catalog.create(kind, spec, actor="test", team=rng.choice(teams))
+                catalog.create(kind, spec, WriteOptions(actor="test"), team=rng.choice(teams))
                 names[kind].append(name)
             elif action < 0.85:
-                catalog.set_team(kind, rng.choice(names[kind]), rng.choice(teams), actor="test")
+                catalog.set_team(kind, rng.choice(names[kind]), rng.choice(teams), WriteOptions(actor="test"))
             else:
                 name = rng.choice(names[kind])
-                catalog.set_archived(kind, name, catalog.get(kind, name).archived is False, actor="test")
+                catalog.set_archived(kind, name, catalog.get(kind, name).archived is False, WriteOptions(actor="test"))
             if rng.random() < 0.4:  # batches of a few changes
                 events = _events_after(registry, position)
                 if events:
@@ -850,7 +851,7 @@ def test_a_snapshot_kept_current_through_team_moves_equals_a_fresh_build(registr
 
 def test_no_team_entries_means_the_unfiltered_list_itself(registry: Registry) -> None:
     """The common case costs nothing: without team entries every view is the one key list."""
-    registry.catalog.create("prompt", {"name": "p", "template": "x"}, actor="test")
+    registry.catalog.create("prompt", {"name": "p", "template": "x"}, WriteOptions(actor="test"))
     snapshot = CatalogSnapshot.build(registry.catalog, "production")
     for list_name in LISTS:
         assert snapshot.global_keys[list_name] is snapshot.keys[list_name]

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from registry.catalog.service import CatalogService
+from registry.catalog.sealing import origin
 from tests.interop.mcp_wire import StreamableHttpClient, parse_sse_body
 from tests.security.conftest import MiB, ResponsivenessProbe, ask_healthz
 from tests.serve_process import ServerProcess
@@ -376,8 +376,8 @@ def test_origin_rule_uses_normalised_origins(server: ServerProcess) -> None:
             answer = admin.put("/api/v1/tools/norm", json=other)
             assert answer.status_code == 422, (url, answer.text)
             assert "origin" in answer.json()["detail"], answer.text
-    assert CatalogService._origin("http://Example.COM:80/a") == CatalogService._origin("http://example.com/b")
-    assert CatalogService._origin("https://example.com") != CatalogService._origin("http://example.com:443")
+    assert origin("http://Example.COM:80/a") == origin("http://example.com/b")
+    assert origin("https://example.com") != origin("http://example.com:443")
 
 
 # --------------------------------------------------------------------------- progress flood (also:)
