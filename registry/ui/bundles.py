@@ -30,9 +30,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
-from registry.catalog.bundle_archive import PlanChanged, ZipPlan, apply_zip, export_zip, plan_zip
+from registry.catalog.bundle_archive import PlanChanged, ZipBundles, ZipPlan
 from registry.catalog.errors import CatalogError
-from registry.catalog.service import CatalogService
 from registry.catalog.specs import LABEL_PATTERN
 from registry.limits import LimitExceeded
 from registry.runtime import Registry
@@ -59,8 +58,8 @@ def _registry(request: Request) -> Registry:
     return registry
 
 
-def _catalog(request: Request) -> CatalogService:
-    return _registry(request).catalog
+def _zips(request: Request) -> ZipBundles:
+    return _registry(request).zip_bundles
 
 
 def _uploads(request: Request) -> UploadStore:
@@ -142,7 +141,7 @@ def router(pages: Pages) -> APIRouter:
     def refused_apply(request: Request, ui: SignedIn, held: Upload, exc: CatalogError) -> Response:
         """The write was refused as a whole: the plan as it is now, with the reason."""
         try:
-            plan = plan_zip(_catalog(request), held.content)
+            plan = _zips(request).plan(held.content)
         except CatalogError as again:
             _uploads(request).discard(ui, held.id)
             return refused(request, again)
@@ -165,7 +164,7 @@ def router(pages: Pages) -> APIRouter:
         # the download ends; the zip never sits in memory whole.
         sink = tempfile.TemporaryFile(prefix="mcpr-export-")  # noqa: SIM115 - closed when the download ends
         try:
-            export_zip(_catalog(request), sink, label=label or None)
+            _zips(request).export(sink, label=label or None)
             size = sink.tell()
             sink.seek(0)
         except BaseException:
@@ -204,7 +203,7 @@ def router(pages: Pages) -> APIRouter:
         if not content:
             return await run_in_threadpool(lambda: bundles_page(request, error="The file is empty.", status=422))
         try:
-            await run_in_threadpool(plan_zip, _catalog(request), content)
+            await run_in_threadpool(_zips(request).plan, content)
         except CatalogError as exc:
             error = exc
             return await run_in_threadpool(lambda: refused(request, error))
@@ -217,7 +216,7 @@ def router(pages: Pages) -> APIRouter:
         if held is None:
             return gone_page(request)
         try:
-            plan = plan_zip(_catalog(request), held.content)
+            plan = _zips(request).plan(held.content)
         except CatalogError as exc:  # the catalog changed since the upload (a URI taken, say)
             _uploads(request).discard(ui, upload_id)
             return refused(request, exc)
@@ -230,10 +229,8 @@ def router(pages: Pages) -> APIRouter:
         held = _uploads(request).get(ui, upload_id)
         if held is None:
             return gone_page(request)
-        catalog = _catalog(request)
         try:
-            plan, opened = apply_zip(
-                catalog,
+            plan, opened = _zips(request).apply(
                 held.content,
                 fingerprint=fingerprint if isinstance(fingerprint, str) else "",
                 # The whole actor (token, user): a change request the import opens is its author's,

@@ -52,7 +52,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 from starlette.responses import RedirectResponse, Response
 
-from registry.catalog.drafts import DraftIssue, draft_issues, reapply
+from registry.catalog.drafts import DraftIssue, reapply
 from registry.catalog.errors import CatalogError, Invalid, NotFound, PreconditionFailed, Subject
 from registry.catalog.preconditions import make_etag
 from registry.catalog.protection import ReviewAsk
@@ -338,7 +338,7 @@ class EditorPages:
         """The live panel's values. For a ``new`` entry an empty name is not listed as a problem
         (a blank form is checked on load, before anyone typed): the panel says it is still needed
         (``name_pending``), and a save without one is refused as ever."""
-        issues = list(draft.problems) or draft_issues(_catalog(request), self.kind, draft.spec)
+        issues = list(draft.problems) or _registry(request).drafts.issues(self.kind, draft.spec)
         pending = new and not draft.state["name"] and any(issue.where == "name" for issue in issues)
         if pending:
             issues = [issue for issue in issues if issue.where != "name"]

@@ -29,10 +29,9 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 
 from registry.boundedjson import JsonStructureError, loads
-from registry.catalog.drafts import DraftIssue, kept_value_issues, preview_tool
+from registry.catalog.drafts import DraftIssue, DraftService
 from registry.catalog.errors import CatalogError
 from registry.catalog.secrets import MASK
-from registry.catalog.service import CatalogService
 from registry.limits import Limits, env_name
 from registry.ui.editor import Draft, apply_row_op
 from registry.ui.editor import session_access as _access
@@ -309,15 +308,15 @@ class ToolForm:
         return apply_row_op(state, op, {"header": _empty_header})
 
     def check(self, request: Request, draft: Draft, form: FormData, issues: list[DraftIssue]) -> dict[str, Any]:
-        catalog: CatalogService = request.app.state.registry.catalog
+        drafts: DraftService = request.app.state.registry.drafts
         issues = [_placed(issue) for issue in issues]
         listing: dict[str, Any] | None = None
         if not draft.problems:
             editing = _text(form, "editing").strip() or None
-            kept = kept_value_issues(catalog, "tool", draft.spec, editing, _access(request))
+            kept = drafts.kept_value_issues("tool", draft.spec, editing, _access(request))
             issues.extend(i for i in kept if i not in issues)
             try:
-                listing = preview_tool(catalog, draft.spec)
+                listing = drafts.preview_tool(draft.spec)
             except CatalogError:
                 listing = None
         return {
