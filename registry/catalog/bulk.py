@@ -568,11 +568,9 @@ class BulkWriter:
             closing = bundle_event([(w.kind, w.name) for w in writes], actor=actor, note=note, detail=detail, now=now)
             change_id = write_heads(session, writes, actor=actor, note=note, labels=target, now=now, closing=closing)
             moves = [(w.kind, w.name, label, (w.base or 0) + 1) for w in writes for label in held]
-            opened = self._open_imported(session, moves, held, actor=actor, description=review_note)
-            if opened:
-                change_id = last_change_id(session)
-        self.catalog.committed(change_id)
-        return ImportWritten(change_id, opened)
+            written = self._open_imported(session, change_id, moves, held, actor=actor, description=review_note)
+        self.catalog.committed(written.change_id)
+        return written
 
     def restore_histories(
         self,
@@ -596,24 +594,24 @@ class BulkWriter:
             detail = f"protected labels held for review: {', '.join(sorted(held))}" if held else "every label restored"
             closing = bundle_event([(w.kind, w.name) for w in writes], actor=actor, note=note, detail=detail, now=now)
             change_id = write_histories(session, writes, actor=actor, note=note, now=now, closing=closing)
-            opened = self._open_imported(session, moves, held, actor=actor, description=review_note)
-            if opened:
-                change_id = last_change_id(session)
-        self.catalog.committed(change_id)
-        return ImportWritten(change_id, opened)
+            written = self._open_imported(session, change_id, moves, held, actor=actor, description=review_note)
+        self.catalog.committed(written.change_id)
+        return written
 
     def _open_imported(
         self,
         session: Session,
+        change_id: int | None,
         moves: list[tuple[str, str, str, int]],
         held: Mapping[str, int],
         *,
         actor: Actor | str,
         description: str | None,
-    ) -> dict[tuple[str, str], list[int]]:
+    ) -> ImportWritten:
         """For each (kind, name, protected label, version) a bundle write did not move: a change
         request to move it, in the write's transaction (one per entry and label, as a save opens;
-        a pending one asking the same move is reused). Entries are read a chunk at a time."""
+        a pending one asking the same move is reused). Entries are read a chunk at a time. With
+        the write's ``change_id``, the transaction's last one once requests are opened."""
         opened: dict[tuple[str, str], list[int]] = {}
         ask = ReviewAsk(description=description)
         for part in chunks(moves):
@@ -636,7 +634,8 @@ class BulkWriter:
         if opened:
             count = sum(len(ids) for ids in opened.values())
             log.info("bundle import: protected label(s) %s held; %d change request(s)", ", ".join(sorted(held)), count)
-        return opened
+            change_id = last_change_id(session)
+        return ImportWritten(change_id, opened)
 
 
 @contextmanager
