@@ -22,8 +22,9 @@ from typing import Any
 from starlette.datastructures import FormData
 from starlette.requests import Request
 
+from registry.api.deps import get_registry
 from registry.boundedjson import JsonStructureError, loads
-from registry.catalog.drafts import DraftIssue, DraftService
+from registry.catalog.drafts import DraftIssue
 from registry.catalog.errors import CatalogError
 from registry.limits import Limits
 from registry.ui.editor import Draft, apply_row_op
@@ -172,7 +173,7 @@ class PromptForm:
         return {"preview_fields": fields, "preview_shape": fields_shape(fields)}
 
     def check(self, request: Request, draft: Draft, form: FormData, issues: list[DraftIssue]) -> dict[str, Any]:
-        drafts: DraftService = request.app.state.registry.drafts
+        drafts = get_registry(request).drafts
         declared = [a["name"] for a in draft.spec["arguments"] if isinstance(a.get("name"), str)]
         fields = preview_fields(draft.spec["arguments"])
         samples = {name: draft.state["samples"].get(name, "") for name in declared}

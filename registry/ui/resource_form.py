@@ -7,9 +7,9 @@ depends on the kind:
 
 - **static**: the content as ``resources/read`` returns it for the resource's URI;
 - **template**: "Try a URI": the content rendered for a URI typed in, exactly as
-  ``resources/read`` returns it (``registry.catalog.drafts.preview_resource``);
+  ``resources/read`` returns it (``registry.catalog.drafts.DraftService.preview_resource``);
 - **http**: "Fetch now": the URL fetched once through the fetcher agents are served by
-  (``registry.catalog.drafts.fetch_resource_draft``), only when that button is pressed.
+  (``DraftService.fetch_resource``), only when that button is pressed.
 
 **Files.** An uploaded file becomes the ``blob`` (base64); its MIME type fills ``mimeType``
 unless the person typed one in the same post. Once read, the blob travels in a hidden field, so a
@@ -37,8 +37,9 @@ import yaml
 from starlette.datastructures import FormData, UploadFile
 from starlette.requests import Request
 
+from registry.api.deps import get_registry
 from registry.boundedjson import JsonStructureError, loads
-from registry.catalog.drafts import DraftIssue, DraftService, FetchedResource
+from registry.catalog.drafts import DraftIssue, FetchedResource
 from registry.catalog.errors import CatalogError
 from registry.limits import LimitExceeded, Limits
 from registry.ui.editor import Draft, apply_row_op
@@ -310,7 +311,7 @@ class ResourceForm:
 
     # ------------------------------------------------------------------ the live panel
     def check(self, request: Request, draft: Draft, form: FormData, issues: list[DraftIssue]) -> dict[str, Any]:
-        drafts: DraftService = request.app.state.registry.drafts
+        drafts = get_registry(request).drafts
         state, spec = draft.state, draft.spec
         kind = state["kind"]
         issues = list(issues)

@@ -4,7 +4,7 @@ and the item ``tools/list`` would show).
 
 **Schemas are JSON text.** What is typed is parsed here, within ``json_depth``/``json_elements``
 and a size bound derived from ``REGISTRY_LIMIT_SCHEMA_BYTES``; a syntax error is a problem with its
-line and column. The parsed value then meets the save's own validation (``draft_issues``: the
+line and column. The parsed value then meets the save's own validation (``DraftService.issues``: the
 JSON Schema 2020-12 meta-schema, the RE2 pattern check, the compact size limit), which names the
 JSON path of a meta-schema violation. YAML is not accepted: its aliases can expand a small text
 into a very large value, and a schema typed as JSON is what the API and the page show anyway.
@@ -28,8 +28,9 @@ from typing import Any
 from starlette.datastructures import FormData
 from starlette.requests import Request
 
+from registry.api.deps import get_registry
 from registry.boundedjson import JsonStructureError, loads
-from registry.catalog.drafts import DraftIssue, DraftService
+from registry.catalog.drafts import DraftIssue
 from registry.catalog.errors import CatalogError
 from registry.catalog.secrets import MASK
 from registry.limits import Limits, env_name
@@ -308,7 +309,7 @@ class ToolForm:
         return apply_row_op(state, op, {"header": _empty_header})
 
     def check(self, request: Request, draft: Draft, form: FormData, issues: list[DraftIssue]) -> dict[str, Any]:
-        drafts: DraftService = request.app.state.registry.drafts
+        drafts = get_registry(request).drafts
         issues = [_placed(issue) for issue in issues]
         listing: dict[str, Any] | None = None
         if not draft.problems:
