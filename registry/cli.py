@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import uvicorn
 
     from registry.catalog.bundle_secrets import ExportSecrets, ImportSecrets
-    from registry.catalog.service import CatalogService, ImportPlanItem
+    from registry.catalog.bundles import BundleService, ImportPlanItem
     from registry.db.engine import Database
     from registry.runtime import Registry
     from registry.workers import WorkerSlot
@@ -324,12 +324,13 @@ def _url_guard(settings: Settings) -> Callable[[str], None]:
     return guard
 
 
-def _read_only_catalog(settings: Settings, command: str) -> tuple[CatalogService, bool]:
-    """The catalog of an existing database opened read-only (nothing is migrated, created or
+def _read_only_bundles(settings: Settings, command: str) -> tuple[BundleService, bool]:
+    """The bundles of an existing database opened read-only (nothing is migrated, created or
     written), and whether it is empty: a database with no tables yet counts as an empty catalog.
     Refuses a database at another migration than this version's."""
     from sqlalchemy import inspect
 
+    from registry.catalog.bundles import BundleService
     from registry.catalog.protection import ProtectionPolicy
     from registry.catalog.secrets import SecretBox
     from registry.catalog.service import CatalogService
@@ -341,13 +342,14 @@ def _read_only_catalog(settings: Settings, command: str) -> tuple[CatalogService
     # The catalog's protected labels and this process's REGISTRY_PROTECTED_LABELS (which a real
     # import would add to them), as the plan's "review" column needs.
     protection = ProtectionPolicy(db, settings.protected_labels, settings.required_approvals)
-    service = CatalogService(
+    catalog = CatalogService(
         db,
         SecretBox(_existing_key(settings)),
         url_guard=_url_guard(settings),
         limits=settings.limits,
         protection=protection,
     )
+    service = BundleService(db, catalog, protection)
     if migrate.is_current(db):
         return service, False
     with db.engine.connect() as conn:
@@ -382,28 +384,26 @@ def _plan_line(item: ImportPlanItem, *, applied: bool) -> str:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from registry.catalog.bundles import apply_import, plan_diff, plan_import
-
     directory = Path(args.directory)
     secrets = _import_secrets(args)
     labels = args.label or None
     if args.plan:
         # Writes nothing at all: no migration, no database file, no key file.
-        catalog, empty = _read_only_catalog(_settings(args), "import --plan")
+        bundles, empty = _read_only_bundles(_settings(args), "import --plan")
         try:
-            plan = plan_import(catalog, directory, secrets=secrets, against_empty=empty, labels=labels)
+            plan = bundles.plan_import(directory, secrets=secrets, against_empty=empty, labels=labels)
         finally:
-            catalog.db.dispose()
+            bundles.db.dispose()
         for item, entry in plan:
             print(_plan_line(item, applied=False))
-            diff = plan_diff(catalog, entry)
+            diff = bundles.plan_diff(entry)
             if diff:
                 print(diff, end="" if diff.endswith("\n") else "\n")
         items = [item for item, _ in plan]
     else:
         registry = _registry(args)
         registry.migrate()  # also adds this process's REGISTRY_PROTECTED_LABELS to the catalog's
-        items = apply_import(registry.catalog, directory, actor=args.actor, labels=labels, secrets=secrets)
+        items = registry.bundles.apply_import(directory, actor=args.actor, labels=labels, secrets=secrets)
         for item in items:
             print(_plan_line(item, applied=True))
     changed = sum(1 for item in items if item.action in ("create", "update", "restore"))
@@ -440,18 +440,16 @@ def _export_secrets(args: argparse.Namespace) -> ExportSecrets | None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from registry.catalog.bundles import export_catalog
-
     secrets = _export_secrets(args)
-    catalog, empty = _read_only_catalog(_settings(args), "export")
+    bundles, empty = _read_only_bundles(_settings(args), "export")
     try:
         if empty:
             raise CliError("export: the database has no catalog yet (no tables); nothing to export")
-        result = export_catalog(
-            catalog, Path(args.directory), label=args.label, all_versions=args.all_versions, secrets=secrets
+        result = bundles.export_catalog(
+            Path(args.directory), label=args.label, all_versions=args.all_versions, secrets=secrets
         )
     finally:
-        catalog.db.dispose()
+        bundles.db.dispose()
     print(f"wrote {len(result.files)} files to {args.directory}")
     if result.extras:
         print(f"and {', '.join(p.name for p in result.extras)} (what was exported and how to import it)")

@@ -10,7 +10,9 @@ from typing import Any
 from sqlalchemy import text
 
 from registry.catalog.audit_verify import brings_keys, key_the_chain
-from registry.catalog.bundles import apply_import
+from registry.catalog.bundle_archive import ZipBundles
+from registry.catalog.bundles import BundleService
+from registry.catalog.drafts import DraftService
 from registry.catalog.errors import Conflict
 from registry.catalog.protection import ProtectionPolicy
 from registry.catalog.reports import AuditService, UsageService
@@ -71,6 +73,11 @@ class Registry:
         )
         #: Change requests: moving protected labels by review.
         self.reviews = ChangeRequestService(self.catalog, self.protection)
+        #: Bundles: import and export (``mcp-registry import``/``export``, the seed), zipped in the web UI.
+        self.bundles = BundleService(self.db, self.catalog, self.protection)
+        self.zip_bundles = ZipBundles(self.bundles)
+        #: The editors' questions about unsaved definitions.
+        self.drafts = DraftService(self.catalog, allowed_networks=parse_networks(settings.webhook_allowed_networks))
         #: Single sign-on: bearer JWTs from REGISTRY_OIDC_ISSUER (None: static tokens only).
         self.oidc = OidcVerifier(settings) if settings.oidc_issuer else None
         self.tokens = TokenService(self.db, jwt_verifier=self.oidc)
@@ -122,8 +129,8 @@ class Registry:
         attempts = 3 if only_missing else 1
         for attempt in range(attempts):
             try:
-                done = apply_import(
-                    self.catalog, path, actor="seed", only_missing=only_missing, publish_protected=publish_protected
+                done = self.bundles.apply_import(
+                    path, actor="seed", only_missing=only_missing, publish_protected=publish_protected
                 )
                 break
             except Conflict:

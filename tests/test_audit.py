@@ -17,7 +17,6 @@ from sqlalchemy import text
 
 from registry.catalog.activity import recent_changes
 from registry.catalog.audit_verify import verify_audit
-from registry.catalog.bundles import apply_import
 from registry.db.audit import Actor
 from registry.db.changelog import append_change, append_event
 from registry.db.models import Team
@@ -152,7 +151,7 @@ def test_every_write_is_audited_and_tampering_is_reported(
         moved = editor.put("/api/v1/prompts/audited/labels/production", json={"version": 2})
         assert moved.status_code == 200, moved.text
         assert editor.delete("/api/v1/prompts/audited").status_code == 200
-    apply_import(registry.catalog, _write_bundle(tmp_path), actor="import")
+    registry.bundles.apply_import(_write_bundle(tmp_path), actor="import")
     with registry.db.session() as session:
         event = append_event(
             session,

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from registry.catalog.bundles import apply_import, export_bundle, plan_import
 from registry.catalog.errors import Invalid
 from registry.catalog.values import WriteOptions
 from registry.paths import seed_data_dir
@@ -45,39 +44,39 @@ def tree(root: Path) -> dict[str, bytes]:
 
 
 def test_plan_writes_nothing(registry: Registry) -> None:
-    plan = plan_import(registry.catalog, DEMO)
+    plan = registry.bundles.plan_import(DEMO)
     assert sorted((item.kind, item.name) for item, _ in plan) == DEMO_ENTRIES
     assert {item.action for item, _ in plan} == {"create"}
     assert counts(registry) == {"entries": 0, "entry_versions": 0, "labels": 0, "changes": 0}
 
 
 def test_import_then_reimport_changes_nothing(registry: Registry) -> None:
-    done = apply_import(registry.catalog, DEMO, actor="tester")
+    done = registry.bundles.apply_import(DEMO, actor="tester")
     assert sorted((item.kind, item.name, item.action) for item in done) == [(k, n, "create") for k, n in DEMO_ENTRIES]
     after_first = counts(registry)
     assert after_first == {"entries": 9, "entry_versions": 9, "labels": 18, "changes": 9}
     assert registry.catalog.get("prompt", "summarize").author == "tester"
     assert registry.catalog.get("prompt", "summarize").change_note == "imported from demo"
 
-    again = apply_import(registry.catalog, DEMO, actor="tester")
+    again = registry.bundles.apply_import(DEMO, actor="tester")
     assert {item.action for item in again} == {"unchanged"}
     assert counts(registry) == after_first
 
 
 def test_export_round_trip_is_exact(registry: Registry, tmp_path: Path) -> None:
-    apply_import(registry.catalog, DEMO, actor="tester")
+    registry.bundles.apply_import(DEMO, actor="tester")
     before = counts(registry)
 
-    written_a = export_bundle(registry.catalog, tmp_path / "a")
+    written_a = registry.bundles.export_bundle(tmp_path / "a")
     assert sorted(p.relative_to(tmp_path / "a").as_posix() for p in written_a) == sorted(
         f"{kind}s/{name}.yaml" for kind, name in DEMO_ENTRIES
     )
-    plan = plan_import(registry.catalog, tmp_path / "a")
+    plan = registry.bundles.plan_import(tmp_path / "a")
     assert {item.action for item, _ in plan} == {"unchanged"}
-    assert {item.action for item in apply_import(registry.catalog, tmp_path / "a", actor="tester")} == {"unchanged"}
+    assert {item.action for item in registry.bundles.apply_import(tmp_path / "a", actor="tester")} == {"unchanged"}
     assert counts(registry) == before
 
-    export_bundle(registry.catalog, tmp_path / "b")
+    registry.bundles.export_bundle(tmp_path / "b")
     a, b = tree(tmp_path / "a"), tree(tmp_path / "b")
     assert a == b
     # The single-message prompt is exported in the shorthand form a person would write.
@@ -88,30 +87,30 @@ def test_export_round_trip_is_exact(registry: Registry, tmp_path: Path) -> None:
 
 def test_export_imports_into_a_fresh_database_identically(registry: Registry, tmp_path: Path) -> None:
     """What one registry exports, another imports to the same definitions."""
-    apply_import(registry.catalog, DEMO, actor="tester")
-    export_bundle(registry.catalog, tmp_path / "a")
+    registry.bundles.apply_import(DEMO, actor="tester")
+    registry.bundles.export_bundle(tmp_path / "a")
     with registry.db.engine.begin() as conn:
         for table in ("labels", "entry_versions", "entries", "changes"):
             conn.execute(text(f"DELETE FROM {table}"))
-    done = apply_import(registry.catalog, tmp_path / "a", actor="tester")
+    done = registry.bundles.apply_import(tmp_path / "a", actor="tester")
     assert {item.action for item in done} == {"create"}
-    export_bundle(registry.catalog, tmp_path / "b")
+    registry.bundles.export_bundle(tmp_path / "b")
     assert tree(tmp_path / "a") == tree(tmp_path / "b")
 
 
 def test_import_updates_only_what_differs(registry: Registry, tmp_path: Path) -> None:
-    apply_import(registry.catalog, DEMO, actor="tester")
-    export_bundle(registry.catalog, tmp_path / "a")
+    registry.bundles.apply_import(DEMO, actor="tester")
+    registry.bundles.export_bundle(tmp_path / "a")
     path = tmp_path / "a" / "prompts" / "summarize.yaml"
     path.write_text(path.read_text().replace("Summarize a piece of text concisely", "Summarize briefly"))
     before = counts(registry)
 
-    plan = {(item.kind, item.name): item.action for item, _ in plan_import(registry.catalog, tmp_path / "a")}
+    plan = {(item.kind, item.name): item.action for item, _ in registry.bundles.plan_import(tmp_path / "a")}
     assert plan.pop(("prompt", "summarize")) == "update"
     assert set(plan.values()) == {"unchanged"}
     assert counts(registry) == before  # planning wrote nothing
 
-    apply_import(registry.catalog, tmp_path / "a", actor="tester", labels=["staging"])
+    registry.bundles.apply_import(tmp_path / "a", actor="tester", labels=["staging"])
     view = registry.catalog.get("prompt", "summarize")
     assert (view.version, view.spec["description"]) == (2, "Summarize briefly")
     assert view.labels == {"latest": 2, "production": 1, "staging": 2}
@@ -129,12 +128,12 @@ def test_seed_never_overwrites_admin_edits(registry: Registry) -> None:
 
 
 def test_archived_entries_are_not_revived_by_import(registry: Registry) -> None:
-    apply_import(registry.catalog, DEMO, actor="tester")
+    registry.bundles.apply_import(DEMO, actor="tester")
     registry.catalog.set_archived("tool", "echo", True, WriteOptions(actor="admin"))
-    plan = {(item.kind, item.name): item.action for item, _ in plan_import(registry.catalog, DEMO)}
+    plan = {(item.kind, item.name): item.action for item, _ in registry.bundles.plan_import(DEMO)}
     assert plan[("tool", "echo")] == "skip-archived"
     before = counts(registry)
-    apply_import(registry.catalog, DEMO, actor="tester")
+    registry.bundles.apply_import(DEMO, actor="tester")
     assert registry.catalog.get("tool", "echo").archived is True
     assert counts(registry) == before
 
@@ -144,18 +143,18 @@ def test_invalid_bundles_are_refused_whole(registry: Registry, tmp_path: Path) -
     (tmp_path / "b" / "prompts" / "good.yaml").write_text("name: good\ntemplate: hi\n")
     (tmp_path / "b" / "prompts" / "bad.yaml").write_text("name: bad\ntemplate: 'hi {{ nobody }}'\n")
     with pytest.raises(Invalid, match=r"bad\.yaml:2: template: uses undeclared variable\(s\) nobody"):
-        apply_import(registry.catalog, tmp_path / "b", actor="tester")
+        registry.bundles.apply_import(tmp_path / "b", actor="tester")
     assert counts(registry)["entries"] == 0
 
     (tmp_path / "b" / "prompts" / "bad.yaml").write_text("name: good\ntemplate: again\n")
     with pytest.raises(Invalid, match="appears twice"):
-        plan_import(registry.catalog, tmp_path / "b")
+        registry.bundles.plan_import(tmp_path / "b")
     (tmp_path / "b" / "prompts" / "bad.yaml").write_text("name: [unclosed\n")
     with pytest.raises(Invalid, match="not valid YAML"):
-        plan_import(registry.catalog, tmp_path / "b")
+        registry.bundles.plan_import(tmp_path / "b")
     with pytest.raises(Invalid, match="does not exist"):
-        plan_import(registry.catalog, tmp_path / "missing")
+        registry.bundles.plan_import(tmp_path / "missing")
     (tmp_path / "empty").mkdir()
     with pytest.raises(Invalid, match="holds no"):
-        plan_import(registry.catalog, tmp_path / "empty")
+        registry.bundles.plan_import(tmp_path / "empty")
     assert counts(registry)["entries"] == 0

@@ -13,9 +13,8 @@ import pytest
 from sqlalchemy import event, text
 
 from registry.catalog import bulk
-from registry.catalog.bundles import apply_import, plan_import
+from registry.catalog.bulk import BulkWriter, ImportWritten
 from registry.catalog.errors import Conflict, Invalid
-from registry.catalog.service import CatalogService
 from registry.catalog.values import WriteOptions
 from registry.db.changelog import NOTIFY_CHANNEL
 from registry.db.listener import libpq_conninfo
@@ -81,7 +80,7 @@ def test_a_bundle_whose_17th_file_fails_writes_nothing(registry: Registry, seven
     relative, _body, field, line = FAILURES[failure]
     before = counts(registry)
     with pytest.raises(Invalid, match=r"1 of 30 bundle files are invalid; nothing was written") as refused:
-        apply_import(registry.catalog, bundle, actor="tester")
+        registry.bundles.apply_import(bundle, actor="tester")
     assert [(e["path"], e["loc"], e["line"]) for e in refused.value.errors or []] == [
         (str(bundle / relative), field, line)
     ]
@@ -105,7 +104,7 @@ def test_a_failure_inside_the_write_rolls_the_whole_bundle_back(
 
     monkeypatch.setattr(bulk, "_append_changes", refuse)
     with pytest.raises(RuntimeError, match="disk is full"):
-        apply_import(registry.catalog, tmp_path / "bundle", actor="tester")
+        registry.bundles.apply_import(tmp_path / "bundle", actor="tester")
     assert counts(registry) == {"entries": 0, "entry_versions": 0, "labels": 0, "changes": 0}
 
 
@@ -115,15 +114,15 @@ def test_an_entry_created_meanwhile_refuses_the_whole_bundle(
     """Between the plan and the write someone creates the 17th entry: the import writes nothing
     (seeding retries on this Conflict and then finds the entry present)."""
     write_prompts(tmp_path / "bundle", 30)
-    original = CatalogService.import_heads
+    original = BulkWriter.import_heads
 
-    def racing(self: CatalogService, *args: Any, **kwargs: Any) -> int | None:
-        self.create("prompt", {"name": "p0016", "template": "mine"}, WriteOptions(actor="admin"))
+    def racing(self: BulkWriter, *args: Any, **kwargs: Any) -> ImportWritten:
+        self.catalog.create("prompt", {"name": "p0016", "template": "mine"}, WriteOptions(actor="admin"))
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(CatalogService, "import_heads", racing)
+    monkeypatch.setattr(BulkWriter, "import_heads", racing)
     with pytest.raises(Conflict, match=r"prompt 'p0016' was created while the import was being prepared"):
-        apply_import(registry.catalog, tmp_path / "bundle", actor="tester")
+        registry.bundles.apply_import(tmp_path / "bundle", actor="tester")
     assert counts(registry) == {"entries": 1, "entry_versions": 1, "labels": 2, "changes": 1}
     assert registry.catalog.get("prompt", "p0016").author == "admin"
 
@@ -148,7 +147,7 @@ def test_two_thousand_prompts_are_one_transaction_of_batched_statements(
     write_prompts(tmp_path / "b", 2000)
     signals: list[int] = []
     registry.catalog.on_change(signals.append)
-    done = apply_import(registry.catalog, tmp_path / "b", actor="tester")
+    done = registry.bundles.apply_import(tmp_path / "b", actor="tester")
     assert {item.action for item in done} == {"create"} and len(done) == 2000
     assert len(statements) < 60, f"{len(statements)} statements for 2,000 entries"
     assert counts(registry) == {"entries": 2000, "entry_versions": 2000, "labels": 4000, "changes": 2000}
@@ -168,7 +167,7 @@ def test_two_thousand_prompts_are_one_transaction_of_batched_statements(
 
     # A re-import of the same bundle plans and writes nothing.
     statements.clear()
-    again = apply_import(registry.catalog, tmp_path / "b", actor="tester")
+    again = registry.bundles.apply_import(tmp_path / "b", actor="tester")
     assert {item.action for item in again} == {"unchanged"}
     assert signals == [last + 1]
     assert counts(registry)["changes"] == 2000
@@ -177,7 +176,7 @@ def test_two_thousand_prompts_are_one_transaction_of_batched_statements(
 
 def test_updates_move_labels_and_record_what_lists_show(registry: Registry, tmp_path: Path) -> None:
     write_prompts(tmp_path / "b", 3)
-    apply_import(registry.catalog, tmp_path / "b", actor="tester")
+    registry.bundles.apply_import(tmp_path / "b", actor="tester")
     for name in ("p0000", "p0001"):
         registry.catalog.set_label("prompt", name, "staging", 1, WriteOptions(actor="admin"))
     # p0000: a template-only edit (lists unchanged); p0001: a description edit; p0002: unchanged.
@@ -186,10 +185,10 @@ def test_updates_move_labels_and_record_what_lists_show(registry: Registry, tmp_
         "name: p0001\ndescription: new words\narguments:\n  - name: topic\n    required: true\n"
         "template: 'Tell me about {{ topic }} (1)'\n"
     )
-    plan = {item.name: item.action for item, _ in plan_import(registry.catalog, tmp_path / "b")}
+    plan = {item.name: item.action for item, _ in registry.bundles.plan_import(tmp_path / "b")}
     assert plan == {"p0000": "update", "p0001": "update", "p0002": "unchanged"}
 
-    apply_import(registry.catalog, tmp_path / "b", actor="ci", labels=["staging"])
+    registry.bundles.apply_import(tmp_path / "b", actor="ci", labels=["staging"])
     p0 = registry.catalog.get("prompt", "p0000")
     p1 = registry.catalog.get("prompt", "p0001")
     assert (p0.version, p0.labels) == (2, {"latest": 2, "production": 1, "staging": 2})
@@ -239,7 +238,7 @@ def test_every_invalid_file_is_reported_with_field_and_line(registry: Registry, 
         (bundle / name).write_text(body)
     os.environ.pop("REGISTRY_TEST_SURELY_UNSET", None)
     with pytest.raises(Invalid, match=r"7 of 9 bundle files are invalid") as refused:
-        plan_import(registry.catalog, bundle)
+        registry.bundles.plan_import(bundle)
     errors = {(Path(e["path"]).relative_to(bundle).as_posix(), e["loc"], e["line"]) for e in refused.value.errors or []}
     assert errors == {
         ("prompts/yaml.yaml", "", 3),
@@ -265,7 +264,7 @@ def test_postgres_notifies_once_per_import(registry: Registry, tmp_path: Path, s
     write_prompts(tmp_path / "b", 300)
     with psycopg.connect(libpq_conninfo(registry.db.url), autocommit=True) as listener:
         listener.execute(f'LISTEN "{NOTIFY_CHANNEL}"')
-        apply_import(registry.catalog, tmp_path / "b", actor="tester")
+        registry.bundles.apply_import(tmp_path / "b", actor="tester")
         # The channel is shared by every schema on the server (other tests may notify too).
         payloads = [n.payload for n in listener.notifies(timeout=1.0)]
     with registry.db.engine.connect() as conn:

@@ -131,7 +131,7 @@ def build_catalog(registry: Registry, hook: WebhookServer) -> None:
 def describe(registry: Registry) -> dict[tuple[str, str], dict[str, Any]]:
     """Everything an export must reproduce, write-only values decrypted (each side's own key)."""
     found: dict[tuple[str, str], dict[str, Any]] = {}
-    with registry.catalog.bulk_reader() as session:
+    with registry.bundles.bulk_reader() as session:
         for kind in ("prompt", "resource", "tool"):
             for entry in bulk.iter_histories(session, kind):
                 found[(kind, entry.name)] = {

@@ -17,8 +17,7 @@ import pytest
 import yaml
 from sqlalchemy import select
 
-from registry.catalog.bundle_archive import PlanChanged, apply_zip, plan_zip
-from registry.catalog.bundles import apply_import, plan_import
+from registry.catalog.bundle_archive import PlanChanged
 from registry.catalog.errors import NotFound
 from registry.catalog.values import WriteOptions
 from registry.config import Settings
@@ -51,7 +50,7 @@ def test_the_seed_publishes_but_an_import_holds_production(protected: Registry, 
     seeded = protected.catalog.get("prompt", "summarize")
     assert seeded.labels == {"latest": 1, "production": 1}
 
-    done = apply_import(protected.catalog, edited_demo(tmp_path), actor="importer")
+    done = protected.bundles.apply_import(edited_demo(tmp_path), actor="importer")
     assert [(i.name, i.action) for i in done if i.action != "unchanged"] == [("summarize", "update")]
     after = protected.catalog.get("prompt", "summarize")
     assert after.version == 2
@@ -62,7 +61,7 @@ def test_the_seed_publishes_but_an_import_holds_production(protected: Registry, 
 
     # Explicit unprotected labels still move.
     again = edited_demo(tmp_path / "again", "Sum up this text")
-    apply_import(protected.catalog, again, actor="importer", labels=["staging", "production"])
+    protected.bundles.apply_import(again, actor="importer", labels=["staging", "production"])
     assert protected.catalog.get("prompt", "summarize").labels == {"latest": 3, "production": 1, "staging": 3}
 
 
@@ -71,7 +70,7 @@ def test_an_import_of_a_team_entry_names_the_team(registry: Registry, tmp_path: 
     registry.teams.create("docs", actor="admin")
     registry.catalog.set_team("prompt", "summarize", "docs", WriteOptions(actor="admin"))
 
-    apply_import(registry.catalog, edited_demo(tmp_path), actor="importer")
+    registry.bundles.apply_import(edited_demo(tmp_path), actor="importer")
     with registry.db.session() as session:
         row = session.scalars(select(Change).where(Change.kind == "prompt").order_by(Change.id.desc()).limit(1)).one()
         assert (row.kind, row.name, row.action) == ("prompt", "summarize", "updated")
@@ -99,10 +98,10 @@ def history_bundle(folder: Path, name: str) -> Path:
 
 
 def test_a_history_restore_opens_a_request_for_each_protected_pointer(protected: Registry, tmp_path: Path) -> None:
-    planned = plan_import(protected.catalog, history_bundle(tmp_path / "h", "moved"))
+    planned = protected.bundles.plan_import(history_bundle(tmp_path / "h", "moved"))
     assert [(i.action, i.live, i.review) for i, _ in planned] == [("restore", ("staging",), ("production",))]
 
-    done = apply_import(protected.catalog, tmp_path / "h", actor="mover")
+    done = protected.bundles.apply_import(tmp_path / "h", actor="mover")
     restored = protected.catalog.get("prompt", "moved")
     assert restored.labels == {"latest": 2, "staging": 2}, "production was not restored past review"
     with protected.db.session() as session:
@@ -113,11 +112,11 @@ def test_a_history_restore_opens_a_request_for_each_protected_pointer(protected:
 
 def test_an_import_plan_says_which_entries_go_to_review(protected: Registry, tmp_path: Path) -> None:
     protected.seed("demo")
-    planned = plan_import(protected.catalog, edited_demo(tmp_path), labels=["staging", "production"])
+    planned = protected.bundles.plan_import(edited_demo(tmp_path), labels=["staging", "production"])
     changed = [(i.name, i.live, i.review) for i, _ in planned if i.action != "unchanged"]
     assert changed == [("summarize", ("staging",), ("production",))]
 
-    done = apply_import(protected.catalog, edited_demo(tmp_path / "again"), actor="importer")
+    done = protected.bundles.apply_import(edited_demo(tmp_path / "again"), actor="importer")
     (item,) = [i for i in done if i.action == "update"]
     with protected.db.session() as session:
         opened = session.scalars(select(ChangeRequest)).all()
@@ -126,7 +125,7 @@ def test_an_import_plan_says_which_entries_go_to_review(protected: Registry, tmp
         ]
         assert opened[0].description == "Opened by the import of the bundle demo-edited: it holds this version."
     # The same bundle again changes nothing and opens nothing more.
-    again = apply_import(protected.catalog, edited_demo(tmp_path / "third"), actor="importer")
+    again = protected.bundles.apply_import(edited_demo(tmp_path / "third"), actor="importer")
     assert all(i.action == "unchanged" and not i.change_requests for i in again)
 
 
@@ -136,11 +135,11 @@ def test_a_ui_plan_made_before_a_label_was_protected_is_not_applied(registry: Re
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
         archive.writestr("prompts/fresh.yaml", yaml.safe_dump({"name": "fresh", "template": "hello"}))
-    shown = plan_zip(registry.catalog, buffer.getvalue())
+    shown = registry.zip_bundles.plan(buffer.getvalue())
     assert [(r.name, r.live, r.review) for r in shown.rows] == [("fresh", ("production",), ())]
     registry.protection.protect("production", None, actor="admin")
     with pytest.raises(PlanChanged) as changed:
-        apply_zip(registry.catalog, buffer.getvalue(), fingerprint=shown.fingerprint, actor="admin", source="z")
+        registry.zip_bundles.apply(buffer.getvalue(), fingerprint=shown.fingerprint, actor="admin", source="z")
     assert [(r.name, r.live, r.review) for r in changed.value.plan.rows] == [("fresh", (), ("production",))]
     with pytest.raises(NotFound):
         registry.catalog.get("prompt", "fresh")

@@ -9,7 +9,6 @@ import httpx
 import pytest
 from sqlalchemy import select, text
 
-from registry.catalog.bundles import export_bundle, plan_import
 from registry.catalog.secrets import MASK, PREFIX
 from registry.db.models import EntryVersion
 from registry.runtime import Registry
@@ -49,7 +48,7 @@ def stored_version(registry: Registry, number: int) -> dict[str, Any]:
 
 
 def latest_stored(registry: Registry) -> dict[str, Any]:
-    found = registry.catalog.latest_stored("tool", "deploy")
+    found = registry.drafts.latest_stored("tool", "deploy")
     assert found is not None
     return found[1]
 
@@ -89,7 +88,7 @@ def test_every_view_is_masked(tool: httpx.Client, tmp_path: Path, registry: Regi
     assert diff["changed"] == ["webhook"]
     assert "-    X-Team: '********'" in diff["diff"].splitlines()
 
-    written = export_bundle(registry.catalog, tmp_path / "export")
+    written = registry.bundles.export_bundle(tmp_path / "export")
     assert [p.relative_to(tmp_path / "export").as_posix() for p in written] == ["tools/deploy.yaml"]
     exported = written[0].read_text()
     assert_no_clear_values(exported)
@@ -183,8 +182,8 @@ def test_masked_value_without_a_stored_one_is_refused(tool: httpx.Client, regist
 
 
 def test_exported_masked_bundle_reimports_as_unchanged(tool: httpx.Client, registry: Registry, tmp_path: Path) -> None:
-    export_bundle(registry.catalog, tmp_path / "bundle")
-    plan = plan_import(registry.catalog, tmp_path / "bundle")
+    registry.bundles.export_bundle(tmp_path / "bundle")
+    plan = registry.bundles.plan_import(tmp_path / "bundle")
     assert [(item.kind, item.name, item.action) for item, _ in plan] == [("tool", "deploy", "unchanged")]
 
     # A bundle that carries a new clear value is an update.
@@ -192,5 +191,5 @@ def test_exported_masked_bundle_reimports_as_unchanged(tool: httpx.Client, regis
     (tmp_path / "bundle" / "tools" / "deploy.yaml").write_text(
         exported.replace("secret: '********'", "secret: brand-new-secret")
     )
-    plan = plan_import(registry.catalog, tmp_path / "bundle")
+    plan = registry.bundles.plan_import(tmp_path / "bundle")
     assert [item.action for item, _ in plan] == ["update"]

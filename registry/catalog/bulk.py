@@ -16,26 +16,35 @@ id; readers of the change log fetch the whole range after the id they saw.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, TypeVar
 
 import psycopg
 import psycopg.sql
 from sqlalchemy import JSON, Table, bindparam, delete, func, insert, select, text, tuple_, update
-from sqlalchemy.orm import Session
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, selectinload
 
 from registry.catalog.errors import Conflict
 from registry.catalog.listing import listing_changed
+from registry.catalog.protection import ProtectionPolicy, ReviewAsk
+from registry.catalog.repository import EntryRepository
+from registry.catalog.service import CatalogService
+from registry.catalog.validation import PRODUCTION, check_labels
 from registry.db.audit import Actor, as_actor, chain, digest, versions_digest
-from registry.db.changelog import CHANGELOG_LOCK_KEY, NOTIFY_CHANNEL, audit_row, chain_key, last_hash
-from registry.db.models import Change, Entry, EntryVersion, Label
+from registry.db.changelog import CHANGELOG_LOCK_KEY, NOTIFY_CHANNEL, audit_row, chain_key, last_change_id, last_hash
+from registry.db.engine import Database
+from registry.db.models import Change, Entry, EntryVersion, Label, utcnow
 
 #: Rows per statement: large enough that round trips do not dominate, small enough for SQLite's
 #: bound-parameter limit (32,766) with the widest row here (9 columns).
 CHUNK = 1000
 LATEST = "latest"
+log = logging.getLogger("registry.catalog")
 
 _ENTRIES: Table = Entry.__table__  # type: ignore[assignment]
 _VERSIONS: Table = EntryVersion.__table__  # type: ignore[assignment]
@@ -508,6 +517,140 @@ def bundle_event(
         "note": f"{count} entr{'y' if count == 1 else 'ies'} written; {detail}",
         "digest": digest(sorted(entries)),
     }
+
+
+# ------------------------------------------------------------------ the import transactions
+
+
+@dataclass(frozen=True)
+class ImportWritten:
+    """What a bundle write did: the last change id, and per (kind, name) the change requests
+    opened for the protected labels it did not move."""
+
+    change_id: int | None
+    change_requests: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+
+
+class BulkWriter:
+    """A planned bundle import written in one transaction (all or nothing), with the catalog's
+    rules for notes and labels (``catalog``) and its protected labels (``protection``): those are
+    never moved here; the same transaction opens a change request per entry and label instead."""
+
+    def __init__(self, db: Database, catalog: CatalogService, protection: ProtectionPolicy) -> None:
+        self.db = db
+        self.catalog = catalog
+        self.protection = protection
+
+    def import_targets(self, labels: list[str] | None) -> list[str]:
+        """The labels an entry bundle's new versions are given (default production), checked."""
+        return check_labels(labels if labels else [PRODUCTION])
+
+    def import_heads(
+        self,
+        writes: list[HeadWrite],
+        *,
+        actor: Actor | str,
+        note: str | None,
+        labels: list[str] | None = None,
+        publish_protected: bool = False,
+        review_note: str | None = None,
+    ) -> ImportWritten:
+        """Each write a new version moving ``latest`` and ``labels`` (default production).
+        Protected labels stay where they are, as for any save, and the same transaction opens a
+        change request per entry and protected label (described by ``review_note``), unless
+        ``publish_protected`` (the start-up seed of an empty catalog)."""
+        self.catalog.check_note(note)
+        target = self.import_targets(labels)
+        with _bulk_conflicts(), self.db.session() as session:
+            held = {} if publish_protected else self.protection.protected_in(session, target)
+            target = [label for label in target if label not in held]
+            now = utcnow()
+            detail = f"labels moved: latest, {', '.join(target) or 'none other'}"
+            detail += f"; held for review: {', '.join(sorted(held))}" if held else ""
+            closing = bundle_event([(w.kind, w.name) for w in writes], actor=actor, note=note, detail=detail, now=now)
+            change_id = write_heads(session, writes, actor=actor, note=note, labels=target, now=now, closing=closing)
+            moves = [(w.kind, w.name, label, (w.base or 0) + 1) for w in writes for label in held]
+            written = self._open_imported(session, change_id, moves, held, actor=actor, description=review_note)
+        self.catalog.committed(written.change_id)
+        return written
+
+    def restore_histories(
+        self,
+        writes: list[HistoryWrite],
+        *,
+        actor: Actor | str,
+        note: str | None,
+        publish_protected: bool = False,
+        review_note: str | None = None,
+    ) -> ImportWritten:
+        """Create entries with their exported history. The bundle's protected-label pointers are
+        not restored unless ``publish_protected``: a change request per entry and protected label
+        asks to (described by ``review_note``)."""
+        self.catalog.check_note(note)
+        with _bulk_conflicts(), self.db.session() as session:
+            held = {} if publish_protected else self.protection.protected_in(session)
+            moves = [(w.kind, w.name, k, v) for w in writes for k, v in w.labels.items() if k in held]
+            if held:
+                writes = [replace(w, labels={k: v for k, v in w.labels.items() if k not in held}) for w in writes]
+            now = utcnow()
+            detail = f"protected labels held for review: {', '.join(sorted(held))}" if held else "every label restored"
+            closing = bundle_event([(w.kind, w.name) for w in writes], actor=actor, note=note, detail=detail, now=now)
+            change_id = write_histories(session, writes, actor=actor, note=note, now=now, closing=closing)
+            written = self._open_imported(session, change_id, moves, held, actor=actor, description=review_note)
+        self.catalog.committed(written.change_id)
+        return written
+
+    def _open_imported(
+        self,
+        session: Session,
+        change_id: int | None,
+        moves: list[tuple[str, str, str, int]],
+        held: Mapping[str, int],
+        *,
+        actor: Actor | str,
+        description: str | None,
+    ) -> ImportWritten:
+        """For each (kind, name, protected label, version) a bundle write did not move: a change
+        request to move it, in the write's transaction (one per entry and label, as a save opens;
+        a pending one asking the same move is reused). Entries are read a chunk at a time. With
+        the write's ``change_id``, the transaction's last one once requests are opened."""
+        opened: dict[tuple[str, str], list[int]] = {}
+        ask, repository = ReviewAsk(description=description), EntryRepository(session, self.catalog.limits)
+        for part in chunks(moves):
+            by_kind: dict[str, set[str]] = {}
+            for kind, name, _label, _version in part:
+                by_kind.setdefault(kind, set()).add(name)
+            entries: dict[tuple[str, str], Entry] = {}
+            for kind, names in by_kind.items():
+                stmt = (
+                    select(Entry)
+                    .where(Entry.kind == kind, Entry.name.in_(sorted(names)))
+                    .options(selectinload(Entry.labels))
+                )
+                entries.update({(kind, entry.name): entry for entry in session.scalars(stmt)})
+            for kind, name, label, version in part:
+                entry = entries[(kind, name)]
+                ids = repository.open_held(entry, {label: held[label]}, version, actor=actor, review=ask)
+                if ids:
+                    opened.setdefault((kind, name), []).extend(ids)
+        if opened:
+            count = sum(len(ids) for ids in opened.values())
+            log.info("bundle import: protected label(s) %s held; %d change request(s)", ", ".join(sorted(held)), count)
+            change_id = last_change_id(session)
+        return ImportWritten(change_id, opened)
+
+
+@contextmanager
+def _bulk_conflicts() -> Iterator[None]:
+    """A bulk write that meets a unique constraint (an entry or resource URI created concurrently)
+    rolled back whole: a 409 that says so, not a 500."""
+    try:
+        yield
+    except IntegrityError as exc:
+        first = (str(exc.orig).strip().splitlines() or ["a unique constraint"])[0]
+        raise Conflict(
+            f"the import met a concurrent change ({first}); nothing was written: run the import again"
+        ) from None
 
 
 # ------------------------------------------------------------------ reads for planning and export

@@ -3,7 +3,7 @@
 A zip holds the folder ``mcp-registry export`` writes and ``mcp-registry import`` reads
 (``prompts/``, ``resources/``, ``tools/``, or ``history/``, and ``export.yaml``), at its root or
 inside one top-level folder. It is unpacked into a private temporary folder and handed to the very
-same ``plan_import`` / ``apply_plan`` / ``export_catalog`` as the command line: validation,
+same ``BundleService.plan_import`` / ``apply_plan`` / ``export_catalog`` as the command line: validation,
 planning and the all-or-nothing write are theirs.
 
 Unpacking is bounded and refuses what could escape the folder: at most
@@ -20,7 +20,7 @@ Applying writes exactly the plan that was shown: the bundle is planned again and
 (every entry's action, the version it would follow, the labels that go live and those that go to
 review) compared with the one shown; when the catalog changed in between, ``PlanChanged`` carries
 the new plan instead of writing anything. Protected labels are not moved: applying opens a change
-request per entry and protected label (``CatalogService.import_heads``).
+request per entry and protected label (``bulk.BulkWriter.import_heads``).
 """
 
 from __future__ import annotations
@@ -41,9 +41,8 @@ from pathlib import Path
 from typing import IO
 
 from registry.catalog.bundle_secrets import ExportSecrets, ImportSecrets
-from registry.catalog.bundles import PlannedEntry, apply_plan, export_catalog, plan_diff, plan_import
+from registry.catalog.bundles import BundleService, PlannedEntry
 from registry.catalog.errors import CatalogError, Invalid
-from registry.catalog.service import CatalogService
 from registry.db.audit import Actor
 from registry.limits import LimitExceeded, Limits
 
@@ -233,7 +232,7 @@ def unpacked(data: bytes, limits: Limits) -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-# ------------------------------------------------------------------ plan and apply
+# ------------------------------------------------------------------ plan, apply, export
 
 
 def _no_environment() -> ImportSecrets:
@@ -275,64 +274,63 @@ def _fingerprint(data: bytes, plan: list[PlannedEntry]) -> str:
     return digest.hexdigest()
 
 
-def _plan(service: CatalogService, data: bytes, root: Path) -> tuple[ZipPlan, list[PlannedEntry]]:
-    try:
-        planned = [entry for _item, entry in plan_import(service, root, secrets=_no_environment())]
-    except CatalogError as exc:
-        raise _relative_error(exc, root) from None
-    rows: list[PlanRow] = []
-    counts: dict[str, dict[str, int]] = {}
-    shown = 0
-    for entry in planned:
-        diff = ""
-        if entry.action in ("update", "conflict") and shown < DIFFS_SHOWN:
-            diff = _relative(plan_diff(service, entry), root)
-            shown += 1
-        source = _relative(str(entry.path), root)
-        rows.append(PlanRow(entry.kind, entry.name, entry.action, source, diff, entry.live, entry.review))
-        per_kind = counts.setdefault(entry.kind, {})
-        per_kind[entry.action] = per_kind.get(entry.action, 0) + 1
-    return ZipPlan(rows, _fingerprint(data, planned), counts), planned
+class ZipBundles:
+    """Uploaded and downloaded bundles, planned, applied and exported by ``bundles``."""
 
+    def __init__(self, bundles: BundleService) -> None:
+        self.bundles = bundles
+        self.limits = bundles.limits
 
-def plan_zip(service: CatalogService, data: bytes) -> ZipPlan:
-    """What importing zip ``data`` would do; writes nothing. Raises ``Invalid`` (a bad zip, a
-    limit, every problem of every file) or ``Conflict``."""
-    with unpacked(data, service.limits) as root:
-        plan, _planned = _plan(service, data, root)
-    return plan
-
-
-def apply_zip(
-    service: CatalogService, data: bytes, *, fingerprint: str, actor: Actor | str, source: str
-) -> tuple[ZipPlan, list[int]]:
-    """Import zip ``data`` in one transaction, provided its plan is still the one whose
-    ``fingerprint`` was shown (else ``PlanChanged`` with the new plan, and nothing is written).
-    Returns the plan applied and the change requests opened for its protected labels."""
-    with unpacked(data, service.limits) as root:
-        plan, planned = _plan(service, data, root)
-        if plan.fingerprint != fingerprint:
-            raise PlanChanged(plan)
+    def _plan(self, data: bytes, root: Path) -> tuple[ZipPlan, list[PlannedEntry]]:
         try:
-            items = apply_plan(service, planned, actor=actor, source=source)
+            planned = [entry for _item, entry in self.bundles.plan_import(root, secrets=_no_environment())]
         except CatalogError as exc:
             raise _relative_error(exc, root) from None
-    return plan, sorted(number for item in items for number in item.change_requests)
+        rows: list[PlanRow] = []
+        counts: dict[str, dict[str, int]] = {}
+        shown = 0
+        for entry in planned:
+            diff = ""
+            if entry.action in ("update", "conflict") and shown < DIFFS_SHOWN:
+                diff = _relative(self.bundles.plan_diff(entry), root)
+                shown += 1
+            source = _relative(str(entry.path), root)
+            rows.append(PlanRow(entry.kind, entry.name, entry.action, source, diff, entry.live, entry.review))
+            per_kind = counts.setdefault(entry.kind, {})
+            per_kind[entry.action] = per_kind.get(entry.action, 0) + 1
+        return ZipPlan(rows, _fingerprint(data, planned), counts), planned
 
+    def plan(self, data: bytes) -> ZipPlan:
+        """What importing zip ``data`` would do; writes nothing. Raises ``Invalid`` (a bad zip, a
+        limit, every problem of every file) or ``Conflict``."""
+        with unpacked(data, self.limits) as root:
+            plan, _planned = self._plan(data, root)
+        return plan
 
-# ------------------------------------------------------------------ export
+    def apply(self, data: bytes, *, fingerprint: str, actor: Actor | str, source: str) -> tuple[ZipPlan, list[int]]:
+        """Import zip ``data`` in one transaction, provided its plan is still the one whose
+        ``fingerprint`` was shown (else ``PlanChanged`` with the new plan, and nothing is written).
+        Returns the plan applied and the change requests opened for its protected labels."""
+        with unpacked(data, self.limits) as root:
+            plan, planned = self._plan(data, root)
+            if plan.fingerprint != fingerprint:
+                raise PlanChanged(plan)
+            try:
+                items = self.bundles.apply_plan(planned, actor=actor, source=source)
+            except CatalogError as exc:
+                raise _relative_error(exc, root) from None
+        return plan, sorted(number for item in items for number in item.change_requests)
 
-
-def export_zip(service: CatalogService, sink: IO[bytes], *, label: str | None = None) -> int:
-    """Write the catalog as a zipped entry bundle to ``sink`` (each live entry's newest version, or
-    the version ``label`` serves), write-only values masked: what ``mcp-registry export --secrets
-    mask`` writes, fit for editing and re-importing into this catalog. Returns the entry count."""
-    folder = Path(tempfile.mkdtemp(prefix="mcpr-export-"))
-    try:
-        result = export_catalog(service, folder, label=label, secrets=ExportSecrets("mask"))
-        with zipfile.ZipFile(sink, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-            for path in sorted([*result.files, *result.extras]):
-                archive.write(path, path.relative_to(folder).as_posix())
-        return len(result.files)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    def export(self, sink: IO[bytes], *, label: str | None = None) -> int:
+        """Write the catalog as a zipped entry bundle to ``sink`` (each live entry's newest version, or
+        the version ``label`` serves), write-only values masked: what ``mcp-registry export --secrets
+        mask`` writes, fit for editing and re-importing into this catalog. Returns the entry count."""
+        folder = Path(tempfile.mkdtemp(prefix="mcpr-export-"))
+        try:
+            result = self.bundles.export_catalog(folder, label=label, secrets=ExportSecrets("mask"))
+            with zipfile.ZipFile(sink, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+                for path in sorted([*result.files, *result.extras]):
+                    archive.write(path, path.relative_to(folder).as_posix())
+            return len(result.files)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)

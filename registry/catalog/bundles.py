@@ -32,7 +32,7 @@ Every file is read and validated before anything is written, and *every* problem
   existing entry is a conflict, and the import is refused: histories are not merged (import an
   entry bundle to add a version to an existing entry instead).
 
-The writes happen in one transaction (``CatalogService.import_heads`` / ``restore_histories``): a
+The writes happen in one transaction (``bulk.BulkWriter.import_heads`` / ``restore_histories``): a
 bundle is imported whole or not at all, with one change-log range and one notification burst.
 Importing a bundle twice, or re-importing an export, changes nothing.
 
@@ -47,7 +47,8 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -55,16 +56,20 @@ from typing import Any
 
 import yaml
 from pydantic import ValidationError
+from sqlalchemy.orm import Session
 
 from registry import __version__
 from registry.catalog import bulk
 from registry.catalog.bundle_history import HistoryFile, history_document
 from registry.catalog.bundle_secrets import EXPORT_KEY_ENV, ExportSecrets, ImportSecrets, has_secrets, masked_fields
+from registry.catalog.diffs import to_yaml
 from registry.catalog.errors import CatalogError, Conflict, Invalid
+from registry.catalog.protection import ProtectionPolicy
 from registry.catalog.secrets import MASK, SecretKeyError
-from registry.catalog.service import CatalogService, ImportPlanItem, ImportWritten, to_yaml
+from registry.catalog.service import CatalogService
 from registry.catalog.specs import KIND_BY_COLLECTION, dump_spec
 from registry.db.audit import Actor
+from registry.db.engine import Database
 from registry.limits import LimitExceeded, Limits
 
 COLLECTION_BY_KIND = {kind: collection for collection, kind in KIND_BY_COLLECTION.items()}
@@ -319,7 +324,22 @@ def _read_manifest(directory: Path, secrets: ImportSecrets) -> None:
         raise Invalid(f"{path}: {problem}")
 
 
-# ------------------------------------------------------------------ entry bundles: validate, plan, apply
+# ------------------------------------------------------------------ plans
+
+
+@dataclass(frozen=True)
+class ImportPlanItem:
+    kind: str
+    name: str
+    action: str  # create | update | unchanged | restore+update
+    source: str = ""
+    #: Labels the import points at what it writes at once (``latest`` not listed).
+    live: tuple[str, ...] = ()
+    #: Protected labels it would move: they stay where they are, and a change request each asks
+    #: reviewers to move them (opened by the import).
+    review: tuple[str, ...] = ()
+    #: Once applied: the change requests opened (or already pending) for ``review``.
+    change_requests: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -359,87 +379,12 @@ class _Incoming:
     masked: dict[str, int | None] = field(default_factory=dict)
     #: Resources: the line of ``uri``/``uriTemplate``, for a URI another resource holds.
     uri_line: int | None = None
-
-
-def _read_entries(
-    service: CatalogService, sources: list[_Source], secrets: ImportSecrets, problems: list[Problem]
-) -> list[_Incoming]:
-    """Every file parsed and validated, in one pass: the valid entries, and ``problems`` extended
-    with everything wrong with the others."""
-    incoming: list[_Incoming] = []
-    first_seen: dict[tuple[str, str], Path] = {}
-    for source in sources:
-        loaded = _load(source, service.limits)
-        if isinstance(loaded, Problem):
-            problems.append(loaded)
-            continue
-        text, raw = loaded
-        locate = _Locator(text)
-        unresolved = _resolve(secrets, source.kind, raw, source.path, locate)
-        if unresolved:
-            problems += unresolved
-            continue
-        try:
-            spec = dump_spec(service.parse_spec(source.kind, raw))
-        except CatalogError as exc:
-            problems += _spec_problems(source.path, locate, exc)
-            continue
-        key = (source.kind, spec["name"])
-        if key in first_seen:
-            problems.append(
-                Problem(
-                    source.path,
-                    f"{source.kind} {spec['name']!r} appears twice in the bundle (also in {first_seen[key]})",
-                    "name",
-                    locate.line(["name"]),
-                )
-            )
-            continue
-        first_seen[key] = source.path
-        masked = {where: locate.line(where.split(".")) for where in masked_fields(source.kind, spec)}
-        uri_line = _top_level_line(text, ("uri", "uriTemplate")) if source.kind == "resource" else None
-        incoming.append(_Incoming(source.kind, spec["name"], source.path, spec, masked, uri_line))
-    return incoming
-
-
-def _comparable(service: CatalogService, kind: str, stored: dict[str, Any], incoming: dict[str, Any]) -> dict[str, Any]:
-    """The stored spec in the incoming file's terms: secrets decrypted, or masked where the file masks them."""
-    revealed = service.reveal(kind, stored)
-    if kind in ("tool", "resource"):  # a tool's webhook, an http resource's own headers
-        hook_in = incoming.get("webhook", {}) if kind == "tool" else incoming
-        hook = revealed.get("webhook", {}) if kind == "tool" else revealed
-        for header, value in (hook_in.get("headers") or {}).items():
-            if value == MASK and header in (hook.get("headers") or {}):
-                hook["headers"][header] = MASK
-        if hook_in.get("secret") == MASK and hook.get("secret"):
-            hook["secret"] = MASK
-    return revealed
+    #: A history file: the whole entry to restore.
+    history: bulk.HistoryWrite | None = None
 
 
 def _identity_uri(spec: dict[str, Any]) -> str:
     return str(spec.get("uri") or spec.get("uriTemplate") or "")
-
-
-def _catalog_state(
-    service: CatalogService, incoming: Sequence[_Incoming], *, against_empty: bool, with_labels: bool = False
-) -> tuple[dict[str, dict[str, bulk.StoredHead]], dict[str, str], dict[int, dict[str, int]]]:
-    """The catalog's newest versions of the incoming entries, who holds the incoming resource URIs,
-    and (``with_labels``) the labels of the entries present: one read transaction."""
-    if against_empty:
-        return {}, {}, {}
-    names: dict[str, list[str]] = {}
-    for entry in incoming:
-        names.setdefault(entry.kind, []).append(entry.name)
-    uris = [_identity_uri(e.spec) for e in incoming if e.kind == "resource"]
-    with service.bulk_reader() as session:
-        heads = {kind: bulk.stored_heads(session, kind, wanted) for kind, wanted in names.items()}
-        owners = bulk.uri_owners(session, uris) if uris else {}
-        labels = (
-            bulk.labels_of(session, [h.entry_id for found in heads.values() for h in found.values()])
-            if with_labels
-            else {}
-        )
-    return heads, owners, labels
 
 
 def _top_level_line(text: str, keys: Sequence[str]) -> int | None:
@@ -461,199 +406,6 @@ def _uri_problems(entry: _Incoming, owners: dict[str, str], seen: dict[str, Path
     if owner is not None and owner != entry.name:
         problems.append(Problem(entry.path, f"resource {owner!r} already uses {uri!r}", where, entry.uri_line))
     return problems
-
-
-def _plan_entries(
-    service: CatalogService,
-    incoming: list[_Incoming],
-    problems: list[Problem],
-    *,
-    against_empty: bool,
-    only_missing: bool,
-) -> list[PlannedEntry]:
-    planned: list[PlannedEntry] = []
-    uris_seen: dict[str, Path] = {}
-    # In slices, so the stored versions compared against are held a slice at a time (100,000 of
-    # them at once cost hundreds of MB); only those of entries to update are kept, for the write.
-    for start in range(0, len(incoming), PLAN_SLICE):
-        part = incoming[start : start + PLAN_SLICE]
-        heads, owners, _ = _catalog_state(service, part, against_empty=against_empty)
-        planned += _plan_slice(service, part, heads, owners, uris_seen, problems, only_missing=only_missing)
-    return planned
-
-
-def _plan_slice(
-    service: CatalogService,
-    incoming: Sequence[_Incoming],
-    heads: dict[str, dict[str, bulk.StoredHead]],
-    owners: dict[str, str],
-    uris_seen: dict[str, Path],
-    problems: list[Problem],
-    *,
-    only_missing: bool,
-) -> list[PlannedEntry]:
-    planned: list[PlannedEntry] = []
-    for entry in incoming:
-        head = heads.get(entry.kind, {}).get(entry.name)
-        try:
-            if head is None:
-                action = "create"
-            elif head.archived:
-                action = "skip-archived"  # retired on purpose; a bundle does not bring it back
-            elif _comparable(service, entry.kind, head.spec, entry.spec) == entry.spec:
-                action = "unchanged"
-            else:
-                action = "kept" if only_missing else "update"
-        except SecretKeyError as exc:
-            problems.append(Problem(entry.path, f"cannot compare with the stored version: {exc}"))
-            continue
-        sealed = None
-        if action in ("create", "update"):
-            problems += _uri_problems(entry, owners, uris_seen)
-            if head is None and entry.masked:
-                problems += [
-                    Problem(
-                        entry.path,
-                        f"is masked ({MASK}) but this catalog has no {entry.kind} {entry.name!r}, so there is no "
-                        "stored value to keep: export with --secrets-key or --secrets env",
-                        where,
-                        line,
-                    )
-                    for where, line in entry.masked.items()
-                ]
-                continue
-            try:
-                sealed = service.seal(entry.kind, entry.spec, head.spec if head else None)
-            except Invalid as exc:
-                problems.append(Problem(entry.path, exc.detail))
-                continue
-        kept_head = head if action in ("update", "kept") else None  # what a diff or the write needs
-        planned.append(PlannedEntry(entry.kind, entry.name, entry.path, action, entry.spec, kept_head, sealed))
-    return planned
-
-
-# ------------------------------------------------------------------ history bundles: validate, plan, apply
-
-
-def _read_histories(
-    service: CatalogService, sources: list[_Source], secrets: ImportSecrets, problems: list[Problem]
-) -> list[tuple[_Incoming, bulk.HistoryWrite]]:
-    found: list[tuple[_Incoming, bulk.HistoryWrite]] = []
-    seen: dict[tuple[str, str], Path] = {}
-    note_cap = service.limits.change_note_chars
-    for source in sources:
-        loaded = _load(source, service.limits)
-        if isinstance(loaded, Problem):
-            problems.append(loaded)
-            continue
-        text, raw = loaded
-        locate = _Locator(text)
-        try:
-            history = HistoryFile.model_validate(raw)
-        except ValidationError as exc:
-            for error in exc.errors():
-                loc = [str(part) for part in error["loc"]]
-                message = error["msg"].removeprefix("Value error, ")
-                problems.append(Problem(source.path, message, ".".join(loc) or None, locate.line(loc)))
-            continue
-        records: list[bulk.VersionRecord] = []
-        newest: dict[str, Any] = {}
-        before = len(problems)
-        for index, version in enumerate(history.versions):
-            prefix = ["versions", str(index), "spec"]
-            spec_raw = version.spec
-            if spec_raw.setdefault("name", history.name) != history.name:
-                loc = [*prefix, "name"]
-                message = f"names {spec_raw['name']!r}, not {history.name!r}"
-                problems.append(Problem(source.path, message, ".".join(loc), locate.line(loc)))
-                continue
-            if version.note is not None and len(version.note) > note_cap:
-                loc = ["versions", str(index), "note"]
-                refusal = LimitExceeded(
-                    "change_note_chars", f"note has {len(version.note)} characters; at most {note_cap}"
-                )
-                problems.append(Problem(source.path, str(refusal), ".".join(loc), locate.line(loc)))
-            unresolved = _resolve(secrets, source.kind, spec_raw, source.path, locate, prefix)
-            masked = masked_fields(source.kind, spec_raw)
-            if unresolved or masked:
-                problems += unresolved
-                problems += [
-                    Problem(
-                        source.path,
-                        f"is masked ({MASK}): a history import needs the values themselves (export with "
-                        "--secrets-key or --secrets env)",
-                        ".".join([*prefix, where]),
-                        locate.line([*prefix, *where.split(".")]),
-                    )
-                    for where in masked
-                ]
-                continue
-            try:
-                canonical = dump_spec(service.parse_spec(source.kind, spec_raw))
-            except CatalogError as exc:
-                problems += _spec_problems(source.path, locate, exc, prefix)
-                continue
-            newest = canonical
-            sealed = service.seal(source.kind, canonical, None)
-            records.append(
-                bulk.VersionRecord(version.version, sealed, version.author, version.note, version.created_at)
-            )
-        key = (source.kind, history.name)
-        if key in seen:
-            problems.append(
-                Problem(
-                    source.path, f"{source.kind} {history.name!r} appears twice in the bundle (also in {seen[key]})"
-                )
-            )
-        seen[key] = source.path
-        if len(problems) > before:
-            continue
-        write = bulk.HistoryWrite(
-            source.kind,
-            history.name,
-            records,
-            {k: v for k, v in history.labels.items() if k != "latest"},
-            history.archived,
-            history.created_at,
-            history.updated_at,
-        )
-        found.append((_Incoming(source.kind, history.name, source.path, newest), write))
-    return found
-
-
-def _plan_histories(
-    service: CatalogService,
-    found: list[tuple[_Incoming, bulk.HistoryWrite]],
-    problems: list[Problem],
-    *,
-    against_empty: bool,
-) -> list[PlannedEntry]:
-    incoming = [entry for entry, _ in found]
-    heads, owners, labels = _catalog_state(service, incoming, against_empty=against_empty, with_labels=True)
-    planned: list[PlannedEntry] = []
-    uris_seen: dict[str, Path] = {}
-    for entry, write in found:
-        head = heads.get(entry.kind, {}).get(entry.name)
-        if head is None:
-            action = "restore"
-            problems += _uri_problems(entry, owners, uris_seen)
-        else:
-            try:
-                same = (
-                    head.latest_version == write.versions[-1].number
-                    and head.archived == write.archived
-                    and labels.get(head.entry_id, {}) == write.labels
-                    and _comparable(service, entry.kind, head.spec, entry.spec) == entry.spec
-                )
-            except SecretKeyError as exc:
-                problems.append(Problem(entry.path, f"cannot compare with the stored version: {exc}"))
-                continue
-            action = "unchanged" if same else "conflict"
-        planned.append(PlannedEntry(entry.kind, entry.name, entry.path, action, entry.spec, head, history=write))
-    return planned
-
-
-# ------------------------------------------------------------------ public entry points
 
 
 def with_protection(
@@ -679,157 +431,14 @@ def with_protection(
     return done
 
 
-def plan_import(
-    service: CatalogService,
-    directory: Path,
-    *,
-    secrets: ImportSecrets | None = None,
-    against_empty: bool = False,
-    only_missing: bool = False,
-    labels: list[str] | None = None,
-    publish_protected: bool = False,
-) -> list[tuple[ImportPlanItem, PlannedEntry]]:
-    """What importing ``directory`` would do, entry by entry, and which labels of each go live
-    and which to review; writes nothing. Raises ``Invalid`` listing every problem of every file.
-    ``against_empty``: compare with an empty catalog without reading the database (it has no
-    tables yet; only the process's own ``REGISTRY_PROTECTED_LABELS`` protect anything)."""
-    secrets = secrets if secrets is not None else ImportSecrets()
-    layout, sources = _list_files(directory, service.limits)
-    _read_manifest(directory, secrets)
-    problems: list[Problem] = []
-    if layout == "history":
-        found = _read_histories(service, sources, secrets, problems)
-        planned = _plan_histories(service, found, problems, against_empty=against_empty)
-    else:
-        incoming = _read_entries(service, sources, secrets, problems)
-        planned = _plan_entries(service, incoming, problems, against_empty=against_empty, only_missing=only_missing)
-    if problems:
-        # One report, in file order, whichever stage found each problem.
-        order = {source.path: index for index, source in enumerate(sources)}
-        raise _refuse(sorted(problems, key=lambda p: order.get(p.path, -1)), len(sources))
-    if layout == "history" and labels:
-        raise Invalid("--label does not apply to a history bundle: it restores the labels it holds")
-    targets = service.import_targets(labels)
-    if against_empty:
-        protected = {label: 1 for label in service.protection.settings_labels}
-    else:
-        protected = service.protected_now(None if layout == "history" else targets)
-    planned = with_protection(planned, labels=targets, protected=protected, publish_protected=publish_protected)
-    return [(entry.item, entry) for entry in planned]
-
-
-def apply_import(
-    service: CatalogService,
-    directory: Path,
-    *,
-    actor: str,
-    labels: list[str] | None = None,
-    only_missing: bool = False,
-    secrets: ImportSecrets | None = None,
-    publish_protected: bool = False,
-) -> list[ImportPlanItem]:
-    """Write the plan in one transaction. ``only_missing`` (used for seeding at start-up) creates
-    new entries but never overwrites an existing one, so a restart does not undo what admins
-    edited since. ``labels`` apply to an entry bundle's new versions (a history bundle brings its own).
-    Protected labels are left where they are, with a change request per entry and label to move
-    them, unless ``publish_protected``: the start-up seed of an empty catalog, the system's own."""
-    planned = plan_import(
-        service,
-        directory,
-        secrets=secrets,
-        only_missing=only_missing,
-        labels=labels,
-        publish_protected=publish_protected,
-    )
-    plan = [entry for _item, entry in planned]
-    return apply_plan(
-        service, plan, actor=actor, labels=labels, source=directory.name, publish_protected=publish_protected
-    )
-
-
-def apply_plan(
-    service: CatalogService,
-    plan: list[PlannedEntry],
-    *,
-    actor: Actor | str,
-    labels: list[str] | None = None,
-    source: str,
-    publish_protected: bool = False,
-) -> list[ImportPlanItem]:
-    """Write a plan ``plan_import`` made, in one transaction (all or nothing); ``source`` names the
-    bundle in the change notes and in the change requests opened for protected labels (one per
-    entry and label: each is reviewed, checked and published on its own, as a save's is). For
-    callers that show the plan first and write exactly what was shown (the web UI): an update
-    whose entry moved on since its plan is refused (``Conflict``). Returns the plan's items, each
-    with the change requests opened for it."""
-    note = f"imported from {source}"
-    review_note = f"Opened by the import of the bundle {source}: it holds this version."
-    histories = [entry for entry in plan if entry.history is not None]
-    if histories:
-        if labels:
-            raise Invalid("--label does not apply to a history bundle: it restores the labels it holds")
-        conflicts = [entry for entry in histories if entry.action == "conflict"]
-        if conflicts:
-            shown = ", ".join(f"{e.kind} {e.name}" for e in conflicts[:10])
-            more = f" and {len(conflicts) - 10} more" if len(conflicts) > 10 else ""
-            raise Conflict(
-                f"{len(conflicts)} entries of the history bundle exist in this catalog with another history "
-                f"({shown}{more}); a history import restores entries into a catalog that does not have them, "
-                "and nothing was written (import an entry bundle to add a version to existing entries instead)"
-            )
-        written = service.restore_histories(
-            [e.history for e in histories if e.action == "restore" and e.history is not None],
-            actor=actor,
-            note=f"restored from {source}",
-            publish_protected=publish_protected,
-            review_note=review_note,
-        )
-        return _with_requests(plan, written)
-    writes = [
-        bulk.HeadWrite(
-            entry.kind,
-            entry.name,
-            entry.sealed,
-            entry_id=entry.head.entry_id if entry.head else None,
-            base=entry.head.latest_version if entry.head else None,
-            previous=entry.head.spec if entry.head else None,
-        )
-        for entry in plan
-        if entry.action in ("create", "update") and entry.sealed is not None
-    ]
-    written = service.import_heads(
-        writes, actor=actor, note=note, labels=labels, publish_protected=publish_protected, review_note=review_note
-    )
-    return _with_requests(plan, written)
-
-
-def _with_requests(plan: list[PlannedEntry], written: ImportWritten) -> list[ImportPlanItem]:
+def _with_requests(plan: list[PlannedEntry], written: bulk.ImportWritten) -> list[ImportPlanItem]:
     return [
         replace(entry.item, change_requests=tuple(written.change_requests.get((entry.kind, entry.name), ())))
         for entry in plan
     ]
 
 
-def plan_diff(service: CatalogService, entry: PlannedEntry) -> str:
-    """A unified diff, stored newest version against the incoming one, in YAML with write-only
-    values masked ("" when there is nothing to compare)."""
-    if entry.head is None or entry.action not in ("update", "conflict", "kept"):
-        return ""
-    old = to_yaml(_export_form(entry.kind, service.mask(entry.kind, entry.head.spec)))
-    new = to_yaml(_export_form(entry.kind, service.mask(entry.kind, entry.spec)))
-    label = f"{entry.kind} {entry.name}"
-    if old == new:
-        return f"(only write-only values differ in {label})\n"
-    lines = difflib.unified_diff(
-        old.splitlines(keepends=True),
-        new.splitlines(keepends=True),
-        fromfile=f"{label} (stored v{entry.head.latest_version})",
-        tofile=f"{label} ({entry.path})",
-    )
-    return "".join(lines)
-
-
-# ------------------------------------------------------------------ export
+# ------------------------------------------------------------------ export files
 
 
 def _export_form(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -876,24 +485,6 @@ class ExportResult:
     variables: dict[str, list[str]] = field(default_factory=dict)
 
 
-def _secret_holders(service: CatalogService, *, label: str | None, all_versions: bool) -> list[str]:
-    """The entries that would be exported with write-only values."""
-    found: list[str] = []
-    with service.bulk_reader() as session:
-        for kind in ("resource", "tool"):
-            if all_versions:
-                found += [
-                    f"{kind} {h.name}"
-                    for h in bulk.iter_histories(session, kind)
-                    if any(has_secrets(kind, v.spec) for v in h.versions)
-                ]
-            else:
-                found += [
-                    f"{kind} {n}" for n, spec in bulk.iter_served(session, kind, label) if has_secrets(kind, spec)
-                ]
-    return found
-
-
 def _check_secret_mode(found: list[str], secrets: ExportSecrets | None, *, all_versions: bool) -> None:
     if not found:
         return
@@ -911,89 +502,6 @@ def _check_secret_mode(found: list[str], secrets: ExportSecrets | None, *, all_v
             f"{len(found)} entries hold write-only values ({shown}): a history export cannot mask them, since "
             "the import must restore them; use --secrets-key KEY or --secrets env"
         )
-
-
-def export_catalog(
-    service: CatalogService,
-    directory: Path,
-    *,
-    label: str | None = None,
-    all_versions: bool = False,
-    secrets: ExportSecrets | None = None,
-) -> ExportResult:
-    """Write the catalog as a bundle (see the module docstring). ``secrets`` None refuses when an
-    exported entry holds write-only values, explaining the choices."""
-    if label is not None and all_versions:
-        raise Invalid("--label and --all-versions exclude each other: a history export holds every label")
-    _check_secret_mode(
-        _secret_holders(service, label=label, all_versions=all_versions), secrets, all_versions=all_versions
-    )
-    mode = secrets.mode if secrets is not None else "none"
-    result = ExportResult()
-    counts: dict[str, int] = {}
-
-    def encoded(kind: str, name: str, stored: dict[str, Any], version: int | None = None) -> dict[str, Any]:
-        if not has_secrets(kind, stored) or secrets is None:
-            return stored
-        if secrets.mode == "mask":
-            return service.mask(kind, stored)
-        return secrets.encode(kind, name, service.reveal(kind, stored), version=version)
-
-    with service.bulk_reader() as session:
-        for kind, collection in COLLECTION_BY_KIND.items():
-            counts[kind] = 0
-            folder: tuple[str, ...]
-            if all_versions:
-                folder = (HISTORY, collection)
-                for entry in bulk.iter_histories(session, kind):
-                    versions = []
-                    for v in entry.versions:
-                        doc: dict[str, Any] = {
-                            "version": v.number,
-                            "author": v.author,
-                            "created_at": v.created_at.isoformat(),
-                        }
-                        if v.note is not None:
-                            doc["note"] = v.note
-                        doc["spec"] = _export_form(kind, encoded(kind, entry.name, v.spec, v.number))
-                        versions.append(doc)
-                    document = history_document(
-                        entry.name,
-                        archived=entry.archived,
-                        created_at=entry.created_at.isoformat(),
-                        updated_at=entry.updated_at.isoformat(),
-                        labels=entry.labels,
-                        versions=versions,
-                    )
-                    result.files.append(_write_entry(directory, folder, entry.name, document))
-                    counts[kind] += 1
-            else:
-                folder = (collection,)
-                for name, stored in bulk.iter_served(session, kind, label):
-                    document = _export_form(kind, encoded(kind, name, stored))
-                    result.files.append(_write_entry(directory, folder, name, document))
-                    counts[kind] += 1
-    if all_versions or mode in ("key", "env"):
-        result.variables = secrets.usage() if secrets is not None and mode == "env" else {}
-        source = "all-versions" if all_versions else (f"label {label}" if label else "latest")
-        manifest = {
-            "format": FORMAT,
-            "layout": HISTORY if all_versions else "entries",
-            "source": source,
-            "exported_at": datetime.now(UTC).isoformat(),
-            "exported_by": f"mcp-registry {__version__}",
-            "entries": counts,
-            "secrets": {
-                "mode": mode,
-                **({"key_check": secrets.key_check()} if secrets is not None and mode == "key" else {}),
-                **({"variables": result.variables} if mode == "env" else {}),
-            },
-        }
-        _folder(directory)
-        _write_new_text(directory / MANIFEST, _dump(manifest))
-        _write_new_text(directory / README, _readme(source, mode, counts, result.variables))
-        result.extras = [directory / MANIFEST, directory / README]
-    return result
 
 
 def _write_entry(root: Path, folder: tuple[str, ...], name: str, document: dict[str, Any]) -> Path:
@@ -1030,15 +538,522 @@ def _readme(source: str, mode: str, counts: dict[str, int], variables: dict[str,
     return "\n".join(lines) + "\n"
 
 
-def export_bundle(
-    service: CatalogService,
-    directory: Path,
-    *,
-    label: str | None = None,
-    all_versions: bool = False,
-    secrets: ExportSecrets | None = None,
-) -> list[Path]:
-    """Write the catalog as a bundle; returns the entry files written. Without ``secrets``,
-    write-only values are masked (fit for a re-import into this same catalog only)."""
-    chosen = secrets if secrets is not None else ExportSecrets("mask")
-    return export_catalog(service, directory, label=label, all_versions=all_versions, secrets=chosen).files
+# ------------------------------------------------------------------ the service
+
+
+class BundleService:
+    """Bundles in and out of one catalog: files validated and parsed by the catalog's own rules
+    (``catalog``), planned against what it holds, written whole by ``bulk.BulkWriter``, with its
+    protected labels (``protection``) held for review."""
+
+    def __init__(self, db: Database, catalog: CatalogService, protection: ProtectionPolicy) -> None:
+        self.db = db
+        self.catalog = catalog
+        self.protection = protection
+        self.limits = catalog.limits
+        self.writer = bulk.BulkWriter(db, catalog, protection)
+
+    @contextmanager
+    def bulk_reader(self) -> Iterator[Session]:
+        """One read transaction for a bundle plan or an export: a consistent view of the catalog,
+        read with the few set-based queries of ``registry.catalog.bulk``."""
+        with self.db.session() as session:
+            yield session
+
+    def protected_now(self, labels: Iterable[str] | None = None) -> dict[str, int]:
+        """Which of ``labels`` (all when None) are protected now, for a plan; the write decides
+        again in its own transaction."""
+        with self.db.session() as session:
+            return self.protection.protected_in(session, labels)
+
+    # -------------------------------------------------------------- reading: one pass over the files
+
+    def _read(
+        self, sources: list[_Source], secrets: ImportSecrets, problems: list[Problem], *, history: bool
+    ) -> list[_Incoming]:
+        """Every file (entry files, or ``history`` files) parsed and validated, in one pass: the
+        valid entries, and ``problems`` extended with everything wrong with the others."""
+        incoming: list[_Incoming] = []
+        first_seen: dict[tuple[str, str], Path] = {}
+        parse = self._parse_history if history else self._parse_entry
+        for source in sources:
+            loaded = _load(source, self.limits)
+            if isinstance(loaded, Problem):
+                problems.append(loaded)
+                continue
+            text, raw = loaded
+            locate = _Locator(text)
+            entry = parse(source, text, raw, locate, secrets, problems)
+            if entry is None:
+                continue
+            key = (source.kind, entry.name)
+            if key in first_seen:
+                twice = f"{source.kind} {entry.name!r} appears twice in the bundle (also in {first_seen[key]})"
+                problems.append(Problem(source.path, twice, "name", locate.line(["name"])))
+                continue
+            first_seen[key] = source.path
+            incoming.append(entry)
+        return incoming
+
+    def _parse_entry(
+        self,
+        source: _Source,
+        text: str,
+        raw: dict[str, Any],
+        locate: _Locator,
+        secrets: ImportSecrets,
+        problems: list[Problem],
+    ) -> _Incoming | None:
+        """An entry file: one definition, as the admin API takes it."""
+        unresolved = _resolve(secrets, source.kind, raw, source.path, locate)
+        if unresolved:
+            problems += unresolved
+            return None
+        try:
+            spec = dump_spec(self.catalog.parse_spec(source.kind, raw))
+        except CatalogError as exc:
+            problems += _spec_problems(source.path, locate, exc)
+            return None
+        masked = {where: locate.line(where.split(".")) for where in masked_fields(source.kind, spec)}
+        uri_line = _top_level_line(text, ("uri", "uriTemplate")) if source.kind == "resource" else None
+        return _Incoming(source.kind, spec["name"], source.path, spec, masked, uri_line)
+
+    def _parse_history(
+        self,
+        source: _Source,
+        text: str,
+        raw: dict[str, Any],
+        locate: _Locator,
+        secrets: ImportSecrets,
+        problems: list[Problem],
+    ) -> _Incoming | None:
+        """A history file (``registry.catalog.bundle_history``): every version validated and sealed."""
+        try:
+            history = HistoryFile.model_validate(raw)
+        except ValidationError as exc:
+            for error in exc.errors():
+                loc = [str(part) for part in error["loc"]]
+                message = error["msg"].removeprefix("Value error, ")
+                problems.append(Problem(source.path, message, ".".join(loc) or None, locate.line(loc)))
+            return None
+        records: list[bulk.VersionRecord] = []
+        newest: dict[str, Any] = {}
+        before = len(problems)
+        note_cap = self.limits.change_note_chars
+        for index, version in enumerate(history.versions):
+            prefix = ["versions", str(index), "spec"]
+            spec_raw = version.spec
+            if spec_raw.setdefault("name", history.name) != history.name:
+                loc = [*prefix, "name"]
+                message = f"names {spec_raw['name']!r}, not {history.name!r}"
+                problems.append(Problem(source.path, message, ".".join(loc), locate.line(loc)))
+                continue
+            if version.note is not None and len(version.note) > note_cap:
+                loc = ["versions", str(index), "note"]
+                refusal = LimitExceeded(
+                    "change_note_chars", f"note has {len(version.note)} characters; at most {note_cap}"
+                )
+                problems.append(Problem(source.path, str(refusal), ".".join(loc), locate.line(loc)))
+            unresolved = _resolve(secrets, source.kind, spec_raw, source.path, locate, prefix)
+            masked = masked_fields(source.kind, spec_raw)
+            if unresolved or masked:
+                problems += unresolved
+                problems += [
+                    Problem(
+                        source.path,
+                        f"is masked ({MASK}): a history import needs the values themselves (export with "
+                        "--secrets-key or --secrets env)",
+                        ".".join([*prefix, where]),
+                        locate.line([*prefix, *where.split(".")]),
+                    )
+                    for where in masked
+                ]
+                continue
+            try:
+                newest = dump_spec(self.catalog.parse_spec(source.kind, spec_raw))
+            except CatalogError as exc:
+                problems += _spec_problems(source.path, locate, exc, prefix)
+                continue
+            sealed = self.catalog.seal(source.kind, newest, None)
+            records.append(
+                bulk.VersionRecord(version.version, sealed, version.author, version.note, version.created_at)
+            )
+        if len(problems) > before:
+            return None
+        labels = {k: v for k, v in history.labels.items() if k != "latest"}
+        write = bulk.HistoryWrite(
+            source.kind, history.name, records, labels, history.archived, history.created_at, history.updated_at
+        )
+        return _Incoming(source.kind, history.name, source.path, newest, history=write)
+
+    # -------------------------------------------------------------- planning
+
+    def _comparable(self, kind: str, stored: dict[str, Any], incoming: dict[str, Any]) -> dict[str, Any]:
+        """The stored spec in the incoming file's terms: secrets decrypted, or masked where the file masks them."""
+        revealed = self.catalog.reveal(kind, stored)
+        if kind in ("tool", "resource"):  # a tool's webhook, an http resource's own headers
+            hook_in = incoming.get("webhook", {}) if kind == "tool" else incoming
+            hook = revealed.get("webhook", {}) if kind == "tool" else revealed
+            for header, value in (hook_in.get("headers") or {}).items():
+                if value == MASK and header in (hook.get("headers") or {}):
+                    hook["headers"][header] = MASK
+            if hook_in.get("secret") == MASK and hook.get("secret"):
+                hook["secret"] = MASK
+        return revealed
+
+    def _catalog_state(
+        self, incoming: Sequence[_Incoming], *, against_empty: bool, with_labels: bool = False
+    ) -> tuple[dict[str, dict[str, bulk.StoredHead]], dict[str, str], dict[int, dict[str, int]]]:
+        """The catalog's newest versions of the incoming entries, who holds the incoming resource URIs,
+        and (``with_labels``) the labels of the entries present: one read transaction."""
+        if against_empty:
+            return {}, {}, {}
+        names: dict[str, list[str]] = {}
+        for entry in incoming:
+            names.setdefault(entry.kind, []).append(entry.name)
+        uris = [_identity_uri(e.spec) for e in incoming if e.kind == "resource"]
+        with self.bulk_reader() as session:
+            heads = {kind: bulk.stored_heads(session, kind, wanted) for kind, wanted in names.items()}
+            owners = bulk.uri_owners(session, uris) if uris else {}
+            present = [h.entry_id for found in heads.values() for h in found.values()]
+            labels = bulk.labels_of(session, present) if with_labels else {}
+        return heads, owners, labels
+
+    def _plan_entries(
+        self, incoming: list[_Incoming], problems: list[Problem], *, against_empty: bool, only_missing: bool
+    ) -> list[PlannedEntry]:
+        planned: list[PlannedEntry] = []
+        uris_seen: dict[str, Path] = {}
+        # In slices, so the stored versions compared against are held a slice at a time (100,000 of
+        # them at once cost hundreds of MB); only those of entries to update are kept, for the write.
+        for start in range(0, len(incoming), PLAN_SLICE):
+            part = incoming[start : start + PLAN_SLICE]
+            heads, owners, _ = self._catalog_state(part, against_empty=against_empty)
+            planned += self._plan_slice(part, heads, owners, uris_seen, problems, only_missing=only_missing)
+        return planned
+
+    def _plan_slice(
+        self,
+        incoming: Sequence[_Incoming],
+        heads: dict[str, dict[str, bulk.StoredHead]],
+        owners: dict[str, str],
+        uris_seen: dict[str, Path],
+        problems: list[Problem],
+        *,
+        only_missing: bool,
+    ) -> list[PlannedEntry]:
+        planned: list[PlannedEntry] = []
+        for entry in incoming:
+            head = heads.get(entry.kind, {}).get(entry.name)
+            try:
+                if head is None:
+                    action = "create"
+                elif head.archived:
+                    action = "skip-archived"  # retired on purpose; a bundle does not bring it back
+                elif self._comparable(entry.kind, head.spec, entry.spec) == entry.spec:
+                    action = "unchanged"
+                else:
+                    action = "kept" if only_missing else "update"
+            except SecretKeyError as exc:
+                problems.append(Problem(entry.path, f"cannot compare with the stored version: {exc}"))
+                continue
+            sealed = None
+            if action in ("create", "update"):
+                problems += _uri_problems(entry, owners, uris_seen)
+                if head is None and entry.masked:
+                    problems += [
+                        Problem(
+                            entry.path,
+                            f"is masked ({MASK}) but this catalog has no {entry.kind} {entry.name!r}, so there is no "
+                            "stored value to keep: export with --secrets-key or --secrets env",
+                            where,
+                            line,
+                        )
+                        for where, line in entry.masked.items()
+                    ]
+                    continue
+                try:
+                    sealed = self.catalog.seal(entry.kind, entry.spec, head.spec if head else None)
+                except Invalid as exc:
+                    problems.append(Problem(entry.path, exc.detail))
+                    continue
+            kept_head = head if action in ("update", "kept") else None  # what a diff or the write needs
+            planned.append(PlannedEntry(entry.kind, entry.name, entry.path, action, entry.spec, kept_head, sealed))
+        return planned
+
+    def _plan_histories(
+        self, incoming: list[_Incoming], problems: list[Problem], *, against_empty: bool
+    ) -> list[PlannedEntry]:
+        heads, owners, labels = self._catalog_state(incoming, against_empty=against_empty, with_labels=True)
+        planned: list[PlannedEntry] = []
+        uris_seen: dict[str, Path] = {}
+        for entry in incoming:
+            write = entry.history
+            assert write is not None
+            head = heads.get(entry.kind, {}).get(entry.name)
+            if head is None:
+                action = "restore"
+                problems += _uri_problems(entry, owners, uris_seen)
+            else:
+                try:
+                    same = (
+                        head.latest_version == write.versions[-1].number
+                        and head.archived == write.archived
+                        and labels.get(head.entry_id, {}) == write.labels
+                        and self._comparable(entry.kind, head.spec, entry.spec) == entry.spec
+                    )
+                except SecretKeyError as exc:
+                    problems.append(Problem(entry.path, f"cannot compare with the stored version: {exc}"))
+                    continue
+                action = "unchanged" if same else "conflict"
+            planned.append(PlannedEntry(entry.kind, entry.name, entry.path, action, entry.spec, head, history=write))
+        return planned
+
+    def plan_import(
+        self,
+        directory: Path,
+        *,
+        secrets: ImportSecrets | None = None,
+        against_empty: bool = False,
+        only_missing: bool = False,
+        labels: list[str] | None = None,
+        publish_protected: bool = False,
+    ) -> list[tuple[ImportPlanItem, PlannedEntry]]:
+        """What importing ``directory`` would do, entry by entry, and which labels of each go live
+        and which to review; writes nothing. Raises ``Invalid`` listing every problem of every file.
+        ``against_empty``: compare with an empty catalog without reading the database (it has no
+        tables yet; only the process's own ``REGISTRY_PROTECTED_LABELS`` protect anything)."""
+        secrets = secrets if secrets is not None else ImportSecrets()
+        layout, sources = _list_files(directory, self.limits)
+        _read_manifest(directory, secrets)
+        problems: list[Problem] = []
+        incoming = self._read(sources, secrets, problems, history=layout == "history")
+        if layout == "history":
+            planned = self._plan_histories(incoming, problems, against_empty=against_empty)
+        else:
+            planned = self._plan_entries(incoming, problems, against_empty=against_empty, only_missing=only_missing)
+        if problems:
+            # One report, in file order, whichever stage found each problem.
+            order = {source.path: index for index, source in enumerate(sources)}
+            raise _refuse(sorted(problems, key=lambda p: order.get(p.path, -1)), len(sources))
+        if layout == "history" and labels:
+            raise Invalid("--label does not apply to a history bundle: it restores the labels it holds")
+        targets = self.writer.import_targets(labels)
+        if against_empty:
+            protected = {label: 1 for label in self.protection.settings_labels}
+        else:
+            protected = self.protected_now(None if layout == "history" else targets)
+        planned = with_protection(planned, labels=targets, protected=protected, publish_protected=publish_protected)
+        return [(entry.item, entry) for entry in planned]
+
+    def apply_import(
+        self,
+        directory: Path,
+        *,
+        actor: str,
+        labels: list[str] | None = None,
+        only_missing: bool = False,
+        secrets: ImportSecrets | None = None,
+        publish_protected: bool = False,
+    ) -> list[ImportPlanItem]:
+        """Write the plan in one transaction. ``only_missing`` (used for seeding at start-up) creates
+        new entries but never overwrites an existing one, so a restart does not undo what admins
+        edited since. ``labels`` apply to an entry bundle's new versions (a history bundle brings its own).
+        Protected labels are left where they are, with a change request per entry and label to move
+        them, unless ``publish_protected``: the start-up seed of an empty catalog, the system's own."""
+        planned = self.plan_import(
+            directory,
+            secrets=secrets,
+            only_missing=only_missing,
+            labels=labels,
+            publish_protected=publish_protected,
+        )
+        plan = [entry for _item, entry in planned]
+        return self.apply_plan(
+            plan, actor=actor, labels=labels, source=directory.name, publish_protected=publish_protected
+        )
+
+    def apply_plan(
+        self,
+        plan: list[PlannedEntry],
+        *,
+        actor: Actor | str,
+        labels: list[str] | None = None,
+        source: str,
+        publish_protected: bool = False,
+    ) -> list[ImportPlanItem]:
+        """Write a plan ``plan_import`` made, in one transaction (all or nothing); ``source`` names the
+        bundle in the change notes and in the change requests opened for protected labels (one per
+        entry and label: each is reviewed, checked and published on its own, as a save's is). For
+        callers that show the plan first and write exactly what was shown (the web UI): an update
+        whose entry moved on since its plan is refused (``Conflict``). Returns the plan's items, each
+        with the change requests opened for it."""
+        note = f"imported from {source}"
+        review_note = f"Opened by the import of the bundle {source}: it holds this version."
+        histories = [entry for entry in plan if entry.history is not None]
+        if histories:
+            if labels:
+                raise Invalid("--label does not apply to a history bundle: it restores the labels it holds")
+            conflicts = [entry for entry in histories if entry.action == "conflict"]
+            if conflicts:
+                shown = ", ".join(f"{e.kind} {e.name}" for e in conflicts[:10])
+                more = f" and {len(conflicts) - 10} more" if len(conflicts) > 10 else ""
+                raise Conflict(
+                    f"{len(conflicts)} entries of the history bundle exist in this catalog with another history "
+                    f"({shown}{more}); a history import restores entries into a catalog that does not have them, "
+                    "and nothing was written (import an entry bundle to add a version to existing entries instead)"
+                )
+            written = self.writer.restore_histories(
+                [e.history for e in histories if e.action == "restore" and e.history is not None],
+                actor=actor,
+                note=f"restored from {source}",
+                publish_protected=publish_protected,
+                review_note=review_note,
+            )
+            return _with_requests(plan, written)
+        writes = [
+            bulk.HeadWrite(
+                entry.kind,
+                entry.name,
+                entry.sealed,
+                entry_id=entry.head.entry_id if entry.head else None,
+                base=entry.head.latest_version if entry.head else None,
+                previous=entry.head.spec if entry.head else None,
+            )
+            for entry in plan
+            if entry.action in ("create", "update") and entry.sealed is not None
+        ]
+        written = self.writer.import_heads(
+            writes, actor=actor, note=note, labels=labels, publish_protected=publish_protected, review_note=review_note
+        )
+        return _with_requests(plan, written)
+
+    def plan_diff(self, entry: PlannedEntry) -> str:
+        """A unified diff, stored newest version against the incoming one, in YAML with write-only
+        values masked ("" when there is nothing to compare)."""
+        if entry.head is None or entry.action not in ("update", "conflict", "kept"):
+            return ""
+        old = to_yaml(_export_form(entry.kind, self.catalog.mask(entry.kind, entry.head.spec)))
+        new = to_yaml(_export_form(entry.kind, self.catalog.mask(entry.kind, entry.spec)))
+        label = f"{entry.kind} {entry.name}"
+        if old == new:
+            return f"(only write-only values differ in {label})\n"
+        lines = difflib.unified_diff(
+            old.splitlines(keepends=True),
+            new.splitlines(keepends=True),
+            fromfile=f"{label} (stored v{entry.head.latest_version})",
+            tofile=f"{label} ({entry.path})",
+        )
+        return "".join(lines)
+
+    def _secret_holders(self, *, label: str | None, all_versions: bool) -> list[str]:
+        """The entries that would be exported with write-only values."""
+        found: list[str] = []
+        with self.bulk_reader() as session:
+            for kind in ("resource", "tool"):
+                if all_versions:
+                    found += [
+                        f"{kind} {h.name}"
+                        for h in bulk.iter_histories(session, kind)
+                        if any(has_secrets(kind, v.spec) for v in h.versions)
+                    ]
+                else:
+                    found += [
+                        f"{kind} {n}" for n, spec in bulk.iter_served(session, kind, label) if has_secrets(kind, spec)
+                    ]
+        return found
+
+    def export_catalog(
+        self,
+        directory: Path,
+        *,
+        label: str | None = None,
+        all_versions: bool = False,
+        secrets: ExportSecrets | None = None,
+    ) -> ExportResult:
+        """Write the catalog as a bundle (see the module docstring). ``secrets`` None refuses when an
+        exported entry holds write-only values, explaining the choices."""
+        if label is not None and all_versions:
+            raise Invalid("--label and --all-versions exclude each other: a history export holds every label")
+        _check_secret_mode(
+            self._secret_holders(label=label, all_versions=all_versions), secrets, all_versions=all_versions
+        )
+        mode = secrets.mode if secrets is not None else "none"
+        result = ExportResult()
+        counts: dict[str, int] = {}
+
+        def encoded(kind: str, name: str, stored: dict[str, Any], version: int | None = None) -> dict[str, Any]:
+            if not has_secrets(kind, stored) or secrets is None:
+                return stored
+            if secrets.mode == "mask":
+                return self.catalog.mask(kind, stored)
+            return secrets.encode(kind, name, self.catalog.reveal(kind, stored), version=version)
+
+        with self.bulk_reader() as session:
+            for kind, collection in COLLECTION_BY_KIND.items():
+                counts[kind] = 0
+                folder: tuple[str, ...]
+                if all_versions:
+                    folder = (HISTORY, collection)
+                    for entry in bulk.iter_histories(session, kind):
+                        versions = []
+                        for v in entry.versions:
+                            doc: dict[str, Any] = {
+                                "version": v.number,
+                                "author": v.author,
+                                "created_at": v.created_at.isoformat(),
+                            }
+                            if v.note is not None:
+                                doc["note"] = v.note
+                            doc["spec"] = _export_form(kind, encoded(kind, entry.name, v.spec, v.number))
+                            versions.append(doc)
+                        document = history_document(
+                            entry.name,
+                            archived=entry.archived,
+                            created_at=entry.created_at.isoformat(),
+                            updated_at=entry.updated_at.isoformat(),
+                            labels=entry.labels,
+                            versions=versions,
+                        )
+                        result.files.append(_write_entry(directory, folder, entry.name, document))
+                        counts[kind] += 1
+                else:
+                    folder = (collection,)
+                    for name, stored in bulk.iter_served(session, kind, label):
+                        document = _export_form(kind, encoded(kind, name, stored))
+                        result.files.append(_write_entry(directory, folder, name, document))
+                        counts[kind] += 1
+        if all_versions or mode in ("key", "env"):
+            result.variables = secrets.usage() if secrets is not None and mode == "env" else {}
+            source = "all-versions" if all_versions else (f"label {label}" if label else "latest")
+            manifest = {
+                "format": FORMAT,
+                "layout": HISTORY if all_versions else "entries",
+                "source": source,
+                "exported_at": datetime.now(UTC).isoformat(),
+                "exported_by": f"mcp-registry {__version__}",
+                "entries": counts,
+                "secrets": {
+                    "mode": mode,
+                    **({"key_check": secrets.key_check()} if secrets is not None and mode == "key" else {}),
+                    **({"variables": result.variables} if mode == "env" else {}),
+                },
+            }
+            _folder(directory)
+            _write_new_text(directory / MANIFEST, _dump(manifest))
+            _write_new_text(directory / README, _readme(source, mode, counts, result.variables))
+            result.extras = [directory / MANIFEST, directory / README]
+        return result
+
+    def export_bundle(
+        self,
+        directory: Path,
+        *,
+        label: str | None = None,
+        all_versions: bool = False,
+        secrets: ExportSecrets | None = None,
+    ) -> list[Path]:
+        """Write the catalog as a bundle; returns the entry files written. Without ``secrets``,
+        write-only values are masked (fit for a re-import into this same catalog only)."""
+        chosen = secrets if secrets is not None else ExportSecrets("mask")
+        return self.export_catalog(directory, label=label, all_versions=all_versions, secrets=chosen).files

@@ -76,6 +76,16 @@ class Sealer:
             self.seal_holder(holder, old, "webhook" if kind == "tool" else "resource")
         return stored
 
+    def seal_stored(self, kind: str, spec: Mapping[str, Any], previous: Mapping[str, Any] | None) -> dict[str, Any]:
+        """``seal`` of a canonical definition (``dump_spec`` output, as bundles and drafts hold
+        them): the same rules, the same stored form."""
+        if secret_holder(kind, spec) is None:
+            return dict(spec)
+        stored = json.loads(json.dumps(spec))
+        old = secret_holder(kind, previous or {}) or {}
+        self.seal_holder(secret_holder(kind, stored), old, "webhook" if kind == "tool" else "resource")
+        return stored
+
     def seal_holder(self, holder: dict[str, Any], old: Mapping[str, Any], what: str) -> None:
         """Encrypt ``holder``'s ``headers`` (and ``secret``) in place, masked ones taken from ``old``."""
         headers: Mapping[str, str] = holder.get("headers") or {}

@@ -32,7 +32,7 @@ from starlette.datastructures import UploadFile
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
 from registry.api.deps import RegistryDep
-from registry.catalog.bundle_archive import PlanChanged, ZipPlan, apply_zip, export_zip, plan_zip
+from registry.catalog.bundle_archive import PlanChanged, ZipPlan
 from registry.catalog.errors import CatalogError
 from registry.catalog.specs import LABEL_PATTERN
 from registry.catalog.uploads import TTL, Upload
@@ -119,7 +119,7 @@ class BundlePages(View):
     def refused_apply(self, ui: SignedIn, held: Upload, exc: CatalogError) -> Response:
         """The write was refused as a whole: the plan as it is now, with the reason."""
         try:
-            plan = plan_zip(self.registry.catalog, held.content)
+            plan = self.registry.zip_bundles.plan(held.content)
         except CatalogError as again:
             self.registry.uploads.discard(ui, held.id)
             return self.refused(again)
@@ -144,7 +144,7 @@ def export(ui: Viewer, pages: BundlePagesDep, label: Annotated[str, Query(max_le
     # the download ends; the zip never sits in memory whole.
     sink = tempfile.TemporaryFile(prefix="mcpr-export-")  # noqa: SIM115 - closed when the download ends
     try:
-        export_zip(pages.registry.catalog, sink, label=label or None)
+        pages.registry.zip_bundles.export(sink, label=label or None)
         size = sink.tell()
         sink.seek(0)
     except BaseException:
@@ -184,7 +184,7 @@ async def upload(form: AdminUpload, pages: BundlePagesDep) -> Response:
     if not content:
         return await run_in_threadpool(lambda: pages.bundles_page(error="The file is empty.", status=422))
     try:
-        await run_in_threadpool(plan_zip, pages.registry.catalog, content)
+        await run_in_threadpool(pages.registry.zip_bundles.plan, content)
     except CatalogError as exc:
         error = exc
         return await run_in_threadpool(lambda: pages.refused(error))
@@ -198,7 +198,7 @@ def show_plan(ui: Admin, pages: BundlePagesDep, upload_id: UploadId) -> Response
     if held is None:
         return pages.gone_page()
     try:
-        plan = plan_zip(pages.registry.catalog, held.content)
+        plan = pages.registry.zip_bundles.plan(held.content)
     except CatalogError as exc:  # the catalog changed since the upload (a URI taken, say)
         pages.registry.uploads.discard(ui, upload_id)
         return pages.refused(exc)
@@ -213,8 +213,7 @@ def apply(form: AdminForm, pages: BundlePagesDep, upload_id: UploadId) -> Respon
     if held is None:
         return pages.gone_page()
     try:
-        plan, opened = apply_zip(
-            pages.registry.catalog,
+        plan, opened = pages.registry.zip_bundles.apply(
             held.content,
             fingerprint=fingerprint if isinstance(fingerprint, str) else "",
             # The whole actor (token, user): a change request the import opens is its author's,

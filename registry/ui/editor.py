@@ -48,7 +48,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 from starlette.responses import RedirectResponse, Response
 
-from registry.catalog.drafts import DraftIssue, draft_issues, reapply
+from registry.catalog.drafts import DraftIssue, reapply
 from registry.catalog.errors import CatalogError, Invalid, NotFound
 from registry.catalog.specs import dump_spec, is_label
 from registry.catalog.values import EntryView
@@ -331,7 +331,7 @@ class EditorPages:
         """The live panel's values. For a ``new`` entry an empty name is not listed as a problem
         (a blank form is checked on load, before anyone typed): the panel says it is still needed
         (``name_pending``), and a save without one is refused as ever."""
-        issues = list(draft.problems) or draft_issues(self.registry.catalog, self.kind, draft.spec)
+        issues = list(draft.problems) or self.registry.drafts.issues(self.kind, draft.spec)
         pending = new and not draft.state["name"] and any(issue.where == "name" for issue in issues)
         if pending:
             issues = [issue for issue in issues if issue.where != "name"]

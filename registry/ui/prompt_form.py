@@ -23,9 +23,8 @@ from starlette.requests import Request
 
 from registry.api.deps import get_registry
 from registry.boundedjson import JsonStructureError, loads
-from registry.catalog.drafts import DraftIssue, preview_prompt
+from registry.catalog.drafts import DraftIssue
 from registry.catalog.errors import CatalogError
-from registry.catalog.service import CatalogService
 from registry.limits import Limits
 from registry.ui.editor import Draft, apply_row_op, read_rows
 from registry.ui.editor import session_access as _access
@@ -162,7 +161,7 @@ class PromptForm:
         return {"preview_fields": fields, "preview_shape": fields_shape(fields)}
 
     def check(self, request: Request, draft: Draft, form: FormData, issues: list[DraftIssue]) -> dict[str, Any]:
-        catalog: CatalogService = get_registry(request).catalog
+        drafts = get_registry(request).drafts
         declared = [a["name"] for a in draft.spec["arguments"] if isinstance(a.get("name"), str)]
         fields = preview_fields(draft.spec["arguments"])
         samples = {name: draft.state["samples"].get(name, "") for name in declared}
@@ -172,7 +171,7 @@ class PromptForm:
             # An empty sample is "not given": the argument's default applies, or it is missing.
             given = {name: value for name, value in samples.items() if value != ""}
             try:
-                result = preview_prompt(catalog, draft.spec, given, access=_access(request))
+                result = drafts.preview_prompt(draft.spec, given, access=_access(request))
             except CatalogError as exc:
                 preview_error = exc.detail
         raw = json.dumps({"jsonrpc": "2.0", "id": PREVIEW_ID, "result": result}, indent=2, ensure_ascii=False)

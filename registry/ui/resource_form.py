@@ -7,9 +7,9 @@ depends on the kind:
 
 - **static**: the content as ``resources/read`` returns it for the resource's URI;
 - **template**: "Try a URI": the content rendered for a URI typed in, exactly as
-  ``resources/read`` returns it (``registry.catalog.drafts.preview_resource``);
+  ``resources/read`` returns it (``registry.catalog.drafts.DraftService.preview_resource``);
 - **http**: "Fetch now": the URL fetched once through the fetcher agents are served by
-  (``registry.catalog.drafts.fetch_resource_draft``), only when that button is pressed.
+  (``DraftService.fetch_resource``), only when that button is pressed.
 
 **Files.** An uploaded file becomes the ``blob`` (base64); its MIME type fills ``mimeType``
 unless the person typed one in the same post. Once read, the blob travels in a hidden field, so a
@@ -38,20 +38,11 @@ from starlette.requests import Request
 
 from registry.api.deps import get_registry
 from registry.boundedjson import JsonStructureError, loads
-from registry.catalog.drafts import (
-    DraftIssue,
-    FetchedResource,
-    draft_issues,
-    fetch_resource_draft,
-    preview_resource,
-    resource_template_issues,
-)
+from registry.catalog.drafts import DraftIssue, FetchedResource
 from registry.catalog.errors import CatalogError
-from registry.catalog.service import CatalogService
 from registry.limits import LimitExceeded, Limits
 from registry.ui.editor import Draft, apply_row_op, read_rows
 from registry.ui.editor import session_access as _access
-from registry.webhooks import parse_networks
 
 KINDS = (
     ("static", "Static: text or a file"),
@@ -312,20 +303,20 @@ class ResourceForm:
 
     # ------------------------------------------------------------------ the live panel
     def check(self, request: Request, draft: Draft, form: FormData, issues: list[DraftIssue]) -> dict[str, Any]:
-        catalog: CatalogService = get_registry(request).catalog
+        drafts = get_registry(request).drafts
         state, spec = draft.state, draft.spec
         kind = state["kind"]
         issues = list(issues)
         # A JavaScript check leaves the file out and sends its size: checked as a placeholder.
         pending_chars = self._pending_blob(form, draft)
         if pending_chars is not None:
-            issues = draft_issues(catalog, "resource", {**spec, "blob": ""})
-            cap, limit = _blob_room(catalog.limits)  # what a save of it will allow
+            issues = drafts.issues("resource", {**spec, "blob": ""})
+            cap, limit = _blob_room(drafts.limits)  # what a save of it will allow
             if pending_chars > cap:
                 message = f"the file is {pending_chars} base64 characters; this editor takes at most {cap}"
                 issues.append(DraftIssue("blob", str(LimitExceeded(limit, message))))
         if not draft.problems:
-            issues += [i for i in resource_template_issues(catalog, spec) if i not in issues]
+            issues += [i for i in drafts.resource_template_issues(spec) if i not in issues]
         values: dict[str, Any] = {
             "issues": [_issue_view(issue, state) for issue in issues],
             "kind": kind,
@@ -340,7 +331,7 @@ class ResourceForm:
             return values
         try:
             if kind == "template" and state["try_uri"]:
-                values["contents"] = preview_resource(catalog, spec, state["try_uri"])
+                values["contents"] = drafts.preview_resource(spec, state["try_uri"])
             elif kind == "static" and pending_chars is not None:
                 values["pending"] = {
                     "chars": pending_chars,
@@ -348,16 +339,10 @@ class ResourceForm:
                     "mime": self._pending_mime(form, state),
                 }
             elif kind == "static":
-                values["contents"] = preview_resource(catalog, spec, spec.get("uri", ""))
+                values["contents"] = drafts.preview_resource(spec, spec.get("uri", ""))
             elif values["fetch_asked"]:
-                allowed = parse_networks(get_registry(request).settings.webhook_allowed_networks)
-                fetched = fetch_resource_draft(
-                    catalog,
-                    spec,
-                    editing=_text(form, "editing").strip() or None,
-                    allowed_networks=allowed,
-                    access=_access(request),
-                )
+                editing = _text(form, "editing").strip() or None
+                fetched = drafts.fetch_resource(spec, editing=editing, access=_access(request))
                 values["fetched"] = _fetched_view(fetched)
                 values["contents"] = fetched.contents
         except CatalogError as exc:

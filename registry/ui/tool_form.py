@@ -4,7 +4,7 @@ and the item ``tools/list`` would show).
 
 **Schemas are JSON text.** What is typed is parsed here, within ``json_depth``/``json_elements``
 and a size bound derived from ``REGISTRY_LIMIT_SCHEMA_BYTES``; a syntax error is a problem with its
-line and column. The parsed value then meets the save's own validation (``draft_issues``: the
+line and column. The parsed value then meets the save's own validation (``DraftService.issues``: the
 JSON Schema 2020-12 meta-schema, the RE2 pattern check, the compact size limit), which names the
 JSON path of a meta-schema violation. YAML is not accepted: its aliases can expand a small text
 into a very large value, and a schema typed as JSON is what the API and the page show anyway.
@@ -29,10 +29,9 @@ from starlette.requests import Request
 
 from registry.api.deps import get_registry
 from registry.boundedjson import JsonStructureError, loads
-from registry.catalog.drafts import DraftIssue, kept_value_issues, preview_tool
+from registry.catalog.drafts import DraftIssue
 from registry.catalog.errors import CatalogError
 from registry.catalog.secrets import MASK
-from registry.catalog.service import CatalogService
 from registry.limits import Limits, env_name
 from registry.ui.editor import Draft, apply_row_op, read_rows
 from registry.ui.editor import session_access as _access
@@ -298,15 +297,15 @@ class ToolForm:
         return apply_row_op(state, op, {"header": _empty_header})
 
     def check(self, request: Request, draft: Draft, form: FormData, issues: list[DraftIssue]) -> dict[str, Any]:
-        catalog: CatalogService = get_registry(request).catalog
+        drafts = get_registry(request).drafts
         issues = [_placed(issue) for issue in issues]
         listing: dict[str, Any] | None = None
         if not draft.problems:
             editing = _text(form, "editing").strip() or None
-            kept = kept_value_issues(catalog, "tool", draft.spec, editing, _access(request))
+            kept = drafts.kept_value_issues("tool", draft.spec, editing, _access(request))
             issues.extend(i for i in kept if i not in issues)
             try:
-                listing = preview_tool(catalog, draft.spec)
+                listing = drafts.preview_tool(draft.spec)
             except CatalogError:
                 listing = None
         return {

@@ -112,7 +112,7 @@ def test_patch_null_removes_and_objects_merge(api: httpx.Client) -> None:
 def test_patch_keeps_write_only_values_it_does_not_name(live_server: LiveServer, api: httpx.Client) -> None:
     api.post("/api/v1/tools", json=TOOL).raise_for_status()
     api.patch("/api/v1/tools/deploy", json={"description": "Deploy one service"}).raise_for_status()
-    stored = live_server.registry.catalog.latest_stored("tool", "deploy")
+    stored = live_server.registry.drafts.latest_stored("tool", "deploy")
     assert stored is not None
     revealed = live_server.registry.catalog.reveal("tool", stored[1])["webhook"]
     assert revealed["headers"] == {"X-Api-Key": "key-123"}
@@ -429,7 +429,7 @@ def test_restore_a_version_copies_it_with_its_secrets_and_moves_no_served_label(
     assert body["change_note"] == "Restore v1"
     # Only latest moved: production still serves v1, staging v2.
     assert body["labels"] == {"latest": 3, "production": 1, "staging": 2}
-    stored = catalog.latest_stored("tool", "deploy")
+    stored = live_server.registry.drafts.latest_stored("tool", "deploy")
     assert stored is not None
     webhook = catalog.reveal("tool", stored[1])["webhook"]
     assert webhook["headers"] == {"X-Api-Key": "key-123"}  # v1's, not the newest's
@@ -453,7 +453,7 @@ def test_a_save_started_from_an_older_version_keeps_that_versions_masked_values(
     edited = {**v1, "description": "Deploy, from v1"}
     saved = catalog.update("tool", "deploy", edited, WriteOptions(actor="test", if_match='"v2"'), secrets_from=1)
     assert saved.view.version == 3
-    stored = catalog.latest_stored("tool", "deploy")
+    stored = live_server.registry.drafts.latest_stored("tool", "deploy")
     assert stored is not None
     assert catalog.reveal("tool", stored[1])["webhook"]["headers"] == {"X-Api-Key": "key-123"}
     # Without it, a masked value means the newest's, which has no such header: refused.

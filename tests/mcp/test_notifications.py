@@ -407,7 +407,6 @@ def test_metrics(demo_server: LiveServer) -> None:
 def test_a_bulk_import_sends_each_session_one_list_change_per_kind(demo_server: LiveServer, tmp_path: Path) -> None:
     """Issue 8: a 1,000-entry import is one change-log range and one burst; a session hears about it
     once per kind it touched, not 1,000 times."""
-    from registry.catalog.bundles import apply_import
 
     bundle = tmp_path / "bundle"
     (bundle / "prompts").mkdir(parents=True)
@@ -419,7 +418,7 @@ def test_a_bulk_import_sends_each_session_one_list_change_per_kind(demo_server: 
     client = _session(demo_server)
     listener = _listen(demo_server, client)
     try:
-        done = apply_import(demo_server.registry.catalog, bundle, actor="test")
+        done = demo_server.registry.bundles.apply_import(bundle, actor="test")
         assert sum(1 for item in done if item.action == "create") == 1005
         first = listener.next().json()
         events = [first] + [event.json() for event in listener.drain(2.0)]

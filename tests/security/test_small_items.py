@@ -90,7 +90,6 @@ def test_sqlite_database_is_private(tmp_path: Path) -> None:
 
 
 def test_export_does_not_write_through_a_symlink(tmp_path: Path) -> None:
-    from registry.catalog.bundles import export_bundle
 
     settings = Settings(data_dir=tmp_path / "data", secret_key="k")
     registry = Registry(settings)
@@ -102,14 +101,14 @@ def test_export_does_not_write_through_a_symlink(tmp_path: Path) -> None:
         (out / "prompts").mkdir(parents=True)
         (out / "prompts" / "summarize.yaml").symlink_to(victim)
         with pytest.raises(Invalid, match="symbolic link"):
-            export_bundle(registry.catalog, out)
+            registry.bundles.export_bundle(out)
         assert victim.read_text() == "precious\n"
 
         linked = tmp_path / "export2"
         linked.mkdir()
         (linked / "prompts").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
         with pytest.raises(Invalid, match="symbolic link"):
-            export_bundle(registry.catalog, linked)
+            registry.bundles.export_bundle(linked)
         assert not (tmp_path / "elsewhere").exists()
     finally:
         registry.close()
