@@ -1,0 +1,43 @@
+"""What a piece of work cost, measured so that a loaded machine does not change the answer.
+
+A test that means "refused quickly" or "refused before it allocated" should not time the work
+with a wall clock: on a shared machine the wall clock counts other processes' turns too. The
+CPU time of the calling thread counts only the work itself, and ``tracemalloc``'s peak counts
+only what Python allocated, so the bounds below can be tight and still never flake.
+"""
+
+from __future__ import annotations
+
+import time
+import tracemalloc
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+
+@dataclass
+class Cost:
+    """Filled in when the ``with`` block ends."""
+
+    cpu_seconds: float = 0.0
+    peak_bytes: int = 0
+
+
+@contextmanager
+def measured(*, memory: bool = False) -> Iterator[Cost]:
+    """CPU time of this thread spent in the block and, with ``memory``, the peak of what Python
+    allocated in it above what was allocated when it began (``tracemalloc`` slows allocation, so
+    only when asked)."""
+    cost = Cost()
+    if memory:
+        tracemalloc.start()
+        tracemalloc.reset_peak()
+        baseline = tracemalloc.get_traced_memory()[0]
+    started = time.thread_time()
+    try:
+        yield cost
+    finally:
+        cost.cpu_seconds = time.thread_time() - started
+        if memory:
+            cost.peak_bytes = tracemalloc.get_traced_memory()[1] - baseline
+            tracemalloc.stop()
