@@ -8,6 +8,7 @@ only what Python allocated, so the bounds below can be tight and still never fla
 
 from __future__ import annotations
 
+import os
 import time
 import tracemalloc
 from collections.abc import Iterator
@@ -41,3 +42,24 @@ def measured(*, memory: bool = False) -> Iterator[Cost]:
         if memory:
             cost.peak_bytes = tracemalloc.get_traced_memory()[1] - baseline
             tracemalloc.stop()
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User and system CPU time another process (a server under test) has spent so far, from
+    /proc: the server's share of a request, whatever else the machine is doing."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    # After the command name: state is field 3, utime 14 and stime 15 (1-based, man 5 proc).
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextmanager
+def measured_in(pid: int) -> Iterator[Cost]:
+    """``measured`` for another process: the CPU time it spent while the block ran (the block's
+    requests, and whatever else it served meanwhile: keep probes light)."""
+    cost = Cost()
+    started = process_cpu_seconds(pid)
+    try:
+        yield cost
+    finally:
+        cost.cpu_seconds = process_cpu_seconds(pid) - started

@@ -21,6 +21,7 @@ import pytest
 
 from tests.interop.mcp_wire import StreamableHttpClient
 from tests.serve_process import ServerProcess, rss_bytes
+from tests.waiting import wait_until
 
 MiB = 1024 * 1024
 #: The attack tests' memory bar: an attack may cost a server less than this much RSS (the template
@@ -72,11 +73,15 @@ class ResponsivenessProbe:
     def __exit__(self, *exc: object) -> None:
         # At least one probe must have been under way while the attack ran (a quick attack ends
         # before the first one returns): wait for it before stopping.
-        deadline = time.monotonic() + 60
-        while not self.latencies and not self.failures and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: self.latencies or self.failures, "a probe during the attack", timeout=60, interval=0.01)
         self._stop.set()
         self._thread.join(timeout=60)
+
+    def wait_for_more(self, count: int = 3) -> None:
+        """Return once ``count`` more probes have been answered (or failed): the probe is seen
+        to keep working after the attack, too."""
+        seen = len(self.latencies) + len(self.failures)
+        wait_until(lambda: len(self.latencies) + len(self.failures) >= seen + count, f"{count} more probes")
 
     def assert_responsive(self, *, median_s: float = 0.1, worst_s: float = 1.0, min_probes: int = 1) -> None:
         assert not self.failures, f"probes failed while the attack ran: {self.failures[:3]}"
