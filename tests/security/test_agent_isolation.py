@@ -189,10 +189,9 @@ def test_undeclared_argument_flood_is_refused_and_memory_stays_bounded(server: S
             assert "no argument(s) named" in message or "REGISTRY_LIMIT_" in message, message
             assert len(message) < 1000, "the refusal echoes the flood back"
     # Each flood is ~2 MB of JSON, parsed on a worker thread that still holds the GIL for ~30 ms
-    # (orjson does not release it): probes that land then wait. The median bound allows that
-    # on a CI box running the suite on 2 cores (126 ms measured once there, ~20 ms alone); an
-    # event loop blocked per request, as before the bounds, shows as seconds.
-    probe.assert_responsive(median_s=0.25, worst_s=2.0)
+    # (orjson does not release it): probes that land then wait that long; an event loop blocked
+    # per request, as before the bounds, shows as seconds.
+    probe.assert_responsive()
     grown = server.rss() - rss_before
     assert grown < 64 * MiB, f"RSS grew by {grown / MiB:.1f} MiB, bound 64 MiB"
     # Declared arguments are still remembered, and nothing of the flood is offered.
