@@ -19,6 +19,7 @@ import json
 import logging
 import threading
 import time
+from functools import partial
 from typing import Any
 
 import httpx
@@ -33,18 +34,11 @@ from registry.mcp.render_cache import RenderCache
 from registry.mcp.sessions import Session
 from registry.metrics import LoopHistogram
 from tests.conftest import LiveServer
+from tests.factories import prompt_body
 from tests.interop.mcp_wire import StreamableHttpClient, open_session
 from tests.webhooks.conftest import WebhookServer
 
-
-def _prompt(name: str, text: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "description": f"{name} prompt",
-        "arguments": [{"name": "topic", "required": True}, {"name": "tone"}],
-        "template": text,
-        **extra,
-    }
+_prompt = partial(prompt_body, arguments=({"name": "topic", "required": True}, "tone"))
 
 
 def _text(client: StreamableHttpClient, name: str, arguments: dict[str, Any]) -> str:

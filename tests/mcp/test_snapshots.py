@@ -25,6 +25,7 @@ import logging
 import random
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import httpx
@@ -42,6 +43,7 @@ from registry.mcp.notifier import ChangeEvent
 from registry.mcp.snapshot import CatalogSnapshot, SnapshotCache
 from registry.runtime import Registry
 from tests.conftest import LiveServer
+from tests.factories import prompt_body, tool_body
 from tests.interop.mcp_wire import StreamableHttpClient
 
 ACTOR = "test"
@@ -104,11 +106,7 @@ def _assert_current(catalog: CatalogService, cache: SnapshotCache, context: str 
         assert _projected(served) == _reference(catalog, label), f"label {label} serves the wrong thing {context}"
 
 
-def _prompt(name: str, text: str, title: str | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = {"name": name, "template": text + " {{ x }}", "arguments": [{"name": "x"}]}
-    if title:
-        body["title"] = title
-    return body
+_prompt = partial(prompt_body, arguments=("x",))
 
 
 def _resource(name: str, uri: str, text: str, template: bool) -> dict[str, Any]:
@@ -117,13 +115,7 @@ def _resource(name: str, uri: str, text: str, template: bool) -> dict[str, Any]:
     return {"name": name, "kind": "static", "uri": uri, "text": text}
 
 
-def _tool(name: str, description: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "description": description,
-        "inputSchema": {"type": "object", "properties": {"message": {"type": "string"}}},
-        "webhook": {"url": "builtin://echo"},
-    }
+_tool = partial(tool_body, properties={"message": {"type": "string"}})
 
 
 def _random_change(rng: random.Random, catalog: CatalogService, step: int) -> None:
@@ -141,11 +133,11 @@ def _random_change(rng: random.Random, catalog: CatalogService, step: int) -> No
         if action == "write":
             body: dict[str, Any]
             if kind == "prompt":
-                body = _prompt(name, text, title)
+                body = _prompt(name, text + " {{ x }}", title=title or None)
             elif kind == "resource":
                 body = _resource(name, uri, text, template)
             else:
-                body = _tool(name, title or "echo")
+                body = _tool(name, description=title or "echo")
             try:
                 catalog.update(kind, name, body, actor=ACTOR, labels=labels)
             except NotFound:
@@ -302,12 +294,14 @@ def test_each_kind_of_change_is_applied(registry: Registry) -> None:
             nonlocal position
             position = await _apply_new(registry, cache, position)
 
-        catalog.create("prompt", _prompt("greet", "Hello"), actor=ACTOR)
+        catalog.create("prompt", _prompt("greet", "Hello {{ x }}"), actor=ACTOR)
         await catch_up()
         assert [p["name"] for p in production.prompt_list] == ["greet"]
         assert staging.prompt_list == []
 
-        catalog.update("prompt", "greet", _prompt("greet", "Hi", "Greeting"), actor=ACTOR, labels=["staging"])
+        catalog.update(
+            "prompt", "greet", _prompt("greet", "Hi {{ x }}", title="Greeting"), actor=ACTOR, labels=["staging"]
+        )
         await catch_up()
         assert production.prompts["greet"].version == 1 and staging.prompts["greet"].version == 2
         assert staging.prompt_list[0]["title"] == "Greeting" and "title" not in production.prompt_list[0]
@@ -331,7 +325,7 @@ def test_each_kind_of_change_is_applied(registry: Registry) -> None:
 
         catalog.create("resource", _resource("doc", "doc://a", "A", False), actor=ACTOR)
         catalog.create("resource", _resource("tpl", "tpl://t", "T", True), actor=ACTOR)
-        catalog.create("tool", _tool("hook", "Echoes"), actor=ACTOR)
+        catalog.create("tool", _tool("hook", description="Echoes"), actor=ACTOR)
         await catch_up()
         assert production.read_static("doc://a", None) == [{"uri": "doc://a", "text": "A"}]
         assert production.read_static("tpl://t/7", None) == [{"uri": "tpl://t/7", "text": "T 7"}]
@@ -354,7 +348,7 @@ def test_a_change_during_a_build_is_not_lost(registry: Registry, monkeypatch: py
     """A change committed after a build read the database but dispatched before the build is
     installed is applied on top of it."""
     catalog = registry.catalog
-    catalog.create("prompt", _prompt("p", "v1"), actor=ACTOR)
+    catalog.create("prompt", _prompt("p", "v1 {{ x }}"), actor=ACTOR)
     real = catalog.served_rows
 
     async def scenario() -> None:
@@ -363,7 +357,9 @@ def test_a_change_during_a_build_is_not_lost(registry: Registry, monkeypatch: py
 
         def served_rows_then_an_edit(label: str) -> tuple[int, list[tuple[str, str, int, str, str | None]]]:
             read = real(label)  # the build has read the catalog: v1...
-            catalog.update("prompt", "p", _prompt("p", "v2", "Now titled"), actor=ACTOR)  # ...then v2 lands
+            catalog.update(
+                "prompt", "p", _prompt("p", "v2 {{ x }}", title="Now titled"), actor=ACTOR
+            )  # ...then v2 lands
             events = _events_after(registry, read[0])
             asyncio.run_coroutine_threadsafe(cache.apply(events), loop).result(timeout=30)  # and is dispatched
             return read
@@ -384,14 +380,14 @@ def test_unreadable_database_keeps_the_last_good_snapshot(registry: Registry, mo
     """A batch that cannot be read is refused as a whole (the feed retries it) while the last good
     snapshot keeps serving; once the database answers, the retry applies it."""
     catalog = registry.catalog
-    catalog.create("prompt", _prompt("p", "v1"), actor=ACTOR)
+    catalog.create("prompt", _prompt("p", "v1 {{ x }}"), actor=ACTOR)
 
     async def scenario() -> None:
         cache = SnapshotCache(catalog)
         snapshot = await cache.get("production")
         before = snapshot.state()
         applied = cache.applied
-        catalog.update("prompt", "p", _prompt("p", "v2"), actor=ACTOR)
+        catalog.update("prompt", "p", _prompt("p", "v2 {{ x }}"), actor=ACTOR)
         events = _events_after(registry, 0)[-1:]
 
         def down(*_args: object) -> None:
@@ -429,7 +425,7 @@ def test_a_large_batch_is_applied_in_slices_with_loop_turns_between(
         with registry.db.session() as session:  # the start-up's governance events (the admin token) come before
             start = last_change_id(session)
         for name in names:
-            catalog.create("prompt", _prompt(name, "v1"), actor=ACTOR)
+            catalog.create("prompt", _prompt(name, "v1 {{ x }}"), actor=ACTOR)
         events = _events_after(registry, start)
         assert [event.name for event in events] == names
         seen: list[list[str]] = []
@@ -483,12 +479,12 @@ def test_a_failed_apply_rebuilds_in_the_background(
     registry: Registry, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     catalog = registry.catalog
-    catalog.create("prompt", _prompt("p", "v1"), actor=ACTOR)
+    catalog.create("prompt", _prompt("p", "v1 {{ x }}"), actor=ACTOR)
 
     async def scenario() -> None:
         cache = SnapshotCache(catalog)
         old = await cache.get("production")
-        catalog.update("prompt", "p", _prompt("p", "v2"), actor=ACTOR)
+        catalog.update("prompt", "p", _prompt("p", "v2 {{ x }}"), actor=ACTOR)
         events = _events_after(registry, 0)[-1:]
 
         def broken(*_args: object) -> None:
