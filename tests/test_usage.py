@@ -8,6 +8,7 @@ process holds is bounded.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,7 @@ from tests.factories import prompt_body, tool_body
 from tests.interop.mcp_wire import StreamableHttpClient
 from tests.serve_process import ServerProcess, issue_token
 from tests.ui.conftest import sign_in
+from tests.waiting import wait_until
 from tests.webhooks.conftest import WebhookServer, webhook_server
 
 __all__ = ["webhook_server"]
@@ -93,12 +95,15 @@ def _counts(admin: httpx.Client, **params: Any) -> dict[tuple[Any, ...], int]:
 
 def _wait_for(admin: httpx.Client, expected: dict[tuple[Any, ...], int], **params: Any) -> dict[tuple[Any, ...], int]:
     """The counts once they add up to ``expected`` (flushes come every 0.2 s), else the last seen."""
-    deadline = time.monotonic() + WAIT_S
-    seen = _counts(admin, **params)
-    while seen != expected and time.monotonic() < deadline:
-        time.sleep(0.1)
-        seen = _counts(admin, **params)
-    return seen
+    seen = [_counts(admin, **params)]
+
+    def added_up() -> bool:
+        seen[0] = _counts(admin, **params)
+        return seen[0] == expected
+
+    with contextlib.suppress(AssertionError):  # the caller compares, and says what it saw
+        wait_until(added_up, "the counts", timeout=WAIT_S, interval=0.1)
+    return seen[0]
 
 
 def test_uses_are_counted_per_version_agent_and_method(served: ServerProcess, webhook_server: WebhookServer) -> None:
