@@ -117,7 +117,7 @@ def test_notifications_cancelled_stops_the_webhook_call(hooked: LiveServer, webh
 
     thread = threading.Thread(target=run_call)
     thread.start()
-    time.sleep(1.0)  # the webhook is streaming by now
+    assert webhook_server.state.streaming[key].wait(10), "the webhook call did not start streaming"
     assert not webhook_server.state.closed[key].is_set()
     cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 42, "reason": "user"}}
     assert client.post(cancel).status_code == 202

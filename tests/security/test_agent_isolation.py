@@ -170,7 +170,7 @@ def test_prompt_arguments_do_not_leak_across_agents_or_labels(server: ServerProc
         assert complete_prompt(anonymous, "anon") == ["anonymous-value"]
         assert complete_prompt(connect(server), "anon") == []
         assert complete_prompt(victim_again, "anon") == []
-        time.sleep(0.2)
+        probe.wait_for_more()
     probe.assert_responsive()
     grown = server.rss() - rss_before
     assert grown < 32 * MiB, f"RSS grew by {grown / MiB:.1f} MiB, bound 32 MiB"
@@ -277,7 +277,7 @@ def test_agents_may_only_pick_allowed_labels(server: ServerProcess) -> None:
         assert _initialize_status(server, pinned, "production").status_code == 200
         assert _initialize_status(server, editor, "dev").status_code == 200
         assert _initialize_status(server, server.admin_token, "any-label").status_code == 200
-        time.sleep(0.2)
+        probe.wait_for_more()
     probe.assert_responsive()
 
 
@@ -360,7 +360,7 @@ def test_revoking_a_token_closes_its_streams_at_once(server: ServerProcess) -> N
             assert took < 2.0, f"streams closed {took:.2f}s after the revocation (expected well under a second)"
             refused = session.post({"jsonrpc": "2.0", "id": 9, "method": "ping"})
             assert refused.status_code == 401, refused.text
-            time.sleep(0.2)
+            probe.wait_for_more()
         probe.assert_responsive()
         assert not bystander_stream.ended.is_set(), "another token's stream was closed too"
         assert "result" in bystander.request("ping")
@@ -397,7 +397,7 @@ def test_revoking_through_one_replica_closes_streams_on_another(
             # b refuses the token at once, although it verified it less than 5 s ago.
             refused = session.post({"jsonrpc": "2.0", "id": 9, "method": "ping"})
             assert refused.status_code == 401, refused.text
-            time.sleep(0.2)
+            probe.wait_for_more()
         probe.assert_responsive()
     finally:
         stream.close()

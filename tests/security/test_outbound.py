@@ -217,7 +217,7 @@ def _attack(server: ServerProcess, run: Callable[[], dict[str, Any]]) -> Attack:
         started = time.monotonic()
         answer = run()
         seconds = time.monotonic() - started
-        time.sleep(0.3)  # a few probes after the answer too
+        probe.wait_for_more()  # a few probes after the answer too
     growth = server.rss() - before
     probe.assert_responsive()
     return Attack(answer, seconds, growth)
@@ -430,7 +430,7 @@ def test_site_local_ipv6_destinations_are_refused(server: ServerProcess, kind: s
     before = server.rss()
     with ResponsivenessProbe(ask_healthz, server.url) as probe, server.admin() as admin:
         refused = admin.post(f"/api/v1/{kind}", json=body)
-        time.sleep(0.2)
+        probe.wait_for_more()
     probe.assert_responsive(min_probes=1)
     assert refused.status_code == 422, refused.text
     assert "site-local (fec0::/10)" in refused.json()["detail"], refused.text
