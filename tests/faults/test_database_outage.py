@@ -198,13 +198,13 @@ def test_a_request_on_a_session_this_replica_never_saw_is_answered_with_its_id(r
 
 def _wait_for_probe(client: StreamableHttpClient, timeout: float = 5.0) -> None:
     """The probe prompt is served (after an earlier outage, within a second or so)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = client.request("prompts/get", {"name": PROBE, "arguments": {"text": "x"}}, request_id=5)
-        if "result" in got:
-            return
-        assert time.monotonic() < deadline, got
-        time.sleep(0.2)
+    got: list[dict[str, Any]] = [{}]
+
+    def served() -> bool:
+        got[0] = client.request("prompts/get", {"name": PROBE, "arguments": {"text": "x"}}, request_id=5)
+        return "result" in got[0]
+
+    wait_until(served, lambda: f"the probe prompt to be served: {got[0]}", timeout=timeout, interval=0.2)
 
 
 def test_an_edit_just_before_an_outage_keeps_the_last_snapshot_serving(replicas: Replicas) -> None:
@@ -232,13 +232,13 @@ def test_an_edit_just_before_an_outage_keeps_the_last_snapshot_serving(replicas:
     finally:
         replicas.restore()
     # Once the database is back the edit is served (the failed rebuild is retried, not forgotten).
-    deadline = time.monotonic() + 10
-    while True:
-        got = client.request("prompts/get", {"name": PROBE, "arguments": {"text": "x"}}, request_id=40)
-        if got.get("result", {}).get("messages", [{}])[0].get("content", {}).get("text") == "v2 x":
-            break
-        assert time.monotonic() < deadline, f"the edit was not served 10 s after the database returned: {got}"
-        time.sleep(0.2)
+    got: list[dict[str, Any]] = [{}]
+
+    def edit_served() -> bool:
+        got[0] = client.request("prompts/get", {"name": PROBE, "arguments": {"text": "x"}}, request_id=40)
+        return got[0].get("result", {}).get("messages", [{}])[0].get("content", {}).get("text") == "v2 x"
+
+    wait_until(edit_served, lambda: f"the edit to be served after the database returned: {got[0]}", interval=0.2)
     log = a.log_path.read_bytes()[log_offset:].decode("utf-8", "replace")
     assert "Task exception was never retrieved" not in log, log[-3000:]
 
