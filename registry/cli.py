@@ -541,7 +541,8 @@ def _audited_database(args: argparse.Namespace, command: str) -> Database:
 def cmd_audit_verify(args: argparse.Namespace) -> int:
     """Exit 0 when the chain is intact and the tables agree with it (and, with ``--anchor``, the
     anchored row is still there), 1 naming every difference."""
-    from registry.catalog.audit_verify import Anchor, verify_audit
+    from registry.catalog.audit_verify import Anchor
+    from registry.catalog.reports import AuditService
 
     anchor = None
     if args.anchor is not None:
@@ -551,7 +552,7 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
             raise CliError(f"audit verify: cannot read the anchor {args.anchor}: {exc}") from None
     db = _audited_database(args, "audit verify")
     try:
-        report = verify_audit(db, anchor=anchor)
+        report = AuditService(db).verify(anchor)
     finally:
         db.dispose()
     print(report.summary())
@@ -584,11 +585,11 @@ def cmd_audit_key(args: argparse.Namespace) -> int:
 
 def cmd_audit_head(args: argparse.Namespace) -> int:
     """Print the chain's head as JSON: keep it elsewhere, and pass it to ``audit verify --anchor``."""
-    from registry.catalog.audit_verify import chain_head
+    from registry.catalog.reports import AuditService
 
     db = _audited_database(args, "audit head")
     try:
-        head = chain_head(db)
+        head = AuditService(db).head()
     finally:
         db.dispose()
     if head is None:
@@ -599,12 +600,13 @@ def cmd_audit_head(args: argparse.Namespace) -> int:
 
 def cmd_audit_list(args: argparse.Namespace) -> int:
     """The newest changes (or oldest, with --oldest), one line each, filtered like the API."""
-    from registry.catalog.audit_log import AuditFilter, audit_page
+    from registry.catalog.audit_log import AuditFilter
+    from registry.catalog.reports import AuditService
 
     where = AuditFilter(actor=args.actor, team=args.team, kind=args.kind, name=args.name, action=args.action)
     db = _audited_database(args, "audit list")
     try:
-        page = audit_page(db, where, order="oldest" if args.oldest else "newest", limit=args.limit)
+        page = AuditService(db).page(where, order="oldest" if args.oldest else "newest", limit=args.limit)
     finally:
         db.dispose()
     for row in page.items:
@@ -628,17 +630,18 @@ def _page_size(raw: str) -> int:
     return int(raw)
 
 
+def _common(p: argparse.ArgumentParser) -> None:
+    """The options every command that opens the database takes."""
+    p.add_argument("--database-url", help="SQLAlchemy URL (default: $REGISTRY_DATABASE_URL or SQLite in ./data)")
+    p.add_argument("--data-dir", help="folder for the SQLite database and generated key (default: ./data)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mcp-registry", description="Prompt, resource and tool registry + MCP server")
     parser.add_argument("--version", action="version", version=f"mcp-registry {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-
-    def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--database-url", help="SQLAlchemy URL (default: $REGISTRY_DATABASE_URL or SQLite in ./data)")
-        p.add_argument("--data-dir", help="folder for the SQLite database and generated key (default: ./data)")
-
     serve = commands.add_parser("serve", help="run the HTTP server (MCP endpoint, admin API, web UI)")
-    common(serve)
+    _common(serve)
     serve.add_argument("--host", help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default 8080)")
     serve.add_argument("--seed", help="import a bundle at start (a name under seed_data/ or a folder); idempotent")
@@ -653,7 +656,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=cmd_serve)
 
     stdio = commands.add_parser("stdio", help="serve MCP over stdin/stdout (for hosts that start a child process)")
-    common(stdio)
+    _common(stdio)
     stdio.add_argument("--label", help="which label to serve (default: production)")
     stdio.add_argument("--seed", help="import a bundle at start (a name under seed_data/ or a folder); idempotent")
     stdio.set_defaults(func=cmd_stdio)
@@ -661,13 +664,13 @@ def build_parser() -> argparse.ArgumentParser:
     db = commands.add_parser("db", help="database maintenance")
     db_commands = db.add_subparsers(dest="db_command", required=True)
     upgrade = db_commands.add_parser("upgrade", help="apply migrations")
-    common(upgrade)
+    _common(upgrade)
     upgrade.set_defaults(func=cmd_db_upgrade)
 
     imp = commands.add_parser(
         "import", help="import a YAML bundle in one transaction (only what differs is written; all or nothing)"
     )
-    common(imp)
+    _common(imp)
     imp.add_argument("directory")
     imp.add_argument(
         "--plan",
@@ -686,7 +689,7 @@ def build_parser() -> argparse.ArgumentParser:
     exp = commands.add_parser(
         "export", help="export the catalog as a YAML bundle (newest versions, a label's, or the whole history)"
     )
-    common(exp)
+    _common(exp)
     exp.add_argument("directory")
     which = exp.add_mutually_exclusive_group()
     which.add_argument("--label", help="export the version this label serves (entries without it are left out)")
@@ -709,7 +712,7 @@ def build_parser() -> argparse.ArgumentParser:
     token = commands.add_parser("token", help="API tokens")
     token_commands = token.add_subparsers(dest="token_command", required=True)
     create = token_commands.add_parser("create", help="create a token and print it (only time it is shown)")
-    common(create)
+    _common(create)
     create.add_argument("--name", required=True)
     create.add_argument(
         "--scope", action="append", required=True, choices=["admin", "reviewer", "editor", "viewer", "agent"]
@@ -733,20 +736,18 @@ def build_parser() -> argparse.ArgumentParser:
         "verify",
         help="check the keyed chain and that the tables agree with it (exit 1 naming every difference)",
     )
-    common(verify)
+    _common(verify)
     verify.add_argument(
         "--anchor",
         metavar="FILE",
         help="a head kept earlier (`audit head`, GET /api/v1/audit/head): it must still be there",
     )
     verify.set_defaults(func=cmd_audit_verify)
-    head = audit_commands.add_parser(
-        "head", help="print the chain's newest row id and MAC (an anchor to keep elsewhere)"
-    )
-    common(head)
+    head = audit_commands.add_parser("head", help="print the chain's newest row id and MAC (an anchor to keep)")
+    _common(head)
     head.set_defaults(func=cmd_audit_head)
     listing = audit_commands.add_parser("list", help="print the newest changes, one per line")
-    common(listing)
+    _common(listing)
     for option in ("actor", "team", "kind", "name", "action"):
         listing.add_argument(f"--{option}", help=f"only changes with this {option} (exact)")
     listing.add_argument("--oldest", action="store_true", help="the oldest changes first")

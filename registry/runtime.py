@@ -13,11 +13,14 @@ from registry.catalog.audit_verify import brings_keys, key_the_chain
 from registry.catalog.bundles import apply_import
 from registry.catalog.errors import Conflict
 from registry.catalog.protection import ProtectionPolicy
+from registry.catalog.reports import AuditService, UsageService
 from registry.catalog.reviews import ChangeRequestService
 from registry.catalog.secrets import SecretBox, audit_key, load_or_create_key
 from registry.catalog.service import CatalogService
 from registry.catalog.teams import TeamService
+from registry.catalog.uploads import UploadStore
 from registry.catalog.watchers import EntryWatchers
+from registry.catalog.web_sessions import UiSessionStore
 from registry.config import Settings
 from registry.db import migrate
 from registry.db.engine import Database, deadline
@@ -72,8 +75,13 @@ class Registry:
         self.oidc = OidcVerifier(settings) if settings.oidc_issuer else None
         self.tokens = TokenService(self.db, jwt_verifier=self.oidc)
         self.teams = TeamService(self.db)
+        self.audit = AuditService(self.db)
+        self.usage = UsageService(self.db, settings.session_idle_timeout_s)
         #: Pages waiting for saves of one entry (fed by the MCP runtime's change feed).
         self.watchers = EntryWatchers(settings.limits.ui_event_streams)
+        #: The web UI's sessions (a cookie for a token or a single sign-on) and its held bundle uploads.
+        self.web_sessions = UiSessionStore(self.db, self.tokens, hours=settings.ui_session_hours)
+        self.uploads = UploadStore(self.db)
 
     def _url_guard(self) -> Callable[[str], None]:
         allowed = parse_networks(self.settings.webhook_allowed_networks)

@@ -23,11 +23,11 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from registry.app import create_app
+from registry.catalog.web_sessions import SSO_AGENT_ONLY, UiSessionStore
 from registry.config import Settings, SettingsError
 from registry.oidc import ID_TOKEN, NO_AUDIENCE, OidcVerifier
 from registry.runtime import Registry
 from registry.tokens import TokenRejected, TokenService
-from registry.ui.sessions import SSO_AGENT_ONLY, UiSessionStore
 from tests.interop.mcp_wire import StreamableHttpClient
 from tests.oidc_issuer import TestIssuer
 from tests.serve_process import ServerProcess, free_port

@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Path, Query
 
 from registry.api.auth import AdminPrincipal, ViewerPrincipal
+from registry.api.deps import CatalogDep, TokensDep, UsageDep
 from registry.api.models import (
     INT64_MAX,
     AgentList,
@@ -19,9 +20,8 @@ from registry.api.models import (
     TokenTeams,
 )
 from registry.api.problems import ALWAYS, WITH_BODY, documented
-from registry.catalog.agents import MAX_AGENTS, connected_agents
+from registry.catalog.agents import MAX_AGENTS
 from registry.catalog.errors import Invalid
-from registry.tokens import TokenService
 
 router = APIRouter()
 
@@ -34,11 +34,6 @@ def expiry(body: TokenRequest) -> datetime | None:
     return body.expires_at
 
 
-def _tokens(request: Request) -> TokenService:
-    tokens: TokenService = request.app.state.registry.tokens
-    return tokens
-
-
 @router.post(
     "/tokens",
     status_code=201,
@@ -48,8 +43,8 @@ def _tokens(request: Request) -> TokenService:
     response_model=TokenCreated,
     responses=documented(*ALWAYS, *WITH_BODY),
 )
-def create_token(request: Request, body: TokenRequest, principal: AdminPrincipal) -> dict[str, Any]:
-    token, info = _tokens(request).create(
+def create_token(tokens: TokensDep, body: TokenRequest, principal: AdminPrincipal) -> dict[str, Any]:
+    token, info = tokens.create(
         body.name,
         body.scopes,
         label=body.label,
@@ -69,8 +64,8 @@ def create_token(request: Request, body: TokenRequest, principal: AdminPrincipal
     response_model=TokenList,
     responses=documented(*ALWAYS),
 )
-def list_tokens(request: Request, _p: AdminPrincipal) -> dict[str, Any]:
-    return {"items": _tokens(request).list_tokens()}
+def list_tokens(tokens: TokensDep, _p: AdminPrincipal) -> dict[str, Any]:
+    return {"items": tokens.list_tokens()}
 
 
 @router.delete(
@@ -82,9 +77,9 @@ def list_tokens(request: Request, _p: AdminPrincipal) -> dict[str, Any]:
     responses=documented(*ALWAYS, 404, 422),
 )
 def revoke_token(
-    request: Request, token_id: Annotated[int, Path(ge=1, le=INT64_MAX)], principal: AdminPrincipal
+    tokens: TokensDep, token_id: Annotated[int, Path(ge=1, le=INT64_MAX)], principal: AdminPrincipal
 ) -> dict[str, Any]:
-    return _tokens(request).revoke(token_id, actor=principal.actor())
+    return tokens.revoke(token_id, actor=principal.actor())
 
 
 @router.put(
@@ -96,12 +91,12 @@ def revoke_token(
     responses=documented(*ALWAYS, *WITH_BODY, 404, 409),
 )
 def set_token_teams(
-    request: Request,
+    tokens: TokensDep,
     token_id: Annotated[int, Path(ge=1, le=INT64_MAX)],
     body: TokenTeams,
     principal: AdminPrincipal,
 ) -> dict[str, Any]:
-    return _tokens(request).set_teams(token_id, body.teams, actor=principal.actor())
+    return tokens.set_teams(token_id, body.teams, actor=principal.actor())
 
 
 @router.get(
@@ -113,12 +108,12 @@ def set_token_teams(
     responses=documented(*ALWAYS, 422),
 )
 def list_changes(
-    request: Request,
+    catalog: CatalogDep,
     principal: ViewerPrincipal,
     after: Annotated[int, Query(ge=0, le=INT64_MAX, description="the last change id you have (0: from the start)")] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> dict[str, Any]:
-    items = request.app.state.registry.catalog.changes(after=after, limit=limit, access=principal)
+    items = catalog.changes(after=after, limit=limit, access=principal)
     return {"items": items, "next_after": items[-1]["id"] if items else after}
 
 
@@ -131,10 +126,8 @@ def list_changes(
     responses=documented(*ALWAYS, 422),
 )
 def list_agents(
-    request: Request,
+    usage: UsageDep,
     _p: ViewerPrincipal,
     limit: Annotated[int, Query(ge=1, le=MAX_AGENTS, description="most sessions listed")] = 100,
 ) -> dict[str, Any]:
-    registry = request.app.state.registry
-    found = connected_agents(registry.db, idle_timeout_s=registry.settings.session_idle_timeout_s, limit=limit)
-    return found.as_dict()
+    return usage.agents(limit).as_dict()

@@ -9,17 +9,17 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from registry.api.auth import AdminPrincipal, ViewerPrincipal
+from registry.api.deps import AuditDep
 from registry.api.instants import instant_query, parse_instant
 from registry.api.models import INT64_MAX
 from registry.api.problems import ALWAYS, documented
-from registry.catalog.audit_log import DEFAULT_PAGE, MAX_PAGE, AuditFilter, Order, audit_page
-from registry.catalog.audit_verify import Anchor, chain_head, verify_audit
+from registry.catalog.audit_log import DEFAULT_PAGE, MAX_PAGE, AuditFilter, Order
+from registry.catalog.audit_verify import Anchor
 from registry.catalog.errors import NotFound
-from registry.db.engine import Database
 
 router = APIRouter(tags=["audit"])
 
@@ -163,11 +163,6 @@ class AuditVerification(BaseModel):
     head: AuditHead | None
 
 
-def _db(request: Request) -> Database:
-    db: Database = request.app.state.registry.db
-    return db
-
-
 _NAME = "a name, as stored (exact match)"
 
 
@@ -180,7 +175,7 @@ _NAME = "a name, as stored (exact match)"
     responses=documented(*ALWAYS, 422),
 )
 def list_audit(
-    request: Request,
+    audit: AuditDep,
     principal: ViewerPrincipal,
     actor: Annotated[str | None, Query(max_length=128, description="who (exact)")] = None,
     team: Annotated[str | None, Query(max_length=64, description="the team (exact)")] = None,
@@ -214,7 +209,7 @@ def list_audit(
         since=parse_instant(since, "since"),
         until=parse_instant(until, "until"),
     )
-    page = audit_page(_db(request), where, access=principal, order=order, after=after, limit=limit)
+    page = audit.page(where, access=principal, order=order, after=after, limit=limit)
     return {"items": page.items, "next_after": page.next_after, "order": page.order, "limit": page.limit}
 
 
@@ -226,7 +221,7 @@ def list_audit(
     responses=documented(*ALWAYS, 422),
 )
 def verify_audit_chain(
-    request: Request,
+    audit: AuditDep,
     _p: AdminPrincipal,
     anchor: Annotated[
         str | None,
@@ -241,7 +236,7 @@ def verify_audit_chain(
     if anchor is not None:
         row_id, _, mac = anchor.partition(":")
         kept = Anchor(int(row_id), mac.lower())
-    return verify_audit(_db(request), anchor=kept).as_dict()
+    return audit.verify(kept).as_dict()
 
 
 @router.get(
@@ -251,8 +246,8 @@ def verify_audit_chain(
     response_model=AuditHead,
     responses=documented(*ALWAYS, 404),
 )
-def audit_head(request: Request, _p: AdminPrincipal) -> dict[str, Any]:
-    head = chain_head(_db(request))
+def audit_head(audit: AuditDep, _p: AdminPrincipal) -> dict[str, Any]:
+    head = audit.head()
     if head is None:
         raise NotFound("the change log is empty: there is no head yet")
     return head.as_dict()

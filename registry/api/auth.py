@@ -8,7 +8,9 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from registry.api.deps import TokensDep
 from registry.oidc import METADATA_PATH, public_base
+from registry.runtime import registry_of
 from registry.tokens import Principal, TokenRejected, TokenService
 
 #: The scheme ``/openapi.json`` publishes (the Authorize button on ``/docs``). It only documents:
@@ -34,8 +36,7 @@ def bearer_token(request: Request) -> str | None:
 def _challenge(request: Request, error: str = "") -> dict[str, str]:
     """``WWW-Authenticate``; with single sign-on it points at the protected-resource metadata
     (RFC 9728), where a client finds the issuer to get a token from."""
-    registry = getattr(getattr(request.scope.get("app"), "state", None), "registry", None)
-    settings = getattr(registry, "settings", None)
+    settings = registry_of(request.scope["app"]).settings if "app" in request.scope else None
     params = [error] if error else []
     if settings is not None and settings.oidc_bearer_enabled:
         base = public_base(settings, request.url.scheme, request.headers.get("host"))
@@ -57,12 +58,14 @@ def require(scope: str) -> Callable[..., Principal]:
     """A dependency that admits tokens carrying ``scope`` (or a scope that includes it)."""
 
     def dependency(
-        request: Request, _documented: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)]
+        request: Request,
+        tokens: TokensDep,
+        _documented: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
     ) -> Principal:
         # Under /api/ the request guard (registry/api/guard.py) has already looked the token up.
         principal = getattr(request.state, "principal", None)
         if principal is None:
-            principal = authenticate(request.app.state.registry.tokens, request)
+            principal = authenticate(tokens, request)
         if not principal.has(scope):
             raise HTTPException(
                 403, f"this token lacks the {scope!r} scope (it has: {', '.join(sorted(principal.scopes))})"

@@ -1,26 +1,30 @@
-"""``/api/v1/{prompts,resources,tools}``: one router shape for the three kinds of entry.
+"""``/api/v1/{prompts,resources,tools}``: one set of handlers for the three kinds of entry.
 
 Routes stay thin: the catalog service validates, writes and answers; this module maps HTTP onto
 it (bodies, ``If-Match``, ``ETag``) and declares the contract (named models, bounds, problems).
+Each kind's router adds the same handlers (``registry.api.kinds``); bodies are read as JSON objects
+and published as the kind's named schemas by ``registry.api.openapi``.
 """
 
-# No ``from __future__ import annotations``: each router's body types are made per kind, inside
-# ``entry_router``, and FastAPI reads annotations at definition time.
+from __future__ import annotations
+
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Header, HTTPException, Path, Query, Request, Response
-from pydantic import BaseModel, ValidationError, WithJsonSchema
+from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from registry.api import models
 from registry.api.auth import ViewerPrincipal
-from registry.api.openapi import BODY_MODELS, KINDS, body_ref
+from registry.api.deps import CatalogDep, SettingsDep
+from registry.api.kinds import EntryName, KindDep, kind_router
+from registry.api.openapi import BODY_MODELS, KINDS
 from registry.api.problems import ALWAYS, WITH_BODY, InvalidParameter, documented
 from registry.catalog.errors import Invalid
 from registry.catalog.preconditions import parse_if_match
 from registry.catalog.protection import ReviewAsk
-from registry.catalog.service import CatalogService, EntryView, WriteResult
-from registry.catalog.specs import LABEL_PATTERN, NAME_PATTERN, TAG_PATTERN
+from registry.catalog.service import EntryView, WriteResult
+from registry.catalog.specs import KIND_BY_COLLECTION, LABEL_PATTERN, TAG_PATTERN
 from registry.catalog.teams import GLOBAL_ONLY, TEAM_PATTERN
 from registry.catalog.tool_calls import resolve_tool_test
 from registry.catalog.tool_calls import run_tool_test as run_tool_test_call
@@ -46,20 +50,6 @@ PAGE_MODELS: dict[str, type[BaseModel]] = {
     "resource": models.ResourcePage,
     "tool": models.ToolPage,
 }
-
-#: A name per kind for the reference page to prefill: entries of the demo bundle (the first run's catalog).
-DEMO_NAMES = {"prompt": "summarize", "resource": "server-info", "tool": "echo"}
-
-
-def _name_path(kind: str) -> Any:
-    return Path(
-        pattern=NAME_PATTERN,
-        min_length=1,
-        max_length=128,
-        description=f"the {kind}'s name",
-        examples=[DEMO_NAMES[kind]],
-    )
-
 
 # Label names are checked by the service (its message says what a label may be); the schema says it too.
 LabelPath = Annotated[
@@ -89,11 +79,10 @@ _NO_NOTE = models.VersionRestore()
 
 ETAG_HEADER = {"description": 'the newest version of the entry, as an ETag (`"v3"`)', "schema": {"type": "string"}}
 ENTRY_HEADERS = {"ETag": ETAG_HEADER}
-
-
-def _catalog(request: Request) -> CatalogService:
-    catalog: CatalogService = request.app.state.registry.catalog
-    return catalog
+#: An entry body, read as a JSON object (the catalog service parses it) and published as the kind's
+#: named schema (``PromptWrite``, ``ToolPatch``, ...) by ``registry.api.openapi``.
+EntryBody = Annotated[dict[str, Any], Body()]
+PatchBody = Annotated[dict[str, Any], Body(media_type="application/merge-patch+json")]
 
 
 def _split_meta(body: dict[str, Any]) -> tuple[dict[str, Any], str | None, list[str] | None]:
@@ -115,11 +104,11 @@ def _take_team(spec: dict[str, Any]) -> str | None:
     return team
 
 
-def _refuse_team(body: dict[str, Any], collection: str, name: str) -> None:
+def _refuse_team(body: dict[str, Any], kind: str, name: str) -> None:
     """A save does not move an entry between teams: that is ``PUT .../{name}/team``."""
     if "team" in body:
         raise Invalid(
-            f"a save does not change the entry's team: move it with PUT /api/v1/{collection}/{name}/team",
+            f"a save does not change the entry's team: move it with PUT /api/v1/{kind}s/{name}/team",
             errors=[{"loc": "team", "msg": "not part of a save"}],
         )
 
@@ -184,425 +173,330 @@ def _saved_response(result: WriteResult, response: Response) -> dict[str, Any]:
     }
 
 
-def _body(model: type[BaseModel], description: str, media_type: str = "application/json") -> tuple[Any, Any]:
-    """How a JSON-object body is read and published (as ``model``'s schema; the catalog service
-    parses it): the metadata for ``Annotated[dict[str, Any], ...]``."""
-    return Body(media_type=media_type, description=description), WithJsonSchema(body_ref(model))
+_PATCH_MODELS = {KIND_BY_COLLECTION[collection]: bodies[2] for collection, bodies in BODY_MODELS.items()}
+_OVERRIDE_QUERY = Query(
+    min_length=1,
+    max_length=2000,
+    description="admins only, for a protected label: remove it without a change request (an emergency "
+    "override, recorded with this reason)",
+)
+_TEAM_QUERY = Query(
+    pattern=f"^(-|{TEAM_PATTERN})$",
+    max_length=64,
+    description=f"only this team's entries; `{GLOBAL_ONLY}`: only global ones (by default: every entry "
+    "the token sees, global ones and its teams')",
+)
+_Q_QUERY = Query(
+    description="text search in name, title and description (case-insensitive substring; at most "
+    "REGISTRY_LIMIT_SEARCH_CHARS characters)"
+)
 
 
-def entry_router(collection: str, kind: str) -> APIRouter:
-    router = APIRouter(prefix=f"/{collection}", tags=[collection])
-    EntryName = Annotated[str, _name_path(kind)]  # a type, made per kind
-    title = KINDS[collection]
-    entry_model = ENTRY_MODELS[kind]
-    create_model, replace_model, patch_model = BODY_MODELS[collection]
-    create_read, create_schema = _body(
-        create_model,
-        f"The {kind}'s definition, plus an optional `change_note` and the `labels` the version gets "
-        "(default `production`).",
-    )
-    replace_read, replace_schema = _body(
-        replace_model,
-        f"The {kind}'s whole new definition (`name` may be left out), plus an optional `change_note` and "
-        "the `labels` the version gets (default `production`).",
-    )
-    patch_read, patch_schema = _body(
-        patch_model,
-        f"A JSON Merge Patch (RFC 7396) of the {kind}: members given replace its own, `null` removes one; "
-        "`change_note` and `labels` as for PUT.",
-        media_type="application/merge-patch+json",
-    )
-
-    @router.get(
-        "",
-        summary=f"List {collection}",
-        operation_id=f"list{title}s",
-        response_model=PAGE_MODELS[kind],
-        responses=documented(*ALWAYS, 422),
-    )
-    def list_entries(
-        request: Request,
-        principal: ViewerPrincipal,
-        tag: Annotated[
-            str | None, Query(pattern=TAG_PATTERN, max_length=64, description="only entries with this tag")
-        ] = None,
-        q: Annotated[
-            str | None,
-            Query(
-                description="text search in name, title and description (case-insensitive substring; at most "
-                "REGISTRY_LIMIT_SEARCH_CHARS characters)"
-            ),
-        ] = None,
-        archived: Annotated[bool, Query(description="list archived entries instead")] = False,
-        limit: Annotated[int, Query(ge=1, le=500)] = 50,
-        offset: Annotated[int, Query(ge=0, le=models.INT32_MAX)] = 0,
-        team: Annotated[
-            str | None,
-            Query(
-                pattern=f"^(-|{TEAM_PATTERN})$",
-                max_length=64,
-                description=f"only this team's entries; `{GLOBAL_ONLY}`: only global ones (by default: every entry "
-                "the token sees, global ones and its teams')",
-            ),
-        ] = None,
-    ) -> dict[str, Any]:
-        catalog = _catalog(request)
-        cap = catalog.limits.search_chars
-        if q is not None and len(q) > cap:
-            refusal = LimitExceeded("search_chars", f"q has {len(q)} characters; at most {cap} are allowed")
-            raise InvalidParameter(
-                str(refusal), errors=[{"loc": "query.q", "msg": str(refusal), "limit": env_name(refusal.limit)}]
-            )
-        page = catalog.list_entries(
-            kind, tag=tag, q=q, archived=archived, limit=limit, offset=offset, team=team, access=principal
+def list_entries(
+    catalog: CatalogDep,
+    kind: KindDep,
+    principal: ViewerPrincipal,
+    tag: Annotated[
+        str | None, Query(pattern=TAG_PATTERN, max_length=64, description="only entries with this tag")
+    ] = None,
+    q: Annotated[str | None, _Q_QUERY] = None,
+    archived: Annotated[bool, Query(description="list archived entries instead")] = False,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0, le=models.INT32_MAX)] = 0,
+    team: Annotated[str | None, _TEAM_QUERY] = None,
+) -> dict[str, Any]:
+    cap = catalog.limits.search_chars
+    if q is not None and len(q) > cap:
+        refusal = LimitExceeded("search_chars", f"q has {len(q)} characters; at most {cap} are allowed")
+        raise InvalidParameter(
+            str(refusal), errors=[{"loc": "query.q", "msg": str(refusal), "limit": env_name(refusal.limit)}]
         )
-        return {
-            "items": page.items,
-            "total": page.total,
-            "total_exact": page.total_exact,
-            "limit": page.limit,
-            "offset": page.offset,
-        }
-
-    @router.post(
-        "",
-        status_code=201,
-        summary=f"Create a {kind} (published to `production` unless `labels` say otherwise)",
-        operation_id=f"create{title}",
-        responses={
-            **documented(*ALWAYS, *WITH_BODY, 404, 409),
-            201: {
-                "description": f"The {kind} as saved: version 1",
-                "headers": {
-                    **ENTRY_HEADERS,
-                    "Location": {"description": "where the entry lives", "schema": {"type": "string"}},
-                },
-            },
-        },
-        response_model=entry_model,
-        response_model_exclude_unset=True,
+    page = catalog.list_entries(
+        kind, tag=tag, q=q, archived=archived, limit=limit, offset=offset, team=team, access=principal
     )
-    def create_entry(
-        request: Request,
-        response: Response,
-        principal: WriterPrincipal,
-        body: Annotated[dict[str, Any], create_read, create_schema],
-    ) -> dict[str, Any]:
-        spec, note, labels = _split_meta(body)
-        team = _take_team(spec)
-        result = _catalog(request).create(
-            kind,
-            spec,
-            actor=principal.actor(),
-            note=note,
-            labels=labels,
-            team=team,
-            access=principal,
-            review=_review_ask(body),
-        )
-        response.headers["Location"] = f"{request.url.path.rstrip('/')}/{result.view.name}"
-        return _saved_response(result, response)
-
-    @router.get(
-        "/{name}",
-        summary=f"Get a {kind} (its newest version and labels)",
-        operation_id=f"get{title}",
-        responses={**documented(*ALWAYS, 404, 422), 200: {"headers": ENTRY_HEADERS}},
-        response_model=entry_model,
-        response_model_exclude_unset=True,
-    )
-    def get_entry(request: Request, response: Response, name: EntryName, principal: ViewerPrincipal) -> dict[str, Any]:
-        return _entry_response(_catalog(request).get(kind, name, access=principal), response)
-
-    saved = {
-        "description": "The newest version: the one just saved, or the current one when the save changed "
-        "nothing (then nothing was written)",
-        "headers": ENTRY_HEADERS,
+    return {
+        "items": page.items,
+        "total": page.total,
+        "total_exact": page.total_exact,
+        "limit": page.limit,
+        "offset": page.offset,
     }
 
-    @router.put(
-        "/{name}",
-        summary=f"Save a new version of a {kind} (replaces the whole definition)",
-        description="An unchanged definition writes nothing and answers the current version. Labels named in "
-        "`labels` are pointed at the saved version (at the current one for an unchanged save).",
-        operation_id=f"update{title}",
-        responses={**documented(*ALWAYS, *WITH_BODY, 404, 409, 412), 200: saved},
-        response_model=entry_model,
-        response_model_exclude_unset=True,
+
+def create_entry(
+    request: Request,
+    response: Response,
+    catalog: CatalogDep,
+    kind: KindDep,
+    principal: WriterPrincipal,
+    body: EntryBody,
+) -> dict[str, Any]:
+    spec, note, labels = _split_meta(body)
+    team = _take_team(spec)
+    result = catalog.create(
+        kind,
+        spec,
+        actor=principal.actor(),
+        note=note,
+        labels=labels,
+        team=team,
+        access=principal,
+        review=_review_ask(body),
     )
-    def update_entry(
-        request: Request,
-        response: Response,
-        name: EntryName,
-        principal: WriterPrincipal,
-        body: Annotated[dict[str, Any], replace_read, replace_schema],
-        if_match: IfMatch = None,
-    ) -> dict[str, Any]:
-        _refuse_team(body, collection, name)
-        spec, note, labels = _split_meta(body)
-        result = _catalog(request).update(
-            kind,
-            name,
-            spec,
-            actor=principal.actor(),
-            if_match=if_match,
-            note=note,
-            labels=labels,
-            access=principal,
-            review=_review_ask(body),
-        )
-        return _saved_response(result, response)
+    response.headers["Location"] = f"{request.url.path.rstrip('/')}/{result.view.name}"
+    return _saved_response(result, response)
 
-    @router.patch(
-        "/{name}",
-        summary=f"Edit part of a {kind} (JSON Merge Patch, RFC 7396)",
-        description="The patch applies to the newest version as `GET` shows it (write-only values stay "
-        "`********` and keep their stored values). The result is saved like a PUT: an unchanged result writes "
-        "nothing. Content-Type `application/merge-patch+json` (or `application/json`).",
-        operation_id=f"patch{title}",
-        responses={**documented(*ALWAYS, *WITH_BODY, 404, 409, 412), 200: saved},
-        response_model=entry_model,
-        response_model_exclude_unset=True,
+
+def get_entry(
+    response: Response, catalog: CatalogDep, kind: KindDep, name: EntryName, principal: ViewerPrincipal
+) -> dict[str, Any]:
+    return _entry_response(catalog.get(kind, name, access=principal), response)
+
+
+def update_entry(
+    response: Response,
+    catalog: CatalogDep,
+    kind: KindDep,
+    name: EntryName,
+    principal: WriterPrincipal,
+    body: EntryBody,
+    if_match: IfMatch = None,
+) -> dict[str, Any]:
+    _refuse_team(body, kind, name)
+    spec, note, labels = _split_meta(body)
+    result = catalog.update(
+        kind,
+        name,
+        spec,
+        actor=principal.actor(),
+        if_match=if_match,
+        note=note,
+        labels=labels,
+        access=principal,
+        review=_review_ask(body),
     )
-    def patch_entry(
-        request: Request,
-        response: Response,
-        name: EntryName,
-        principal: WriterPrincipal,
-        body: Annotated[dict[str, Any], patch_read, patch_schema],
-        if_match: IfMatch = None,
-    ) -> dict[str, Any]:
-        if if_match is not None:
-            parse_if_match(if_match)  # a malformed header is a 400 whatever the body
-        _refuse_team(body, collection, name)
-        _check_patch(patch_model, kind, body)
-        patch, note, labels = _split_meta(body)
-        result = _catalog(request).patch(
-            kind,
-            name,
-            patch,
-            actor=principal.actor(),
-            if_match=if_match,
-            note=note,
-            labels=labels,
-            access=principal,
-            review=_review_ask(body),
-        )
-        return _saved_response(result, response)
+    return _saved_response(result, response)
 
-    @router.delete(
-        "/{name}",
-        summary=f"Archive a {kind} (hidden from agents, history kept; restore brings it back)",
-        operation_id=f"archive{title}",
-        responses={**documented(*ALWAYS, 404, 422), 200: {"headers": ENTRY_HEADERS}},
-        response_model=entry_model,
-        response_model_exclude_unset=True,
+
+def patch_entry(
+    response: Response,
+    catalog: CatalogDep,
+    kind: KindDep,
+    name: EntryName,
+    principal: WriterPrincipal,
+    body: PatchBody,
+    if_match: IfMatch = None,
+) -> dict[str, Any]:
+    if if_match is not None:
+        parse_if_match(if_match)  # a malformed header is a 400 whatever the body
+    _refuse_team(body, kind, name)
+    _check_patch(_PATCH_MODELS[kind], kind, body)
+    patch, note, labels = _split_meta(body)
+    result = catalog.patch(
+        kind,
+        name,
+        patch,
+        actor=principal.actor(),
+        if_match=if_match,
+        note=note,
+        labels=labels,
+        access=principal,
+        review=_review_ask(body),
     )
-    def archive_entry(
-        request: Request, response: Response, name: EntryName, principal: WriterPrincipal
-    ) -> dict[str, Any]:
-        result = _catalog(request).set_archived(kind, name, True, actor=principal.actor(), access=principal)
-        return _entry_response(result.view, response)
+    return _saved_response(result, response)
 
-    @router.post(
-        "/{name}/restore",
-        summary=f"Restore an archived {kind}",
-        operation_id=f"restore{title}",
-        responses={**documented(*ALWAYS, 404, 422), 200: {"headers": ENTRY_HEADERS}},
-        response_model=entry_model,
-        response_model_exclude_unset=True,
+
+def archive_entry(
+    response: Response, catalog: CatalogDep, kind: KindDep, name: EntryName, principal: WriterPrincipal
+) -> dict[str, Any]:
+    result = catalog.set_archived(kind, name, True, actor=principal.actor(), access=principal)
+    return _entry_response(result.view, response)
+
+
+def restore_entry(
+    response: Response, catalog: CatalogDep, kind: KindDep, name: EntryName, principal: WriterPrincipal
+) -> dict[str, Any]:
+    result = catalog.set_archived(kind, name, False, actor=principal.actor(), access=principal)
+    return _entry_response(result.view, response)
+
+
+def list_versions(catalog: CatalogDep, kind: KindDep, name: EntryName, principal: ViewerPrincipal) -> dict[str, Any]:
+    return {"items": catalog.versions(kind, name, access=principal)}
+
+
+def get_version(
+    catalog: CatalogDep, kind: KindDep, name: EntryName, number: VersionPath, principal: ViewerPrincipal
+) -> dict[str, Any]:
+    return catalog.get(kind, name, version=number, access=principal).as_dict()
+
+
+def restore_version(
+    response: Response,
+    catalog: CatalogDep,
+    kind: KindDep,
+    name: EntryName,
+    number: VersionPath,
+    principal: WriterPrincipal,
+    body: Annotated[models.VersionRestore, Body()] = _NO_NOTE,
+    if_match: IfMatch = None,
+) -> dict[str, Any]:
+    result = catalog.restore_version(
+        kind, name, number, actor=principal.actor(), if_match=if_match, note=body.change_note, access=principal
     )
-    def restore_entry(
-        request: Request, response: Response, name: EntryName, principal: WriterPrincipal
-    ) -> dict[str, Any]:
-        result = _catalog(request).set_archived(kind, name, False, actor=principal.actor(), access=principal)
-        return _entry_response(result.view, response)
+    return _saved_response(result, response)
 
-    @router.get(
-        "/{name}/versions",
-        summary="List versions, newest first",
-        operation_id=f"list{title}Versions",
-        response_model=models.VersionList,
-        responses=documented(*ALWAYS, 404, 422),
+
+def diff_versions(
+    catalog: CatalogDep,
+    kind: KindDep,
+    name: EntryName,
+    principal: ViewerPrincipal,
+    from_: Annotated[int, Query(alias="from", ge=1, le=models.INT32_MAX, description="the older version")],
+    to: Annotated[int, Query(ge=1, le=models.INT32_MAX, description="the newer version")],
+) -> dict[str, Any]:
+    return catalog.diff(kind, name, from_, to, access=principal)
+
+
+def move_label(
+    response: Response,
+    catalog: CatalogDep,
+    kind: KindDep,
+    name: EntryName,
+    label: LabelPath,
+    move: models.LabelMove,
+    principal: WriterPrincipal,
+) -> dict[str, Any]:
+    result = catalog.set_label(
+        kind, name, label, move.version, actor=principal.actor(), access=principal, override_reason=move.override_reason
     )
-    def list_versions(request: Request, name: EntryName, principal: ViewerPrincipal) -> dict[str, Any]:
-        return {"items": _catalog(request).versions(kind, name, access=principal)}
+    return _entry_response(result.view, response)
 
-    @router.get(
-        "/{name}/versions/{number}",
-        summary="Get one version",
-        operation_id=f"get{title}Version",
-        responses=documented(*ALWAYS, 404, 422),
-        response_model=entry_model,
-        response_model_exclude_unset=True,
+
+def delete_label(
+    response: Response,
+    catalog: CatalogDep,
+    kind: KindDep,
+    name: EntryName,
+    label: LabelPath,
+    principal: WriterPrincipal,
+    override_reason: Annotated[str | None, _OVERRIDE_QUERY] = None,
+) -> dict[str, Any]:
+    result = catalog.delete_label(
+        kind, name, label, actor=principal.actor(), access=principal, override_reason=override_reason
     )
-    def get_version(
-        request: Request, name: EntryName, number: VersionPath, principal: ViewerPrincipal
-    ) -> dict[str, Any]:
-        return _catalog(request).get(kind, name, version=number, access=principal).as_dict()
-
-    @router.post(
-        "/{name}/versions/{number}/restore",
-        summary=f"Save an old version of a {kind} again, as its new version",
-        description="The new version is a copy of version `number` (write-only values as that version stored them), "
-        "with `change_note` (default `Restore vN`). Only `latest` moves to it: publish it by moving a label "
-        "(a change request, for a protected one). The body may be left out. Checked like any save (an old "
-        "version may fail today's checks: 422); `If-Match` as for `PUT`; restoring what the newest version already "
-        "says writes nothing.",
-        operation_id=f"restore{title}Version",
-        responses={**documented(*ALWAYS, *WITH_BODY, 404, 409, 412), 200: saved},
-        response_model=entry_model,
-        response_model_exclude_unset=True,
-    )
-    def restore_version(
-        request: Request,
-        response: Response,
-        name: EntryName,
-        number: VersionPath,
-        principal: WriterPrincipal,
-        body: Annotated[models.VersionRestore, Body()] = _NO_NOTE,
-        if_match: IfMatch = None,
-    ) -> dict[str, Any]:
-        result = _catalog(request).restore_version(
-            kind,
-            name,
-            number,
-            actor=principal.actor(),
-            if_match=if_match,
-            note=body.change_note,
-            access=principal,
-        )
-        return _saved_response(result, response)
-
-    @router.get(
-        "/{name}/diff",
-        summary="Unified diff between two versions (whole definition, and per field)",
-        operation_id=f"diff{title}Versions",
-        response_model=models.Diff,
-        responses=documented(*ALWAYS, 404, 422),
-    )
-    def diff_versions(
-        request: Request,
-        name: EntryName,
-        principal: ViewerPrincipal,
-        from_: Annotated[int, Query(alias="from", ge=1, le=models.INT32_MAX, description="the older version")],
-        to: Annotated[int, Query(ge=1, le=models.INT32_MAX, description="the newer version")],
-    ) -> dict[str, Any]:
-        return _catalog(request).diff(kind, name, from_, to, access=principal)
-
-    @router.put(
-        "/{name}/labels/{label}",
-        summary="Point a label at a version (promote; roll back by moving it back)",
-        operation_id=f"move{title}Label",
-        responses={**documented(*ALWAYS, *WITH_BODY, 404), 200: {"headers": ENTRY_HEADERS}},
-        response_model=entry_model,
-        response_model_exclude_unset=True,
-    )
-    def move_label(
-        request: Request,
-        response: Response,
-        name: EntryName,
-        label: LabelPath,
-        move: models.LabelMove,
-        principal: WriterPrincipal,
-    ) -> dict[str, Any]:
-        result = _catalog(request).set_label(
-            kind,
-            name,
-            label,
-            move.version,
-            actor=principal.actor(),
-            access=principal,
-            override_reason=move.override_reason,
-        )
-        return _entry_response(result.view, response)
-
-    @router.delete(
-        "/{name}/labels/{label}",
-        summary="Remove a label (agents served it no longer see the entry)",
-        operation_id=f"delete{title}Label",
-        responses={**documented(*ALWAYS, 404, 422), 200: {"headers": ENTRY_HEADERS}},
-        response_model=entry_model,
-        response_model_exclude_unset=True,
-    )
-    def delete_label(
-        request: Request,
-        response: Response,
-        name: EntryName,
-        label: LabelPath,
-        principal: WriterPrincipal,
-        override_reason: Annotated[
-            str | None,
-            Query(
-                min_length=1,
-                max_length=2000,
-                description="admins only, for a protected label: remove it without a change request (an emergency "
-                "override, recorded with this reason)",
-            ),
-        ] = None,
-    ) -> dict[str, Any]:
-        result = _catalog(request).delete_label(
-            kind, name, label, actor=principal.actor(), access=principal, override_reason=override_reason
-        )
-        return _entry_response(result.view, response)
-
-    if kind == "prompt":
-
-        @router.post(
-            "/{name}/render",
-            summary="Preview a prompt as agents receive it (by default the `production` label's version)",
-            operation_id="renderPrompt",
-            response_model=models.RenderResult,
-            response_model_exclude_unset=True,
-            responses=documented(*ALWAYS, *WITH_BODY, 404),
-        )
-        def render_prompt(
-            request: Request, name: EntryName, body: models.RenderRequest, principal: ViewerPrincipal
-        ) -> dict[str, Any]:
-            return _catalog(request).render_prompt(
-                name, body.arguments, version=body.version, label=body.label, access=principal
-            )
-
-    if kind == "tool":
-
-        @router.post(
-            "/{name}/test",
-            summary="Run a tool exactly as an agent's tools/call would (by default the `production` version)",
-            description="Arguments are validated against the tool's inputSchema, its webhook is called (signed, "
-            "under the SSRF guard, within its timeout) and its answer checked against its outputSchema. A failing "
-            "tool is a result with `isError: true`, as agents see it. The progress and log notifications the call "
-            "produced come back in `notifications`.",
-            operation_id="testTool",
-            response_model=models.ToolTestResult,
-            response_model_exclude_unset=True,
-            responses=documented(*ALWAYS, *WITH_BODY, 404),
-        )
-        async def test_tool(
-            request: Request, name: EntryName, body: models.ToolTestRequest, principal: WriterPrincipal
-        ) -> dict[str, Any]:
-            return await run_tool_test(request, name, body, access=principal)
-
-    return router
+    return _entry_response(result.view, response)
 
 
-async def run_tool_test(
-    request: Request, name: str, body: models.ToolTestRequest, *, access: Principal | None = None
+def render_prompt(
+    catalog: CatalogDep, name: EntryName, body: models.RenderRequest, principal: ViewerPrincipal
+) -> dict[str, Any]:
+    return catalog.render_prompt(name, body.arguments, version=body.version, label=body.label, access=principal)
+
+
+async def test_tool(
+    catalog: CatalogDep,
+    settings: SettingsDep,
+    name: EntryName,
+    body: models.ToolTestRequest,
+    principal: WriterPrincipal,
 ) -> dict[str, Any]:
     """One tools/call through the shared test-call runner (registry/catalog/tool_calls.py, which
     the web UI's test page uses too), its notifications collected instead of streamed."""
-    catalog = _catalog(request)
     test = await run_in_threadpool(
-        resolve_tool_test, catalog, name, version=body.version, label=body.label, access=access
+        resolve_tool_test, catalog, name, version=body.version, label=body.label, access=principal
     )
     notifications: list[dict[str, Any]] = []
 
     async def collect(notification: dict[str, Any]) -> None:
         notifications.append(notification)
 
-    allowed = parse_networks(request.app.state.registry.settings.webhook_allowed_networks)
+    allowed = parse_networks(settings.webhook_allowed_networks)
     # The outbound caps count a test call as its token's (or single-sign-on user's), as its MCP calls.
-    caller = caller_key(access.token_id, access.user) if access is not None else None
     result = await run_tool_test_call(
-        test, body.arguments, allowed_networks=allowed, limits=catalog.limits, on_notification=collect, caller=caller
+        test,
+        body.arguments,
+        allowed_networks=allowed,
+        limits=catalog.limits,
+        on_notification=collect,
+        caller=caller_key(principal.token_id, principal.user),
     )
     return {"result": result, "notifications": notifications, "version": test.version, "label": test.label}
+
+
+def entry_router(collection: str, kind: str) -> APIRouter:
+    """``/{collection}``: the handlers above for one kind, with its models, operation ids and summaries."""
+    router = kind_router(collection, prefix=f"/{collection}", tags=[collection])
+    title = KINDS[collection]
+    entry: dict[str, Any] = {"response_model": ENTRY_MODELS[kind], "response_model_exclude_unset": True}
+    shown = {**documented(*ALWAYS, 404, 422), 200: {"headers": ENTRY_HEADERS}}
+    saved = {
+        **documented(*ALWAYS, *WITH_BODY, 404, 409, 412),
+        200: {
+            "description": "The newest version: the one just saved, or the current one when the save changed "
+            "nothing (then nothing was written)",
+            "headers": ENTRY_HEADERS,
+        },
+    }
+    created = {
+        "description": f"The {kind} as saved: version 1",
+        "headers": {
+            **ENTRY_HEADERS,
+            "Location": {"description": "where the entry lives", "schema": {"type": "string"}},
+        },
+    }
+    add = router.add_api_route
+    add("", list_entries, methods=["GET"], summary=f"List {collection}", operation_id=f"list{title}s",
+        response_model=PAGE_MODELS[kind], responses=documented(*ALWAYS, 422))  # fmt: skip
+    add("", create_entry, methods=["POST"], status_code=201, operation_id=f"create{title}",
+        summary=f"Create a {kind} (published to `production` unless `labels` say otherwise)",
+        responses={**documented(*ALWAYS, *WITH_BODY, 404, 409), 201: created}, **entry)  # fmt: skip
+    add("/{name}", get_entry, methods=["GET"], summary=f"Get a {kind} (its newest version and labels)",
+        operation_id=f"get{title}", responses=shown, **entry)  # fmt: skip
+    add("/{name}", update_entry, methods=["PUT"], operation_id=f"update{title}", responses=saved, **entry,
+        summary=f"Save a new version of a {kind} (replaces the whole definition)",
+        description="An unchanged definition writes nothing and answers the current version. Labels named in "
+        "`labels` are pointed at the saved version (at the current one for an unchanged save).")  # fmt: skip
+    add("/{name}", patch_entry, methods=["PATCH"], operation_id=f"patch{title}", responses=saved, **entry,
+        summary=f"Edit part of a {kind} (JSON Merge Patch, RFC 7396)",
+        description="The patch applies to the newest version as `GET` shows it (write-only values stay "
+        "`********` and keep their stored values). The result is saved like a PUT: an unchanged result writes "
+        "nothing. Content-Type `application/merge-patch+json` (or `application/json`).")  # fmt: skip
+    add("/{name}", archive_entry, methods=["DELETE"], operation_id=f"archive{title}", responses=shown, **entry,
+        summary=f"Archive a {kind} (hidden from agents, history kept; restore brings it back)")  # fmt: skip
+    add("/{name}/restore", restore_entry, methods=["POST"], summary=f"Restore an archived {kind}",
+        operation_id=f"restore{title}", responses=shown, **entry)  # fmt: skip
+    add("/{name}/versions", list_versions, methods=["GET"], summary="List versions, newest first",
+        operation_id=f"list{title}Versions", response_model=models.VersionList,
+        responses=documented(*ALWAYS, 404, 422))  # fmt: skip
+    add("/{name}/versions/{number}", get_version, methods=["GET"], summary="Get one version",
+        operation_id=f"get{title}Version", responses=documented(*ALWAYS, 404, 422), **entry)  # fmt: skip
+    add("/{name}/versions/{number}/restore", restore_version, methods=["POST"], operation_id=f"restore{title}Version",
+        summary=f"Save an old version of a {kind} again, as its new version", responses=saved, **entry,
+        description="The new version is a copy of version `number` (write-only values as that version stored them), "
+        "with `change_note` (default `Restore vN`). Only `latest` moves to it: publish it by moving a label "
+        "(a change request, for a protected one). The body may be left out. Checked like any save (an old "
+        "version may fail today's checks: 422); `If-Match` as for `PUT`; restoring what the newest version already "
+        "says writes nothing.")  # fmt: skip
+    add("/{name}/diff", diff_versions, methods=["GET"], operation_id=f"diff{title}Versions",
+        summary="Unified diff between two versions (whole definition, and per field)",
+        response_model=models.Diff, responses=documented(*ALWAYS, 404, 422))  # fmt: skip
+    add("/{name}/labels/{label}", move_label, methods=["PUT"], operation_id=f"move{title}Label",
+        summary="Point a label at a version (promote; roll back by moving it back)",
+        responses={**documented(*ALWAYS, *WITH_BODY, 404), 200: {"headers": ENTRY_HEADERS}}, **entry)  # fmt: skip
+    add("/{name}/labels/{label}", delete_label, methods=["DELETE"], operation_id=f"delete{title}Label",
+        summary="Remove a label (agents served it no longer see the entry)", responses=shown, **entry)  # fmt: skip
+    if kind == "prompt":
+        add("/{name}/render", render_prompt, methods=["POST"], operation_id="renderPrompt",
+            summary="Preview a prompt as agents receive it (by default the `production` label's version)",
+            response_model=models.RenderResult, response_model_exclude_unset=True,
+            responses=documented(*ALWAYS, *WITH_BODY, 404))  # fmt: skip
+    if kind == "tool":
+        add("/{name}/test", test_tool, methods=["POST"], operation_id="testTool",
+            summary="Run a tool exactly as an agent's tools/call would (by default the `production` version)",
+            description="Arguments are validated against the tool's inputSchema, its webhook is called (signed, "
+            "under the SSRF guard, within its timeout) and its answer checked against its outputSchema. A failing "
+            "tool is a result with `isError: true`, as agents see it. The progress and log notifications the call "
+            "produced come back in `notifications`.",
+            response_model=models.ToolTestResult, response_model_exclude_unset=True,
+            responses=documented(*ALWAYS, *WITH_BODY, 404))  # fmt: skip
+    return router

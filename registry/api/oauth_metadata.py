@@ -16,6 +16,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from registry.api.deps import SettingsDep
 from registry.api.problems import documented
 from registry.catalog.errors import NotFound
 from registry.config import Settings
@@ -48,8 +49,7 @@ class ProtectedResource(BaseModel):
     resource_name: str
 
 
-def _document(request: Request) -> ProtectedResource:
-    settings: Settings = request.app.state.registry.settings
+def _document(request: Request, settings: Settings) -> ProtectedResource:
     if not settings.oidc_issuer:
         raise NotFound("single sign-on is not configured on this server (REGISTRY_OIDC_ISSUER), so it has no metadata")
     if not settings.oidc_bearer_enabled:
@@ -76,8 +76,8 @@ def _document(request: Request) -> ProtectedResource:
     responses=documented(404),
     include_in_schema=False,
 )
-def mcp_resource_metadata(request: Request) -> ProtectedResource:
-    return _document(request)
+def mcp_resource_metadata(request: Request, settings: SettingsDep) -> ProtectedResource:
+    return _document(request, settings)
 
 
 @router.get(
@@ -89,5 +89,5 @@ def mcp_resource_metadata(request: Request) -> ProtectedResource:
     responses=documented(404),
     include_in_schema=False,
 )
-def resource_metadata(request: Request) -> ProtectedResource:
-    return _document(request)
+def resource_metadata(request: Request, settings: SettingsDep) -> ProtectedResource:
+    return _document(request, settings)

@@ -4,8 +4,10 @@ FastAPI documents what it parses and returns. This adds what it cannot know:
 
 * **Entry bodies.** ``POST``/``PUT``/``PATCH`` bodies are parsed by the catalog service (which
   validates them with the server's limits and names each field and limit it refuses), so the
-  routes take them as JSON objects and reference their named schemas (``PromptWrite``,
-  ``ToolPatch``, ...; ``registry/api/models.py``), which are added here.
+  routes take them as JSON objects; here they reference their named schemas (``PromptWrite``,
+  ``ToolPatch``, ...; ``registry/api/models.py``), which are added here too.
+* **Entry names per kind.** One set of handlers serves the three kinds (``registry/api/kinds.py``);
+  each kind's ``{name}`` says what it names, with an example from the demo bundle.
 * **The server's limits.** Request fields carry the bounds this server enforces
   (``maxLength`` of a title is ``REGISTRY_LIMIT_TITLE_CHARS``, and so on), read from its settings.
 * **Links** from each create to the operations on the entry it made, and from a created token to
@@ -27,6 +29,7 @@ from pydantic.json_schema import models_json_schema
 
 from registry.api import models
 from registry.limits import DEFAULT_LIMITS, Limits
+from registry.runtime import registry_of
 
 REF_PREFIX = "#/components/schemas/"
 
@@ -39,6 +42,8 @@ BODY_MODELS: dict[str, tuple[type[BaseModel], type[BaseModel], type[BaseModel]]]
 #: Schemas no operation declares but the contract includes.
 EXTRA_MODELS: tuple[type[BaseModel], ...] = (models.Problem,)
 KINDS = {"prompts": "Prompt", "resources": "Resource", "tools": "Tool"}
+#: A name per kind for the reference page to prefill: entries of the demo bundle (the first run's catalog).
+DEMO_NAMES = {"prompt": "summarize", "resource": "server-info", "tool": "echo"}
 
 
 def body_ref(model: type[BaseModel]) -> dict[str, str]:
@@ -49,15 +54,16 @@ def body_ref(model: type[BaseModel]) -> dict[str, str]:
 def install(app: FastAPI, limits: Limits | None = None) -> None:
     """Make ``app.openapi()`` return the completed document (built once, then cached).
 
-    ``limits``: the bounds to publish; by default the running registry's
-    (``app.state.registry.settings.limits``), else the defaults.
+    ``limits``: the bounds to publish; by default the running registry's settings', else the defaults.
     """
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             document = FastAPI.openapi(app)
-            registry = getattr(app.state, "registry", None)
-            applied = limits or (registry.settings.limits if registry is not None else DEFAULT_LIMITS)
+            try:
+                applied = limits or registry_of(app).settings.limits
+            except AttributeError:  # an app built without a registry
+                applied = DEFAULT_LIMITS
             complete(document, applied)
         return app.openapi_schema  # type: ignore[return-value]
 
@@ -75,6 +81,7 @@ def complete(document: dict[str, Any], limits: Limits) -> None:
     _describe_free_form(components)
     _restore_example_nulls(components)
     _bound_search(document, limits)
+    _entries_per_kind(document)
     _patch_accepts_json(document)
     _parameters_are_never_null(document)
     _add_links(document)
@@ -263,6 +270,25 @@ def _each_operation(document: dict[str, Any]) -> Iterator[dict[str, Any]]:
         for operation in path_item.values():
             if isinstance(operation, dict):
                 yield operation
+
+
+def _entries_per_kind(document: dict[str, Any]) -> None:
+    """Each kind's entry bodies as its named schemas, and its ``{name}`` parameters described."""
+    operations = _operations(document)
+    for collection, title in KINDS.items():
+        for verb, model in zip(("create", "update", "patch"), BODY_MODELS[collection], strict=True):
+            for media in operations.get(verb + title, {}).get("requestBody", {}).get("content", {}).values():
+                media["schema"] = body_ref(model)
+        kind = title.lower()
+        for path, path_item in document.get("paths", {}).items():
+            if not path.startswith(f"/api/v1/{collection}/{{name}}"):
+                continue
+            for operation in path_item.values():
+                for parameter in operation.get("parameters", []):
+                    if parameter["name"] == "name" and parameter["in"] == "path":
+                        schema, described = parameter["schema"], f"the {kind}'s name"
+                        schema.update(description=described, examples=[DEMO_NAMES[kind]], title=schema.pop("title"))
+                        parameter["description"] = described
 
 
 def _patch_accepts_json(document: dict[str, Any]) -> None:

@@ -6,19 +6,21 @@ thin: the change request service authorises (roles on the entry's team, never th
 reviewer), checks and writes; these map HTTP onto it and declare the contract.
 """
 
-# No ``from __future__ import annotations``: FastAPI reads the annotations at definition time.
+from __future__ import annotations
+
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Path, Query, Request, Response
+from fastapi import APIRouter, Body, Path, Query, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from registry.api import models
 from registry.api.auth import AdminPrincipal, ViewerPrincipal
-from registry.api.entries import DEMO_NAMES
+from registry.api.deps import ProtectionDep, ReviewsDep
+from registry.api.kinds import EntryName, KindDep, kind_router
 from registry.api.problems import ALWAYS, WITH_BODY, documented
-from registry.catalog.protection import MAX_APPROVALS, ProtectionPolicy
-from registry.catalog.reviews import MAX_PAGE, ChangeRequestService
+from registry.catalog.protection import MAX_APPROVALS
+from registry.catalog.reviews import MAX_PAGE
 from registry.catalog.specs import KIND_BY_COLLECTION, LABEL_PATTERN, NAME_PATTERN
 
 Kind = Literal["prompt", "resource", "tool"]
@@ -341,16 +343,6 @@ ProtectedLabelPath = Annotated[
 router = APIRouter()
 
 
-def _reviews(request: Request) -> ChangeRequestService:
-    service: ChangeRequestService = request.app.state.registry.reviews
-    return service
-
-
-def _protection(request: Request) -> ProtectionPolicy:
-    policy: ProtectionPolicy = request.app.state.registry.protection
-    return policy
-
-
 # ------------------------------------------------------------------ protected labels
 
 
@@ -362,8 +354,8 @@ def _protection(request: Request) -> ProtectionPolicy:
     response_model=ProtectedLabelList,
     responses=documented(*ALWAYS),
 )
-def list_protected(request: Request, _p: ViewerPrincipal) -> dict[str, Any]:
-    return {"items": _protection(request).list_labels()}
+def list_protected(protection: ProtectionDep, _p: ViewerPrincipal) -> dict[str, Any]:
+    return {"items": protection.list_labels()}
 
 
 @router.put(
@@ -374,8 +366,10 @@ def list_protected(request: Request, _p: ViewerPrincipal) -> dict[str, Any]:
     response_model=ProtectedLabel,
     responses=documented(*ALWAYS, *WITH_BODY),
 )
-def protect(request: Request, label: ProtectedLabelPath, body: Protection, principal: AdminPrincipal) -> dict[str, Any]:
-    return _protection(request).protect(label, body.approvals, actor=principal.actor(), access=principal)
+def protect(
+    protection: ProtectionDep, label: ProtectedLabelPath, body: Protection, principal: AdminPrincipal
+) -> dict[str, Any]:
+    return protection.protect(label, body.approvals, actor=principal.actor(), access=principal)
 
 
 @router.delete(
@@ -386,8 +380,8 @@ def protect(request: Request, label: ProtectedLabelPath, body: Protection, princ
     operation_id="unprotectLabel",
     responses=documented(*ALWAYS, 404, 409, 422),
 )
-def unprotect(request: Request, label: ProtectedLabelPath, principal: AdminPrincipal) -> Response:
-    _protection(request).unprotect(label, actor=principal.actor(), access=principal)
+def unprotect(protection: ProtectionDep, label: ProtectedLabelPath, principal: AdminPrincipal) -> Response:
+    protection.unprotect(label, actor=principal.actor(), access=principal)
     return Response(status_code=204)
 
 
@@ -403,7 +397,7 @@ def unprotect(request: Request, label: ProtectedLabelPath, principal: AdminPrinc
     responses=documented(*ALWAYS, 422),
 )
 def list_requests(
-    request: Request,
+    reviews: ReviewsDep,
     principal: ViewerPrincipal,
     state: Annotated[
         str | None,
@@ -420,7 +414,7 @@ def list_requests(
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
     offset: Annotated[int, Query(ge=0, le=models.INT32_MAX)] = 0,
 ) -> dict[str, Any]:
-    return _reviews(request).list_requests(
+    return reviews.list_requests(
         access=principal,
         state=state,
         kind=kind,
@@ -445,8 +439,8 @@ def list_requests(
         201: {"description": "The request, in review (or a draft)"},
     },
 )
-def open_request(request: Request, body: ChangeRequestOpen, principal: ViewerPrincipal) -> dict[str, Any]:
-    return _reviews(request).open(
+def open_request(reviews: ReviewsDep, body: ChangeRequestOpen, principal: ViewerPrincipal) -> dict[str, Any]:
+    return reviews.open(
         body.kind,
         body.name,
         actor=principal.actor(),
@@ -468,8 +462,8 @@ def open_request(request: Request, body: ChangeRequestOpen, principal: ViewerPri
     response_model=ChangeRequest,
     responses=documented(*ALWAYS, 404, 422),
 )
-def get_request(request: Request, request_id: RequestId, principal: ViewerPrincipal) -> dict[str, Any]:
-    return _reviews(request).get(request_id, access=principal, viewer=principal.actor())
+def get_request(reviews: ReviewsDep, request_id: RequestId, principal: ViewerPrincipal) -> dict[str, Any]:
+    return reviews.get(request_id, access=principal, viewer=principal.actor())
 
 
 def _transition(operation: str, summary: str, description: str, *, body: bool = False) -> dict[str, Any]:
@@ -487,8 +481,8 @@ def _transition(operation: str, summary: str, description: str, *, body: bool = 
     "/change-requests/{request_id}/submit",
     **_transition("submitChangeRequest", "Submit a draft for review", "Its author (or an admin)."),
 )
-def submit(request: Request, request_id: RequestId, principal: ViewerPrincipal) -> dict[str, Any]:
-    return _reviews(request).submit(request_id, actor=principal.actor(), access=principal)
+def submit(reviews: ReviewsDep, request_id: RequestId, principal: ViewerPrincipal) -> dict[str, Any]:
+    return reviews.submit(request_id, actor=principal.actor(), access=principal)
 
 
 @router.post(
@@ -502,8 +496,8 @@ def submit(request: Request, request_id: RequestId, principal: ViewerPrincipal) 
         body=True,
     ),
 )
-def approve(request: Request, request_id: RequestId, body: Approval, principal: ViewerPrincipal) -> dict[str, Any]:
-    return _reviews(request).approve(
+def approve(reviews: ReviewsDep, request_id: RequestId, body: Approval, principal: ViewerPrincipal) -> dict[str, Any]:
+    return reviews.approve(
         request_id,
         actor=principal.actor(),
         access=principal,
@@ -516,16 +510,16 @@ def approve(request: Request, request_id: RequestId, body: Approval, principal: 
     "/change-requests/{request_id}/reject",
     **_transition("rejectChangeRequest", "Reject, saying why (reviewer role; not the author)", "", body=True),
 )
-def reject(request: Request, request_id: RequestId, body: Rejection, principal: ViewerPrincipal) -> dict[str, Any]:
-    return _reviews(request).reject(request_id, actor=principal.actor(), access=principal, comment=body.comment)
+def reject(reviews: ReviewsDep, request_id: RequestId, body: Rejection, principal: ViewerPrincipal) -> dict[str, Any]:
+    return reviews.reject(request_id, actor=principal.actor(), access=principal, comment=body.comment)
 
 
 @router.post(
     "/change-requests/{request_id}/withdraw",
     **_transition("withdrawChangeRequest", "Withdraw an open request", "Its author (or an admin)."),
 )
-def withdraw(request: Request, request_id: RequestId, principal: ViewerPrincipal) -> dict[str, Any]:
-    return _reviews(request).withdraw(request_id, actor=principal.actor(), access=principal)
+def withdraw(reviews: ReviewsDep, request_id: RequestId, principal: ViewerPrincipal) -> dict[str, Any]:
+    return reviews.withdraw(request_id, actor=principal.actor(), access=principal)
 
 
 @router.post(
@@ -540,44 +534,41 @@ def withdraw(request: Request, request_id: RequestId, principal: ViewerPrincipal
     ),
 )
 def publish(
-    request: Request,
+    reviews: ReviewsDep,
     request_id: RequestId,
     principal: ViewerPrincipal,
     body: Annotated[Publication, Body()] = _NO_OVERRIDE,
 ) -> dict[str, Any]:
-    return _reviews(request).publish(
-        request_id, actor=principal.actor(), access=principal, override_reason=body.override_reason
-    )
+    return reviews.publish(request_id, actor=principal.actor(), access=principal, override_reason=body.override_reason)
 
 
 # ------------------------------------------------------------------ on-demand checks
 
 
-def _checks_route(collection: str, kind: str) -> None:
-    title = kind.capitalize()
-
-    @router.get(
-        f"/{collection}/{{name}}/checks",
-        tags=[collection],
-        summary=f"Pre-publish checks of a {kind}: moving a label (default `production`) to a version",
-        operation_id=f"check{title}",
-        response_model=CheckReport,
-        responses=documented(*ALWAYS, 404, 422),
-    )
-    def checks(
-        request: Request,
-        name: Annotated[str, Path(pattern=NAME_PATTERN, min_length=1, max_length=128, examples=[DEMO_NAMES[kind]])],
-        principal: ViewerPrincipal,
-        version: Annotated[
-            int | None, Query(ge=1, le=models.INT32_MAX, description="the version to check (default: the newest)")
-        ] = None,
-        label: Annotated[
-            str, Query(max_length=64, pattern=LABEL_PATTERN, description="the label it would move")
-        ] = "production",
-    ) -> dict[str, Any]:
-        report = _reviews(request).checks(kind, name, version=version, label=label, access=principal)
-        return report.as_dict()
+def checks(
+    reviews: ReviewsDep,
+    kind: KindDep,
+    name: EntryName,
+    principal: ViewerPrincipal,
+    version: Annotated[
+        int | None, Query(ge=1, le=models.INT32_MAX, description="the version to check (default: the newest)")
+    ] = None,
+    label: Annotated[
+        str, Query(max_length=64, pattern=LABEL_PATTERN, description="the label it would move")
+    ] = "production",
+) -> dict[str, Any]:
+    return reviews.checks(kind, name, version=version, label=label, access=principal).as_dict()
 
 
 for _collection, _kind in KIND_BY_COLLECTION.items():
-    _checks_route(_collection, _kind)
+    _per_kind = kind_router(_collection, tags=[_collection])
+    _per_kind.add_api_route(
+        f"/{_collection}/{{name}}/checks",
+        checks,
+        methods=["GET"],
+        summary=f"Pre-publish checks of a {_kind}: moving a label (default `production`) to a version",
+        operation_id=f"check{_kind.capitalize()}",
+        response_model=CheckReport,
+        responses=documented(*ALWAYS, 404, 422),
+    )
+    router.include_router(_per_kind)

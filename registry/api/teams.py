@@ -5,22 +5,23 @@ Thin like the entry routes: ``registry.catalog.teams.TeamService`` and
 ``CatalogService.set_team`` check who may do what, so the web UI behaves the same.
 """
 
-# No ``from __future__ import annotations``: the move routes are made per kind, and FastAPI reads
-# annotations at definition time.
+from __future__ import annotations
+
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Request, Response
+from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from registry.api import models
 from registry.api.auth import AdminPrincipal, ViewerPrincipal
-from registry.api.entries import ENTRY_HEADERS, ENTRY_MODELS, WriterPrincipal, _name_path
+from registry.api.deps import CatalogDep, TeamsDep
+from registry.api.entries import ENTRY_HEADERS, ENTRY_MODELS, WriterPrincipal
+from registry.api.kinds import EntryName, KindDep, kind_router
 from registry.api.openapi import KINDS
 from registry.api.problems import ALWAYS, WITH_BODY, documented
-from registry.catalog.service import CatalogService
 from registry.catalog.specs import KIND_BY_COLLECTION
-from registry.catalog.teams import TEAM_PATTERN, TEAM_TITLE_CHARS, TeamService
+from registry.catalog.teams import TEAM_PATTERN, TEAM_TITLE_CHARS
 
 #: Longest reason a move may give (as an override's reason).
 REASON_CHARS = 2000
@@ -103,16 +104,6 @@ class TeamMove(BaseModel):
     reason: str | None = Field(default=None, max_length=REASON_CHARS, description="why (kept in the audit trail)")
 
 
-def _teams(request: Request) -> TeamService:
-    teams: TeamService = request.app.state.registry.teams
-    return teams
-
-
-def _catalog(request: Request) -> CatalogService:
-    catalog: CatalogService = request.app.state.registry.catalog
-    return catalog
-
-
 router = APIRouter()
 
 
@@ -124,8 +115,8 @@ router = APIRouter()
     response_model=TeamList,
     responses=documented(*ALWAYS),
 )
-def list_teams(request: Request, principal: ViewerPrincipal) -> dict[str, Any]:
-    return {"items": _teams(request).list_teams(principal)}
+def list_teams(teams: TeamsDep, principal: ViewerPrincipal) -> dict[str, Any]:
+    return {"items": teams.list_teams(principal)}
 
 
 @router.post(
@@ -137,8 +128,8 @@ def list_teams(request: Request, principal: ViewerPrincipal) -> dict[str, Any]:
     response_model=TeamInfo,
     responses=documented(*ALWAYS, *WITH_BODY, 409),
 )
-def create_team(request: Request, body: TeamRequest, principal: AdminPrincipal) -> dict[str, Any]:
-    return _teams(request).create(body.name, body.title, actor=principal.actor(), access=principal)
+def create_team(teams: TeamsDep, body: TeamRequest, principal: AdminPrincipal) -> dict[str, Any]:
+    return teams.create(body.name, body.title, actor=principal.actor(), access=principal)
 
 
 @router.get(
@@ -149,8 +140,8 @@ def create_team(request: Request, body: TeamRequest, principal: AdminPrincipal) 
     response_model=TeamInfo,
     responses=documented(*ALWAYS, 404, 422),
 )
-def get_team(request: Request, team: TeamPath, principal: ViewerPrincipal) -> dict[str, Any]:
-    return _teams(request).get(team, principal)
+def get_team(teams: TeamsDep, team: TeamPath, principal: ViewerPrincipal) -> dict[str, Any]:
+    return teams.get(team, principal)
 
 
 @router.patch(
@@ -161,8 +152,8 @@ def get_team(request: Request, team: TeamPath, principal: ViewerPrincipal) -> di
     response_model=TeamInfo,
     responses=documented(*ALWAYS, *WITH_BODY, 404),
 )
-def update_team(request: Request, team: TeamPath, body: TeamUpdate, principal: AdminPrincipal) -> dict[str, Any]:
-    return _teams(request).update(team, body.title, actor=principal.actor(), access=principal)
+def update_team(teams: TeamsDep, team: TeamPath, body: TeamUpdate, principal: AdminPrincipal) -> dict[str, Any]:
+    return teams.update(team, body.title, actor=principal.actor(), access=principal)
 
 
 @router.delete(
@@ -173,33 +164,30 @@ def update_team(request: Request, team: TeamPath, body: TeamUpdate, principal: A
     response_model=TeamInfo,
     responses=documented(*ALWAYS, 404, 409, 422),
 )
-def delete_team(request: Request, team: TeamPath, principal: AdminPrincipal) -> dict[str, Any]:
-    return _teams(request).delete(team, actor=principal.actor(), access=principal)
+def delete_team(teams: TeamsDep, team: TeamPath, principal: AdminPrincipal) -> dict[str, Any]:
+    return teams.delete(team, actor=principal.actor(), access=principal)
 
 
-def _move_route(collection: str, kind: str) -> None:
-    EntryName = Annotated[str, _name_path(kind)]  # a type, made per kind
-
-    @router.put(
-        f"/{collection}/{{name}}/team",
-        tags=[collection],
-        summary=f"Move a {kind} to another team (or make it global)",
-        description="Who sees the entry changes at once, over the API, the UI and MCP. Needs the editor role in "
-        "both the current and the new team (the editor scope for global entries); the move is audited.",
-        operation_id=f"move{KINDS[collection]}Team",
-        response_model=ENTRY_MODELS[kind],
-        response_model_exclude_unset=True,
-        responses={**documented(*ALWAYS, *WITH_BODY, 404), 200: {"headers": ENTRY_HEADERS}},
-    )
-    def move_team(
-        request: Request, response: Response, name: EntryName, body: TeamMove, principal: WriterPrincipal
-    ) -> dict[str, Any]:
-        result = _catalog(request).set_team(
-            kind, name, body.team, actor=principal.actor(body.reason or None), access=principal
-        )
-        response.headers["ETag"] = result.view.etag
-        return result.view.as_dict()
+def move_team(
+    response: Response, catalog: CatalogDep, kind: KindDep, name: EntryName, body: TeamMove, principal: WriterPrincipal
+) -> dict[str, Any]:
+    result = catalog.set_team(kind, name, body.team, actor=principal.actor(body.reason or None), access=principal)
+    response.headers["ETag"] = result.view.etag
+    return result.view.as_dict()
 
 
 for _collection, _kind in KIND_BY_COLLECTION.items():
-    _move_route(_collection, _kind)
+    _per_kind = kind_router(_collection, tags=[_collection])
+    _per_kind.add_api_route(
+        f"/{_collection}/{{name}}/team",
+        move_team,
+        methods=["PUT"],
+        summary=f"Move a {_kind} to another team (or make it global)",
+        description="Who sees the entry changes at once, over the API, the UI and MCP. Needs the editor role in "
+        "both the current and the new team (the editor scope for global entries); the move is audited.",
+        operation_id=f"move{KINDS[_collection]}Team",
+        response_model=ENTRY_MODELS[_kind],
+        response_model_exclude_unset=True,
+        responses={**documented(*ALWAYS, *WITH_BODY, 404), 200: {"headers": ENTRY_HEADERS}},
+    )
+    router.include_router(_per_kind)

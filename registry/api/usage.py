@@ -6,35 +6,28 @@ per entry version, agent and hour (``registry.catalog.usage``; written every
 may read them, for the entries it can see.
 """
 
-# No ``from __future__ import annotations``: the per-kind routes are made in a function, and
-# FastAPI reads their annotations at definition time.
+from __future__ import annotations
+
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from registry.api.auth import ViewerPrincipal
+from registry.api.deps import UsageDep
 from registry.api.instants import instant_query, parse_instant
+from registry.api.kinds import EntryName, KindDep, kind_router
 from registry.api.models import INT32_MAX
 from registry.api.problems import ALWAYS, documented
 from registry.catalog.specs import KIND_BY_COLLECTION, NAME_PATTERN
-from registry.catalog.usage_report import (
-    MAX_DAYS,
-    MAX_ROWS,
-    UsageFilter,
-    entry_usage,
-    usage_report,
-)
-from registry.db.engine import Database
+from registry.catalog.usage_report import MAX_DAYS, MAX_ROWS, UsageFilter
 
 Kind = Literal["prompt", "resource", "tool"]
 Method = Literal["get", "read", "call"]
 GroupName = Literal["entry", "version", "agent", "version_agent", "hour"]
 #: The schema's bound on a choice's length (every string parameter has one).
 _ENUM_CHARS: dict[str, Any] = {"maxLength": 16}
-#: A name per kind for the reference page to prefill (the demo bundle's, as the entry routes').
-DEMO_NAMES = {"prompt": "summarize", "resource": "server-info", "tool": "echo"}
 #: Longest agent key: ``user:`` and a subject, as stored.
 AGENT_CHARS = 300
 
@@ -153,11 +146,6 @@ class EntryUsage(BaseModel):
 
 
 #: RFC 3339's date-time (what the schema's ``format: date-time`` means): a zone is required.
-def _db(request: Request) -> Database:
-    db: Database = request.app.state.registry.db
-    return db
-
-
 router = APIRouter(tags=["usage"])
 
 
@@ -169,7 +157,7 @@ router = APIRouter(tags=["usage"])
     responses=documented(*ALWAYS, 422),
 )
 def list_usage(
-    request: Request,
+    usage: UsageDep,
     principal: ViewerPrincipal,
     kind: Annotated[Kind | None, Query(description="only this kind of entry", json_schema_extra=_ENUM_CHARS)] = None,
     name: Annotated[
@@ -205,38 +193,30 @@ def list_usage(
         since=parse_instant(since, "since"),
         until=parse_instant(until, "until"),
     )
-    return usage_report(_db(request), principal, filters, group=group, limit=limit)
+    return usage.report(principal, filters, group=group, limit=limit)
 
 
-def _entry_route(collection: str, kind: str) -> None:
-    title = kind.capitalize()
-
-    @router.get(
-        f"/{collection}/{{name}}/usage",
-        summary=f"Who uses which version of a {kind}: uses per version, last use, recent agents",
-        operation_id=f"get{title}Usage",
-        response_model=EntryUsage,
-        responses=documented(*ALWAYS, 404, 422),
-    )
-    def get_entry_usage(
-        request: Request,
-        principal: ViewerPrincipal,
-        name: Annotated[
-            str,
-            Path(
-                pattern=NAME_PATTERN,
-                min_length=1,
-                max_length=128,
-                description=f"the {kind}'s name",
-                examples=[DEMO_NAMES[kind]],
-            ),
-        ],
-        days: Annotated[
-            int, Query(ge=1, le=MAX_DAYS, description="list the agents that used each version in this many days")
-        ] = 30,
-    ) -> dict[str, Any]:
-        return entry_usage(_db(request), principal, kind, name, days=days)
+def get_entry_usage(
+    usage: UsageDep,
+    kind: KindDep,
+    principal: ViewerPrincipal,
+    name: EntryName,
+    days: Annotated[
+        int, Query(ge=1, le=MAX_DAYS, description="list the agents that used each version in this many days")
+    ] = 30,
+) -> dict[str, Any]:
+    return usage.entry(principal, kind, name, days=days)
 
 
 for _collection, _kind in KIND_BY_COLLECTION.items():
-    _entry_route(_collection, _kind)
+    _per_kind = kind_router(_collection)
+    _per_kind.add_api_route(
+        f"/{_collection}/{{name}}/usage",
+        get_entry_usage,
+        methods=["GET"],
+        summary=f"Who uses which version of a {_kind}: uses per version, last use, recent agents",
+        operation_id=f"get{_kind.capitalize()}Usage",
+        response_model=EntryUsage,
+        responses=documented(*ALWAYS, 404, 422),
+    )
+    router.include_router(_per_kind)

@@ -27,6 +27,8 @@ class EntryWatchers:
         self.capacity = capacity
         self._waiting: dict[EntryKey, set[asyncio.Event]] = {}
         self.count = 0
+        #: Open web UI event streams per signed-in session (``registry.ui.editor`` bounds them per session).
+        self.streams: dict[str, int] = {}
 
     @contextmanager
     def watch(self, kind: str, name: str) -> Iterator[asyncio.Event]:

@@ -10,11 +10,12 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.responses import RedirectResponse
 
+from registry.runtime import registry_of
 from registry.ui.app import build_ui
 
 
 def mount_admin_ui(app: FastAPI) -> None:
-    app.mount("/ui", build_ui(app.state.registry), name="admin-ui")
+    app.mount("/ui", build_ui(registry_of(app)), name="admin-ui")
 
     @app.get("/", include_in_schema=False)
     def root() -> RedirectResponse:

@@ -11,31 +11,33 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
-from registry.catalog.specs import KIND_BY_COLLECTION
 from registry.paths import admin_ui_dir
 from registry.runtime import Registry, attach
-from registry.ui import agents, bundles, entries, errors, overview, signin, sso, tokens, tool_test
-from registry.ui.audit import router as audit_router
+from registry.ui import (
+    agents,
+    audit,
+    bundles,
+    editor_routes,
+    entries,
+    errors,
+    overview,
+    reviews,
+    signin,
+    sso,
+    teams,
+    tokens,
+    tool_test,
+    usage,
+)
 from registry.ui.auth import UPLOAD_FORM_BYTES
-from registry.ui.editor import EntryForm, editor_router
-from registry.ui.prompt_form import PromptForm
-from registry.ui.resource_form import ResourceForm
-from registry.ui.reviews import router as reviews_router
 from registry.ui.security import UiGuard
-from registry.ui.sessions import UiSessionStore
-from registry.ui.teams import router as teams_router
-from registry.ui.templating import COLLECTIONS, Pages
-from registry.ui.tool_form import ToolForm
-from registry.ui.uploads import UploadStore
-from registry.ui.usage import router as usage_router
+from registry.ui.templating import get_pages
 
 
 def build_ui(registry: Registry) -> ASGIApp:
     ui = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
     attach(ui, registry)
-    ui.state.ui_sessions = UiSessionStore(registry.db, registry.tokens, hours=registry.settings.ui_session_hours)
-    ui.state.ui_uploads = UploadStore(registry.db)
-    pages = Pages()
+    pages = get_pages()
     errors.install(ui, pages)
 
     static = admin_ui_dir() / "static"
@@ -44,26 +46,12 @@ def build_ui(registry: Registry) -> ASGIApp:
     ui.mount("/vendor", StaticFiles(directory=static / "vendor"), name="ui-vendor")
     ui.mount("/docs", StaticFiles(directory=static / "docs"), name="ui-docs")
 
-    ui.include_router(signin.router(pages))
-    ui.include_router(sso.router(pages))
-    ui.include_router(overview.router(pages))
-    ui.include_router(tokens.router(pages))
-    ui.include_router(teams_router(pages))
-    ui.include_router(agents.router(pages))
-    ui.include_router(bundles.router(pages))
+    for module in (signin, sso, overview, tokens, teams, agents, bundles):
+        ui.include_router(module.router)
     ui.include_router(tool_test.router(pages))
-    ui.include_router(audit_router(pages))
-    ui.include_router(usage_router(pages))
-    ui.include_router(reviews_router(pages))
-    titles = dict(COLLECTIONS)
-    forms: dict[str, EntryForm] = {"prompt": PromptForm(), "resource": ResourceForm(), "tool": ToolForm()}
-    pages.env.globals["editable_kinds"] = frozenset(forms)
-    for collection, kind in KIND_BY_COLLECTION.items():
-        title = titles[collection].removesuffix("s")
-        form = forms.get(kind)
-        if form is not None:
-            ui.include_router(editor_router(pages, collection, kind, title, form))
-        ui.include_router(entries.entry_router(pages, collection, kind, title))
+    for module in (audit, usage, reviews, editor_routes, entries):
+        ui.include_router(module.router)
+    pages.env.globals["editable_kinds"] = frozenset(editor_routes.FORMS)
     limits = registry.settings.limits
     return UiGuard(
         ui,

@@ -10,91 +10,87 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from registry.catalog.audit_log import AUDIT_KINDS, AuditFilter, audit_page
-from registry.catalog.audit_verify import verify_audit
-from registry.catalog.specs import KIND_BY_COLLECTION
-from registry.db.engine import Database
+from registry.api.deps import AuditDep
+from registry.catalog.audit_log import AUDIT_KINDS, AuditFilter
+from registry.catalog.reports import AuditService
+from registry.catalog.web_sessions import SignedIn
 from registry.ui.auth import AdminForm, Viewer
-from registry.ui.sessions import SignedIn
-from registry.ui.templating import Pages
+from registry.ui.collections import COLLECTION_OF_KIND
+from registry.ui.views import View, ViewDep
 
 #: Rows per page.
 AUDIT_PAGE = 50
-COLLECTION_BY_KIND = {kind: collection for collection, kind in KIND_BY_COLLECTION.items()}
 
 
-def _db(request: Request) -> Database:
-    db: Database = request.app.state.registry.db
-    return db
+router = APIRouter(prefix="/audit")
 
 
-def router(pages: Pages) -> APIRouter:
-    routes = APIRouter(prefix="/audit")
+def audit_view(
+    pages: View,
+    audit: AuditService,
+    ui: SignedIn,
+    filters: dict[str, Any],
+    after: int | None,
+    verification: dict[str, Any] | None = None,
+) -> Response:
+    where = AuditFilter(
+        actor=filters["actor"] or None,
+        team=filters["team"] or None,
+        kind=filters["kind"] or None,
+        name=filters["name"] or None,
+        action=filters["action"] or None,
+        override=True if filters["override"] else None,
+    )
+    found = audit.page(where, access=ui.principal, after=after, limit=AUDIT_PAGE)
+    rows = [
+        {**row, "collection": COLLECTION_OF_KIND.get(row["kind"]), "short_hash": row["hash"][:12]}
+        for row in found.items
+    ]
+    context = {
+        "title": "Audit trail",
+        "nav": "audit",
+        "rows": rows,
+        "filters": filters,
+        "kinds": AUDIT_KINDS,
+        "next_after": found.next_after,
+        "paged": after is not None,
+        "verification": verification,
+    }
+    return pages.render("audit.html", context)
 
-    def audit_view(
-        request: Request,
-        ui: SignedIn,
-        filters: dict[str, Any],
-        after: int | None,
-        verification: dict[str, Any] | None = None,
-    ) -> Response:
-        where = AuditFilter(
-            actor=filters["actor"] or None,
-            team=filters["team"] or None,
-            kind=filters["kind"] or None,
-            name=filters["name"] or None,
-            action=filters["action"] or None,
-            override=True if filters["override"] else None,
-        )
-        page = audit_page(_db(request), where, access=ui.principal, after=after, limit=AUDIT_PAGE)
-        rows = [
-            {**row, "collection": COLLECTION_BY_KIND.get(row["kind"]), "short_hash": row["hash"][:12]}
-            for row in page.items
-        ]
-        context = {
-            "title": "Audit trail",
-            "nav": "audit",
-            "rows": rows,
-            "filters": filters,
-            "kinds": AUDIT_KINDS,
-            "next_after": page.next_after,
-            "paged": after is not None,
-            "verification": verification,
-        }
-        return pages.render(request, "audit.html", context)
 
-    @routes.get("")
-    def audit(
-        request: Request,
-        ui: Viewer,
-        actor: Annotated[str, Query(max_length=128)] = "",
-        team: Annotated[str, Query(max_length=64)] = "",
-        kind: Annotated[str, Query(max_length=16)] = "",
-        name: Annotated[str, Query(max_length=128)] = "",
-        action: Annotated[str, Query(max_length=32)] = "",
-        override: Annotated[str, Query(max_length=8)] = "",
-        after: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None,
-    ) -> Response:
-        filters = {
-            "actor": actor.strip(),
-            "team": team.strip(),
-            "kind": kind.strip(),
-            "name": name.strip(),
-            "action": action.strip(),
-            "override": "1" if override else "",
-        }
-        return audit_view(request, ui, filters, after)
+@router.get("")
+def audit_trail(
+    ui: Viewer,
+    pages: ViewDep,
+    audit: AuditDep,
+    actor: Annotated[str, Query(max_length=128)] = "",
+    team: Annotated[str, Query(max_length=64)] = "",
+    kind: Annotated[str, Query(max_length=16)] = "",
+    name: Annotated[str, Query(max_length=128)] = "",
+    action: Annotated[str, Query(max_length=32)] = "",
+    override: Annotated[str, Query(max_length=8)] = "",
+    after: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None,
+) -> Response:
+    filters = {
+        "actor": actor.strip(),
+        "team": team.strip(),
+        "kind": kind.strip(),
+        "name": name.strip(),
+        "action": action.strip(),
+        "override": "1" if override else "",
+    }
+    return audit_view(pages, audit, ui, filters, after)
 
-    @routes.post("/verify")
-    async def verify(request: Request, form: AdminForm) -> Response:
-        ui, _fields = form
-        report = await run_in_threadpool(verify_audit, _db(request))
-        verification = {**report.as_dict(), "summary": report.summary()}
-        empty = {key: "" for key in ("actor", "team", "kind", "name", "action", "override")}
-        return await run_in_threadpool(audit_view, request, ui, empty, None, verification)
 
-    return routes
+@router.post("/verify")
+async def verify(form: AdminForm, pages: ViewDep, audit: AuditDep) -> Response:
+    ui, _fields = form
+    report = await run_in_threadpool(audit.verify)
+    verification = {**report.as_dict(), "summary": report.summary()}
+    empty = {key: "" for key in ("actor", "team", "kind", "name", "action", "override")}
+    return await run_in_threadpool(audit_view, pages, audit, ui, empty, None, verification)

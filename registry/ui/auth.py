@@ -24,8 +24,9 @@ from fastapi import Depends, Request
 from starlette.datastructures import FormData
 from starlette.responses import Response
 
+from registry.api.deps import get_registry
+from registry.catalog.web_sessions import SignedIn
 from registry.limits import LimitExceeded, Limits
-from registry.ui.sessions import SignedIn, UiSessionStore
 
 SESSION_COOKIE = "mcpr_ui_session"
 CSRF_FIELD = "csrf_token"
@@ -81,11 +82,6 @@ def clear_session_cookie(response: Response, request: Request) -> None:
     response.delete_cookie(SESSION_COOKIE, path="/ui", httponly=True, samesite="lax", secure=is_https(request))
 
 
-def _store(request: Request) -> UiSessionStore:
-    store: UiSessionStore = request.app.state.ui_sessions
-    return store
-
-
 def _here(request: Request, *, editor: bool = False) -> str:
     """Where to come back to after signing in: this page. A form post cannot be replayed: an
     htmx request comes back to the page it was sent from (``HX-Current-URL``, its path
@@ -107,7 +103,7 @@ def signed_in(request: Request) -> SignedIn | None:
         found: SignedIn | None = request.state.ui
         return found
     secret = request.cookies.get(SESSION_COOKIE, "")
-    found = _store(request).find(secret) if secret else None
+    found = get_registry(request).web_sessions.find(secret) if secret else None
     request.state.ui = found
     return found
 
@@ -137,8 +133,7 @@ def require(scope: str, *, editor: bool = False) -> Callable[[Request], SignedIn
 
 
 def _limits(request: Request) -> Limits:
-    limits: Limits = request.app.state.registry.settings.limits
-    return limits
+    return get_registry(request).settings.limits
 
 
 async def read_form(request: Request) -> FormData:
@@ -179,6 +174,12 @@ async def read_upload(request: Request) -> FormData:
     form = await request.form(max_files=1, max_fields=UPLOAD_FIELDS, max_part_size=UPLOAD_FORM_BYTES)
     request.state.form = form
     return form
+
+
+def form_field(form: FormData, name: str) -> str:
+    """A posted form's text field, stripped ("" when it is missing or a file)."""
+    value = form.get(name)
+    return value.strip() if isinstance(value, str) else ""
 
 
 def check_csrf(ui: SignedIn, sent: str | None) -> None:

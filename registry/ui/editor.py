@@ -1,9 +1,9 @@
 """Creating and editing entries in the browser: the editor pages, saving, conflicts, live checks
 and the "saved meanwhile" banner.
 
-One router per kind; what differs by kind (the form's fields, how they become a definition,
-what the live panel shows) is an ``EntryForm`` (``registry.ui.prompt_form`` and its siblings).
-The rest is shared:
+One editor for every kind (its routes: ``registry.ui.editor_routes``); what differs by kind (the
+form's fields, how they become a definition, what the live panel shows) is an ``EntryForm``
+(``registry.ui.prompt_form`` and its siblings). The rest is shared:
 
 - **Pages.** ``/ui/{collection}/-/new`` and ``/ui/{collection}/{name}/edit`` (``?version=N``:
   start from version N, e.g. the one production serves, not the newest). ``-`` cannot be
@@ -38,34 +38,28 @@ The rest is shared:
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import json
 import re
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Protocol
+from typing import Any, Protocol
 
-from fastapi import APIRouter, Query, Request
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 from starlette.responses import RedirectResponse, Response
 
 from registry.catalog.drafts import DraftIssue, draft_issues, reapply
-from registry.catalog.errors import CatalogError, Invalid, NotFound, PreconditionFailed, Subject
-from registry.catalog.preconditions import make_etag
-from registry.catalog.protection import ReviewAsk
-from registry.catalog.service import CatalogService, EntryView, WriteResult
+from registry.catalog.errors import CatalogError, Invalid, NotFound
+from registry.catalog.service import EntryView
 from registry.catalog.specs import dump_spec, is_label
-from registry.limits import LimitExceeded, Limits
+from registry.catalog.web_sessions import SignedIn
+from registry.limits import Limits
 from registry.runtime import Registry
 from registry.tokens import Principal
-from registry.ui.auth import Editor, EntryEditorForm, UiForbidden, Viewer, is_https, signed_in
+from registry.ui.auth import UiForbidden, is_https, signed_in
+from registry.ui.collections import Collection
 from registry.ui.diffview import diff_specs
-from registry.ui.entries import EntryName, VersionQuery
 from registry.ui.security import allow_style_nonce
-from registry.ui.sessions import SignedIn
 from registry.ui.teams import team_choices
 from registry.ui.templating import Pages, friendly_where, set_flash, set_saved_marker
 
@@ -81,11 +75,6 @@ _HELD_EFFECT = (
     "protected: saving creates the version; agents {who} keep the current one until a reviewer approves the "
     "change request and it is published"
 )
-#: Open "saved meanwhile" streams one signed-in session may hold (tabs of one person).
-STREAMS_PER_SESSION = 16
-#: How often an idle event stream sends a comment, so proxies keep it open.
-PING_SECONDS = 15
-INT32_MAX = 2**31 - 1
 
 
 @dataclass
@@ -174,15 +163,6 @@ def friendly_message(where: str, message: str) -> str:
     return _PATTERN_REFUSED.sub("has characters it may not have", message)
 
 
-def _registry(request: Request) -> Registry:
-    registry: Registry = request.app.state.registry
-    return registry
-
-
-def _catalog(request: Request) -> CatalogService:
-    return _registry(request).catalog
-
-
 def session_access(request: Request) -> Principal:
     """Who this page acts for (the catalog checks what they see and may edit): the request's
     signed-in session, which every editor route requires."""
@@ -192,7 +172,7 @@ def session_access(request: Request) -> Principal:
     return ui.principal
 
 
-def _text(form: FormData, key: str) -> str:
+def form_text(form: FormData, key: str) -> str:
     value = form.get(key)
     return value if isinstance(value, str) else ""
 
@@ -200,21 +180,21 @@ def _text(form: FormData, key: str) -> str:
 def _read_common(form: FormData, *, name: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(state, spec fields) of the fields every kind has; ``name`` when editing an entry."""
     state: dict[str, Any] = {
-        "name": name if name is not None else _text(form, "name").strip(),
-        "title": _text(form, "title"),
-        "description": _text(form, "description"),
-        "tags": _text(form, "tags"),
-        "change_note": _text(form, "change_note"),
-        "publish": _text(form, "publish") or "production",
-        "base_version": _text(form, "base_version"),
-        "source_version": _text(form, "source_version"),
-        "request_review": _text(form, "request_review") == "1",
+        "name": name if name is not None else form_text(form, "name").strip(),
+        "title": form_text(form, "title"),
+        "description": form_text(form, "description"),
+        "tags": form_text(form, "tags"),
+        "change_note": form_text(form, "change_note"),
+        "publish": form_text(form, "publish") or "production",
+        "base_version": form_text(form, "base_version"),
+        "source_version": form_text(form, "source_version"),
+        "request_review": form_text(form, "request_review") == "1",
         # The change request a save to a protected label opens (bounded by the service: title_chars,
         # description_chars; the form keeps the text when it refuses).
-        "cr_title": _text(form, "cr_title"),
-        "cr_description": _text(form, "cr_description"),
-        "publish_when_approved": _text(form, "publish_when_approved") == "1",
-        "team": _text(form, "team").strip(),
+        "cr_title": form_text(form, "cr_title"),
+        "cr_description": form_text(form, "cr_description"),
+        "publish_when_approved": form_text(form, "publish_when_approved") == "1",
+        "team": form_text(form, "team").strip(),
     }
     spec: dict[str, Any] = {"name": state["name"]}
     if state["title"].strip():
@@ -227,7 +207,7 @@ def _read_common(form: FormData, *, name: str | None) -> tuple[dict[str, Any], d
     return state, spec
 
 
-def _common_state(spec: Mapping[str, Any], version: int | None, source: int | None = None) -> dict[str, Any]:
+def common_state(spec: Mapping[str, Any], version: int | None, source: int | None = None) -> dict[str, Any]:
     """The shared fields for ``spec``: ``version`` the newest when the editor opened (what a save
     must still find), ``source`` the version the text comes from (default: that one)."""
     source = source if source is not None else version
@@ -249,15 +229,14 @@ def _common_state(spec: Mapping[str, Any], version: int | None, source: int | No
 
 
 class EditorPages:
-    """The editor of one kind, mounted at ``/ui/{collection}``."""
+    """The editor of one kind's ``collection`` (``EditorDep`` in ``registry.ui.editor_routes``)."""
 
-    def __init__(self, pages: Pages, collection: str, kind: str, title: str, form: EntryForm) -> None:
+    def __init__(self, pages: Pages, registry: Registry, collection: Collection, form: EntryForm) -> None:
         self.pages = pages
+        self.registry = registry
         self.collection = collection
-        self.kind = kind
-        self.title = title
+        self.kind = collection.kind
         self.form = form
-        self.common = {"collection": collection, "kind": kind, "kind_title": title, "nav": collection}
 
     # ------------------------------------------------------------------ reading a post
     def read(self, form: FormData, limits: Limits, *, name: str | None) -> Draft:
@@ -291,18 +270,19 @@ class EditorPages:
         """The editor page. ``fresh``: the form holds the stored entry (or a blank one), not a
         post, so the browser may offer a kept draft; ``restored``: it holds a draft restored."""
         name = entry.name if entry is not None else None
-        action = f"/ui/{self.collection}/{name}/edit" if name else f"/ui/{self.collection}/-/new"
+        base, title = f"/ui/{self.collection.name}", self.collection.title.lower()
+        action = f"{base}/{name}/edit" if name else f"{base}/-/new"
         ui = signed_in(request)
-        protected = sorted(_registry(request).protection.names_hint())
+        protected = sorted(self.registry.protection.names_hint())
         code_editor = bool(getattr(self.form, "code_editor", False))
         context = {
-            **self.common,
-            "title": f"Edit {self.title.lower()} {name}" if name else f"New {self.title.lower()}",
+            **self.collection.common,
+            "title": f"Edit {title} {name}" if name else f"New {title}",
             "entry": entry.as_dict() if entry is not None else None,
             "state": state,
             "action": action,
-            "check_url": f"/ui/{self.collection}/-/check",
-            "events_url": f"/ui/{self.collection}/{name}/events" if name else None,
+            "check_url": f"{base}/-/check",
+            "events_url": f"{base}/{name}/events" if name else None,
             "publish_choices": publish_choices(protected),
             "fields_template": self.form.fields_template,
             "check_template": self.form.check_template,
@@ -338,7 +318,7 @@ class EditorPages:
         """The live panel's values. For a ``new`` entry an empty name is not listed as a problem
         (a blank form is checked on load, before anyone typed): the panel says it is still needed
         (``name_pending``), and a save without one is refused as ever."""
-        issues = list(draft.problems) or draft_issues(_catalog(request), self.kind, draft.spec)
+        issues = list(draft.problems) or draft_issues(self.registry.catalog, self.kind, draft.spec)
         pending = new and not draft.state["name"] and any(issue.where == "name" for issue in issues)
         if pending:
             issues = [issue for issue in issues if issue.where != "name"]
@@ -348,8 +328,8 @@ class EditorPages:
         return values
 
     # ------------------------------------------------------------------ conflict view
-    def conflict(self, request: Request, name: str, base: int, mine: dict[str, Any], ui: SignedIn) -> dict[str, Any]:
-        catalog = _catalog(request)
+    def conflict(self, name: str, base: int, mine: dict[str, Any], ui: SignedIn) -> dict[str, Any]:
+        catalog = self.registry.catalog
         theirs = catalog.get(self.kind, name, access=ui.principal)
         try:
             base_spec = catalog.get(self.kind, name, version=base, access=ui.principal).spec
@@ -369,18 +349,15 @@ class EditorPages:
             "changed": changed,
         }
 
-
-def editor_router(pages: Pages, collection: str, kind: str, title: str, form: EntryForm) -> APIRouter:
-    routes = APIRouter(prefix=f"/{collection}")
-    editor = EditorPages(pages, collection, kind, title, form)
-
-    def saved(request: Request, name: str, notice: str, *, created: bool = False) -> Response:
-        response = RedirectResponse(f"/ui/{collection}/{name}", status_code=303)
+    # ------------------------------------------------------------------ answers to a post
+    def saved(self, request: Request, name: str, notice: str, *, created: bool = False) -> Response:
+        """After a save: the entry's page, with the notice and the marker that drops the draft."""
+        response = RedirectResponse(self.collection.url(name), status_code=303)
         set_flash(response, notice, secure=is_https(request))
-        set_saved_marker(response, kind, name, created=created, secure=is_https(request))
+        set_saved_marker(response, self.kind, name, created=created, secure=is_https(request))
         return response
 
-    def refused(request: Request, draft: Draft, entry: EntryView | None, exc: CatalogError) -> Response:
+    def refused(self, request: Request, draft: Draft, entry: EntryView | None, exc: CatalogError) -> Response:
         details = [
             f"{friendly_where(str(e['loc']))}: {friendly_message(str(e['loc']), str(e.get('msg', '')))}"
             if e.get("loc")
@@ -389,195 +366,29 @@ def editor_router(pages: Pages, collection: str, kind: str, title: str, form: En
         ]
         # The headline repeats the first problem as the API words it (a regex, for a refused name).
         error = "The form has problems." if details and _PATTERN_REFUSED.search(exc.detail) else exc.detail
-        return editor.render(
+        return self.render(
             request, state=draft.state, entry=entry, status=exc.status, error=error, details=details[:20]
         )
 
-    @routes.get("/-/new")
-    def new_page(request: Request, ui: Editor) -> Response:
-        choices = team_choices(request, ui)
-        state = {**_common_state({}, None), **form.state_from_spec({})}
-        state["team"] = (choices[0] or "") if choices else ""
-        return editor.render(request, state=state, entry=None, fresh=True)
-
-    @routes.post("/-/new")
-    async def create(request: Request, posted: EntryEditorForm) -> Response:
-        ui, fields = posted
-        draft = editor.read(fields, _limits(request), name=None)
-        op = _text(fields, "op")
-        if op and op != "save":
-            return await _apply_op(request, draft, fields, None, op)
-        if draft.problems:
-            return _problems_page(request, draft, None)
-        try:
-            result = await run_in_threadpool(
-                _catalog(request).create,
-                kind,
-                draft.spec,
-                actor=ui.principal.actor(),
-                note=draft.state["change_note"].strip() or None,
-                labels=editor.labels(draft.state),
-                team=draft.state["team"] or None,
-                access=ui.principal,
-                review=_review_ask(draft.state),
-            )
-        except CatalogError as exc:
-            return refused(request, draft, None, exc)
-        view = result.view
-        published = ", ".join(sorted(label for label in view.labels if label != "latest"))
-        serves = f"; {published} serves it." if published else "."
-        return saved(request, view.name, f"Created {view.name} v1{serves}{_held_notice(result)}", created=True)
-
-    @routes.get("/{name}/edit")
-    def edit_page(request: Request, ui: Editor, name: EntryName, version: VersionQuery = None) -> Response:
-        # ``version``: the form starts from it (a 404 naming the entry and its history when it has none).
-        view = _catalog(request).get(kind, name, version=version, access=ui.principal)
-        if not ui.may_edit(view.team):
-            where = f"team {view.team!r}" if view.team else "global entries"
-            raise UiForbidden(f"Editing {kind} {name} needs the editor role on {where}.")
-        if view.archived:
-            raise Invalid(
-                f"{kind} {name!r} is archived; restore it before editing", about=Subject(kind=kind, name=name)
-            )
-        state = {
-            **_common_state(view.spec, view.latest_version, view.version),
-            **form.state_from_spec(view.spec),
-        }
-        return editor.render(request, state=state, entry=view, fresh=True)
-
-    @routes.post("/{name}/edit")
-    async def save(request: Request, posted: EntryEditorForm, name: EntryName) -> Response:
-        ui, fields = posted
-        catalog = _catalog(request)
-        current = await run_in_threadpool(catalog.get, kind, name, access=ui.principal)
-        draft = editor.read(fields, _limits(request), name=name)
-        op = _text(fields, "op")
-        if op and op != "save":
-            return await _apply_op(request, draft, fields, current, op)
-        if draft.problems:
-            return _problems_page(request, draft, current)
-        base = draft.state["base_version"]
-        if not base.isdigit() or not 1 <= int(base) <= INT32_MAX:
-            raise Invalid("the form does not say which version it was based on; reload the editor")
-        source = draft.state["source_version"] or base
-        if not source.isdigit() or not 1 <= int(source) <= int(base):
-            raise Invalid("the form does not say which version it started from; reload the editor")
-        try:
-            result = await run_in_threadpool(
-                catalog.update,
-                kind,
-                name,
-                draft.spec,
-                actor=ui.principal.actor(),
-                if_match=make_etag(int(base)),
-                note=draft.state["change_note"].strip() or None,
-                labels=editor.labels(draft.state),
-                access=ui.principal,
-                review=_review_ask(draft.state),
-                secrets_from=int(source),
-            )
-        except PreconditionFailed:
-            conflict = await run_in_threadpool(editor.conflict, request, name, int(base), draft.spec, ui)
-            theirs: EntryView = conflict["theirs"]
-            conflict["source_version"] = int(source)
-            # Started from an older version: masked values still mean that version's; else theirs.
-            kept = int(source) if source != base else theirs.latest_version
-            state = {
-                **draft.state,
-                **_common_state(conflict["merged"], theirs.latest_version, kept),
-                **form.state_from_spec(conflict["merged"]),
-                "change_note": draft.state["change_note"],
-                "publish": draft.state["publish"],
-                **{key: draft.state[key] for key in ("request_review", "cr_title", "cr_description")},
-                "publish_when_approved": draft.state["publish_when_approved"],
-            }
-            return editor.render(request, state=state, entry=theirs, status=409, conflict=conflict)
-        except CatalogError as exc:
-            return refused(request, draft, current, exc)
-        view = result.view
-        if not result.changed:
-            return saved(request, name, f"Nothing to save: v{view.version} already says this.{_held_notice(result)}")
-        published = ", ".join(sorted(label for label, v in view.labels.items() if v == view.version))
-        return saved(request, name, f"Saved {name} v{view.version} ({published}).{_held_notice(result)}")
-
-    @routes.post("/-/check")
-    async def check(request: Request, posted: EntryEditorForm) -> Response:
-        _ui, fields = posted
-        editing = _text(fields, "editing").strip()
-        draft = editor.read(fields, _limits(request), name=editing or None)
-        values = await run_in_threadpool(editor.run_check, request, draft, fields, new=not editing)
-        context = {**editor.common, "state": draft.state, "check": values, "partial": True}
-        return pages.render(request, form.check_template, context)
-
-    async def _apply_op(request: Request, draft: Draft, fields: FormData, entry: EntryView | None, op: str) -> Response:
-        # Besides "check", a kind may name buttons that are checks too (a resource's "fetch").
-        # "restore" is drafts.js posting a kept draft back: the form rendered from it, checked.
-        checking = op in ("check", "restore") or op in getattr(form, "check_ops", frozenset())
-        if not checking and not form.apply_op(draft.state, op):
-            raise Invalid(f"unknown form action {op[:40]!r}")
-        values = (
-            await run_in_threadpool(editor.run_check, request, draft, fields, new=entry is None) if checking else None
-        )
-        return editor.render(request, state=draft.state, entry=entry, check=values, restored=op == "restore")
-
-    def _problems_page(request: Request, draft: Draft, entry: EntryView | None) -> Response:
+    def problems_page(self, request: Request, draft: Draft, entry: EntryView | None) -> Response:
         messages = [f"{p.where}: {p.message}" for p in draft.problems]
-        return editor.render(
+        return self.render(
             request, state=draft.state, entry=entry, status=422, error="The form has problems.", details=messages
         )
 
-    @routes.get("/{name}/events")
-    async def events(
-        request: Request,
-        ui: Viewer,
-        name: EntryName,
-        since: Annotated[int, Query(ge=0, le=INT32_MAX)] = 0,
+    async def apply_op(
+        self, request: Request, draft: Draft, fields: FormData, entry: EntryView | None, op: str
     ) -> Response:
-        """``saved`` events: a version newer than ``since`` (or the stream's ``Last-Event-ID``,
-        after a reconnect) exists: which, who, the note."""
-        registry = _registry(request)
-        watchers = registry.watchers
-        if watchers.count >= watchers.capacity:
-            raise LimitExceeded(
-                "ui_event_streams", f"this server already follows {watchers.capacity} open pages; try again later"
-            )
-        counts = _stream_counts(request)
-        key = ui.csrf_token  # one per signed-in session, and not the session's secret
-        if counts.get(key, 0) >= STREAMS_PER_SESSION:
-            raise UiForbidden(f"This session already follows {STREAMS_PER_SESSION} open pages; close some tabs.")
-        resumed = request.headers.get("last-event-id", "")
-        seen = max(since, int(resumed) if resumed.isdigit() and len(resumed) <= 10 else 0)
-
-        async def saves() -> AsyncIterator[ServerSentEvent]:
-            latest = seen
-            counts[key] = counts.get(key, 0) + 1
-            try:
-                with watchers.watch(kind, name) as woken:
-                    while True:
-                        woken.clear()
-                        try:
-                            view = await run_in_threadpool(registry.catalog.get, kind, name, access=ui.principal)
-                        except NotFound:
-                            yield ServerSentEvent(event="gone", data=json.dumps({"name": name}))
-                            return
-                        except Exception:  # the database is away: look again when woken, or soon
-                            view = None
-                        if view is not None and view.latest_version > latest:
-                            latest = view.latest_version
-                            yield ServerSentEvent(
-                                event="saved", data=json.dumps(_saved_event(view, ui)), id=str(latest)
-                            )
-                        await _wait(woken, timeout=30.0)
-            finally:
-                left = counts.get(key, 0) - 1
-                if left > 0:
-                    counts[key] = left
-                else:
-                    counts.pop(key, None)
-
-        return EventSourceResponse(saves(), ping=PING_SECONDS, headers={"Cache-Control": "no-store"})
-
-    return routes
+        """A button other than Save: a row added or removed, a check, a kept draft restored."""
+        # Besides "check", a kind may name buttons that are checks too (a resource's "fetch").
+        # "restore" is drafts.js posting a kept draft back: the form rendered from it, checked.
+        checking = op in ("check", "restore") or op in getattr(self.form, "check_ops", frozenset())
+        if not checking and not self.form.apply_op(draft.state, op):
+            raise Invalid(f"unknown form action {op[:40]!r}")
+        values = (
+            await run_in_threadpool(self.run_check, request, draft, fields, new=entry is None) if checking else None
+        )
+        return self.render(request, state=draft.state, entry=entry, check=values, restored=op == "restore")
 
 
 def _source(state: Mapping[str, Any], entry: EntryView | None) -> dict[str, Any] | None:
@@ -599,55 +410,3 @@ def _source(state: Mapping[str, Any], entry: EntryView | None) -> dict[str, Any]
         "newest_labels": labels_on(newest),
         "is_newest": number == newest,
     }
-
-
-def _review_ask(state: Mapping[str, Any]) -> ReviewAsk | None:
-    """The change requests a save asks for when its label is protected ("Request review"), with
-    the title, description and "publish when approved" typed beside it (the service bounds them)."""
-    if not state.get("request_review"):
-        return None
-    return ReviewAsk(
-        title=str(state.get("cr_title") or "").strip() or None,
-        description=str(state.get("cr_description") or "").strip() or None,
-        publish_when_approved=bool(state.get("publish_when_approved")),
-    )
-
-
-def _held_notice(result: WriteResult) -> str:
-    """What a save says about the protected labels it did not move."""
-    if not result.held:
-        return ""
-    held = ", ".join(result.held)
-    if result.change_requests:
-        opened = ", ".join(f"#{number}" for number in result.change_requests)
-        return (
-            f" {held} is protected, so it still serves the version before: change request {opened} asks "
-            "reviewers to move it."
-        )
-    return f" {held} is protected, so it still serves the version before (no review was requested)."
-
-
-def _saved_event(view: EntryView, ui: SignedIn) -> dict[str, Any]:
-    return {
-        "version": view.latest_version,
-        "author": view.author,
-        "by_you": view.author == ui.principal.name,
-        "note": (view.change_note or "")[:200],
-    }
-
-
-async def _wait(event: asyncio.Event, *, timeout: float) -> None:
-    # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation that lands
-    # in the turn the event is set (CPython gh-86296), and the stream would outlive its client.
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(timeout):
-            await event.wait()
-
-
-def _limits(request: Request) -> Limits:
-    return _registry(request).settings.limits
-
-
-def _stream_counts(request: Request) -> dict[str, int]:
-    counts: dict[str, int] = request.app.state.__dict__.setdefault("_ui_event_streams", {})
-    return counts

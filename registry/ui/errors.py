@@ -25,12 +25,12 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.types import ASGIApp
 
 from registry.catalog.errors import CatalogError, Subject
-from registry.catalog.specs import KIND_BY_COLLECTION
 from registry.db.diskfull import is_full
 from registry.db.engine import DatabaseUnavailable, is_unavailable, warn_unavailable
 from registry.limits import LimitExceeded
 from registry.tokens import TokenRejected
 from registry.ui.auth import SignInRequired, UiForbidden, clear_session_cookie
+from registry.ui.collections import COLLECTION_OF_KIND
 from registry.ui.templating import Pages
 
 log = logging.getLogger("registry.ui")
@@ -50,9 +50,6 @@ _TITLES = {
 }
 
 
-_COLLECTION_OF = {kind: collection for collection, kind in KIND_BY_COLLECTION.items()}
-
-
 def links_for(about: Subject | None) -> list[dict[str, str]]:
     """The way on from a refusal about ``about``: links (``href``, ``text``), most specific first."""
     if about is None:
@@ -64,7 +61,7 @@ def links_for(about: Subject | None) -> list[dict[str, str]]:
         else:
             number = about.request_id
             links.append({"href": f"/ui/reviews/{number}", "text": f"Go to change request #{number}"})
-    collection = _COLLECTION_OF.get(about.kind or "")
+    collection = COLLECTION_OF_KIND.get(about.kind or "")
     if collection is None or not about.name:
         return links
     kind_title = (about.kind or "").capitalize()

@@ -22,6 +22,7 @@ from typing import Any
 from starlette.datastructures import FormData
 from starlette.requests import Request
 
+from registry.api.deps import get_registry
 from registry.boundedjson import JsonStructureError, loads
 from registry.catalog.drafts import DraftIssue, preview_prompt
 from registry.catalog.errors import CatalogError
@@ -173,7 +174,7 @@ class PromptForm:
         return {"preview_fields": fields, "preview_shape": fields_shape(fields)}
 
     def check(self, request: Request, draft: Draft, form: FormData, issues: list[DraftIssue]) -> dict[str, Any]:
-        catalog: CatalogService = request.app.state.registry.catalog
+        catalog: CatalogService = get_registry(request).catalog
         declared = [a["name"] for a in draft.spec["arguments"] if isinstance(a.get("name"), str)]
         fields = preview_fields(draft.spec["arguments"])
         samples = {name: draft.state["samples"].get(name, "") for name in declared}

@@ -37,6 +37,7 @@ import yaml
 from starlette.datastructures import FormData, UploadFile
 from starlette.requests import Request
 
+from registry.api.deps import get_registry
 from registry.boundedjson import JsonStructureError, loads
 from registry.catalog.drafts import (
     DraftIssue,
@@ -319,7 +320,7 @@ class ResourceForm:
 
     # ------------------------------------------------------------------ the live panel
     def check(self, request: Request, draft: Draft, form: FormData, issues: list[DraftIssue]) -> dict[str, Any]:
-        catalog: CatalogService = request.app.state.registry.catalog
+        catalog: CatalogService = get_registry(request).catalog
         state, spec = draft.state, draft.spec
         kind = state["kind"]
         issues = list(issues)
@@ -357,7 +358,7 @@ class ResourceForm:
             elif kind == "static":
                 values["contents"] = preview_resource(catalog, spec, spec.get("uri", ""))
             elif values["fetch_asked"]:
-                allowed = parse_networks(request.app.state.registry.settings.webhook_allowed_networks)
+                allowed = parse_networks(get_registry(request).settings.webhook_allowed_networks)
                 fetched = fetch_resource_draft(
                     catalog,
                     spec,

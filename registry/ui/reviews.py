@@ -13,28 +13,27 @@ Every POST carries the session's CSRF token; everything works without JavaScript
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Query
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import Response
 
+from registry.api.deps import CatalogDep, ProtectionDep, ReviewsDep
 from registry.catalog.errors import CatalogError, Invalid, NotFound
-from registry.catalog.protection import MAX_APPROVALS, OPEN_STATES, STATES, ProtectionPolicy
-from registry.catalog.reviews import ChangeRequestService
-from registry.catalog.service import CatalogService
-from registry.catalog.specs import KIND_BY_COLLECTION
-from registry.ui.auth import Admin, AdminForm, Viewer, is_https, require_form
+from registry.catalog.protection import MAX_APPROVALS, OPEN_STATES, STATES
+from registry.catalog.web_sessions import SignedIn
+from registry.ui.auth import Admin, AdminForm, Viewer, form_field, require_form
+from registry.ui.collections import COLLECTION_OF_KIND
 from registry.ui.diffview import diff_specs
-from registry.ui.sessions import SignedIn
-from registry.ui.templating import Pages, set_flash
+from registry.ui.views import View
 
 #: Requests per queue page.
 PAGE_SIZE = 50
 INT64_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1
-COLLECTION_BY_KIND = {kind: collection for collection, kind in KIND_BY_COLLECTION.items()}
 #: The queue's filter: requests waiting for the viewer's review, "all", or one state.
 WAITING = "waiting"
 STATE_CHOICES = (WAITING, "all", *STATES)
@@ -42,26 +41,6 @@ STATE_CHOICES = (WAITING, "all", *STATES)
 RequestId = Annotated[int, Path(ge=1, le=INT64_MAX)]
 #: A signed-in session's form (any scope: the service checks the role on the entry's team).
 SessionForm = Annotated[tuple[SignedIn, FormData], Depends(require_form("viewer"))]
-
-
-def _reviews(request: Request) -> ChangeRequestService:
-    service: ChangeRequestService = request.app.state.registry.reviews
-    return service
-
-
-def _catalog(request: Request) -> CatalogService:
-    catalog: CatalogService = request.app.state.registry.catalog
-    return catalog
-
-
-def _protection(request: Request) -> ProtectionPolicy:
-    policy: ProtectionPolicy = request.app.state.registry.protection
-    return policy
-
-
-def _field(form: FormData, name: str) -> str:
-    value = form.get(name)
-    return value.strip() if isinstance(value, str) else ""
 
 
 def _approval_outcome(answer: dict[str, Any], done: str) -> str:
@@ -72,85 +51,21 @@ def _approval_outcome(answer: dict[str, Any], done: str) -> str:
     return f"{done} Not published automatically: {refused}." if refused else done
 
 
-def router(pages: Pages) -> APIRouter:
-    routes = APIRouter()
+@dataclass
+class ReviewPages(View):
+    """The change requests' pages, and the protected labels'."""
 
-    # ------------------------------------------------------------------ the queue
-    @routes.get("/reviews")
-    def queue(
-        request: Request,
-        ui: Viewer,
-        state: Annotated[str, Query(max_length=16)] = "in_review",
-        page: Annotated[int, Query(ge=1, le=100_000)] = 1,
-    ) -> Response:
-        error = None
-        if state not in STATE_CHOICES:
-            error, state = f"{state!r} is not a state; showing requests in review", "in_review"
-        found = _reviews(request).list_requests(
-            access=ui.principal,
-            state=None if state in ("all", WAITING) else state,
-            waiting_for=ui.principal.actor() if state == WAITING else None,
-            limit=PAGE_SIZE,
-            offset=(page - 1) * PAGE_SIZE,
-        )
-        context = {
-            "title": "Reviews",
-            "nav": "reviews",
-            "items": found["items"],
-            "total": found["total"],
-            "page": page,
-            "pages_total": max(1, -(-found["total"] // PAGE_SIZE)),
-            "state": state,
-            "states": STATE_CHOICES,
-            "error": error,
-            "collections_by_kind": COLLECTION_BY_KIND,
-        }
-        return pages.render(request, "reviews.html", context, status=400 if error else 200)
+    reviews: ReviewsDep
+    catalog: CatalogDep
+    protection: ProtectionDep
 
-    # ------------------------------------------------------------------ opening one (a label move's page)
-    @routes.post("/reviews/open")
-    async def open_request(request: Request, posted: SessionForm) -> Response:
-        ui, fields = posted
-        version = _field(fields, "version")
-        kind, name, label = _field(fields, "kind"), _field(fields, "name"), _field(fields, "label")
-        title, description = _field(fields, "title"), _field(fields, "description")
-        when_approved = _field(fields, "publish_when_approved") == "1"
-
-        def step() -> dict[str, Any]:
-            if not version.isdigit() or not 1 <= int(version) <= INT32_MAX:
-                raise Invalid(f"the version must be a whole number from 1 (got {version[:20]!r})")
-            return _reviews(request).open(
-                kind,
-                name,
-                actor=ui.principal.actor(),
-                access=ui.principal,
-                label=label,
-                to_version=int(version),
-                title=title or None,
-                description=description or None,
-                publish_when_approved=when_approved,
-            )
-
-        opened = await run_in_threadpool(step)
-        response = RedirectResponse(f"/ui/reviews/{opened['id']}", status_code=303)
-        then = " It is published as soon as they approve it." if when_approved else ""
-        set_flash(
-            response, f"Change request #{opened['id']} opened: reviewers are asked.{then}", secure=is_https(request)
-        )
-        return response
-
-    # ------------------------------------------------------------------ one request
-    def request_page(
-        request: Request, ui: SignedIn, request_id: int, *, error: str | None = None, status: int = 200
-    ) -> Response:
-        reviews = _reviews(request)
-        catalog = _catalog(request)
-        detail = reviews.get(request_id, access=ui.principal, viewer=ui.principal.actor())
+    def request_page(self, ui: SignedIn, request_id: int, *, error: str | None = None, status: int = 200) -> Response:
+        detail = self.reviews.get(request_id, access=ui.principal, viewer=ui.principal.actor())
         kind, name = detail["kind"], detail["name"]
-        new = catalog.get(kind, name, version=detail["to_version"], access=ui.principal)
+        new = self.catalog.get(kind, name, version=detail["to_version"], access=ui.principal)
         old_spec: dict[str, Any] = {}
         if detail["from_version"] is not None:
-            old_spec = catalog.get(kind, name, version=detail["from_version"], access=ui.principal).spec
+            old_spec = self.catalog.get(kind, name, version=detail["from_version"], access=ui.principal).spec
         changed, same = diff_specs(old_spec, new.spec)
         team = new.team
         state = detail["state"]
@@ -164,7 +79,7 @@ def router(pages: Pages) -> APIRouter:
             "title": f"Change request #{request_id}",
             "nav": "reviews",
             "cr": detail,
-            "entry_url": f"/ui/{COLLECTION_BY_KIND[kind]}/{name}",
+            "entry_url": f"/ui/{COLLECTION_OF_KIND[kind]}/{name}",
             "changed": changed,
             "same": same,
             "from_label": f"v{detail['from_version']}" if detail["from_version"] is not None else "unset",
@@ -182,14 +97,10 @@ def router(pages: Pages) -> APIRouter:
             "mine": mine,
             "error": error,
         }
-        return pages.render(request, "review.html", context, status=status)
-
-    @routes.get("/reviews/{request_id}")
-    def show(request: Request, ui: Viewer, request_id: RequestId) -> Response:
-        return request_page(request, ui, request_id)
+        return self.render("review.html", context, status=status)
 
     async def act(
-        request: Request,
+        self,
         ui: SignedIn,
         request_id: int,
         step: Any,
@@ -205,135 +116,203 @@ def router(pages: Pages) -> APIRouter:
             raise
         except CatalogError as exc:
             detail, status = exc.detail, exc.status
-            return await run_in_threadpool(lambda: request_page(request, ui, request_id, error=detail, status=status))
-        response = RedirectResponse(f"/ui/reviews/{request_id}", status_code=303)
+            return await run_in_threadpool(lambda: self.request_page(ui, request_id, error=detail, status=status))
         # A second click (or a retry) changed nothing: say so rather than "Approved." again.
         notice = answer.get("notice") if isinstance(answer, dict) else None
         said = notice[:1].upper() + notice[1:] + "." if notice else outcome(answer, done)
-        set_flash(response, said, secure=is_https(request))
-        return response
+        return self.redirect(f"/ui/reviews/{request_id}", said)
 
-    @routes.post("/reviews/{request_id}/approve")
-    async def approve(request: Request, posted: SessionForm, request_id: RequestId) -> Response:
-        ui, fields = posted
-        override = _field(fields, "override_checks") == "1"
-        comment = _field(fields, "comment")
-
-        def step() -> dict[str, Any]:
-            return _reviews(request).approve(
-                request_id,
-                actor=ui.principal.actor(),
-                access=ui.principal,
-                comment=comment or None,
-                override_checks=override,
-            )
-
-        done = "Approved, overriding the failing checks." if override else "Approved."
-        return await act(request, ui, request_id, step, done, outcome=_approval_outcome)
-
-    @routes.post("/reviews/{request_id}/reject")
-    async def reject(request: Request, posted: SessionForm, request_id: RequestId) -> Response:
-        ui, fields = posted
-        comment = _field(fields, "comment")
-
-        def step() -> dict[str, Any]:
-            return _reviews(request).reject(
-                request_id, actor=ui.principal.actor(), access=ui.principal, comment=comment
-            )
-
-        return await act(request, ui, request_id, step, "Rejected.")
-
-    @routes.post("/reviews/{request_id}/publish")
-    async def publish(request: Request, posted: SessionForm, request_id: RequestId) -> Response:
-        ui, fields = posted
-        reason = _field(fields, "override_reason")
-        emergency = _field(fields, "emergency") == "1"
-
-        def step() -> dict[str, Any]:
-            return _reviews(request).publish(
-                request_id,
-                actor=ui.principal.actor(),
-                access=ui.principal,
-                # An emergency form with an empty reason is refused as such, not taken as a plain publish.
-                override_reason=reason if emergency else None,
-            )
-
-        done = "Published as an emergency override." if emergency else "Published: agents are served it now."
-        return await act(request, ui, request_id, step, done)
-
-    @routes.post("/reviews/{request_id}/withdraw")
-    async def withdraw(request: Request, posted: SessionForm, request_id: RequestId) -> Response:
-        ui, _fields = posted
-
-        def step() -> dict[str, Any]:
-            return _reviews(request).withdraw(request_id, actor=ui.principal.actor(), access=ui.principal)
-
-        return await act(request, ui, request_id, step, "Withdrawn.")
-
-    @routes.post("/reviews/{request_id}/submit")
-    async def submit(request: Request, posted: SessionForm, request_id: RequestId) -> Response:
-        ui, _fields = posted
-
-        def step() -> dict[str, Any]:
-            return _reviews(request).submit(request_id, actor=ui.principal.actor(), access=ui.principal)
-
-        return await act(request, ui, request_id, step, "Submitted for review.")
-
-    # ------------------------------------------------------------------ protected labels (admins)
     def labels_page(
-        request: Request, *, values: dict[str, str] | None = None, error: str | None = None, status: int = 200
+        self, *, values: dict[str, str] | None = None, error: str | None = None, status: int = 200
     ) -> Response:
         context = {
             "title": "Protected labels",
             "nav": "reviews",
-            "labels": _protection(request).list_labels(),
+            "labels": self.protection.list_labels(),
             # Named by this process's REGISTRY_PROTECTED_LABELS: not unprotected here (the variable only adds).
-            "pinned": sorted(_protection(request).settings_labels),
+            "pinned": sorted(self.protection.settings_labels),
             "values": values or {"name": "", "approvals": ""},
             "error": error,
             "max_approvals": MAX_APPROVALS,
-            "default_approvals": _protection(request).default_approvals,
+            "default_approvals": self.protection.default_approvals,
         }
-        return pages.render(request, "labels.html", context, status=status)
+        return self.render("labels.html", context, status=status)
 
-    @routes.get("/labels")
-    def labels(request: Request, ui: Admin) -> Response:
-        return labels_page(request)
 
-    @routes.post("/labels")
-    async def protect(request: Request, posted: AdminForm) -> Response:
-        ui, fields = posted
-        name, approvals = _field(fields, "name"), _field(fields, "approvals")
-        values = {"name": name, "approvals": approvals}
-        try:
-            count = int(approvals) if approvals else None
-        except ValueError:
-            count = -1  # refused below, with the bound in the message
-        try:
-            await run_in_threadpool(
-                _protection(request).protect, name, count, actor=ui.principal.actor(), access=ui.principal
-            )
-        except CatalogError as exc:
-            detail = exc.detail
-            return await run_in_threadpool(lambda: labels_page(request, values=values, error=detail, status=422))
-        response = RedirectResponse("/ui/labels", status_code=303)
-        set_flash(response, f"{name} is protected: saves no longer move it.", secure=is_https(request))
-        return response
+ReviewPagesDep = Annotated[ReviewPages, Depends()]
+router = APIRouter()
 
-    @routes.post("/labels/{label}/unprotect")
-    async def unprotect(
-        request: Request, posted: AdminForm, label: Annotated[str, Path(min_length=1, max_length=64)]
-    ) -> Response:
-        ui, _fields = posted
-        try:
-            await run_in_threadpool(
-                _protection(request).unprotect, label, actor=ui.principal.actor(), access=ui.principal
-            )
-        except CatalogError as exc:
-            detail, status = exc.detail, exc.status
-            return await run_in_threadpool(lambda: labels_page(request, error=detail, status=status))
-        response = RedirectResponse("/ui/labels", status_code=303)
-        set_flash(response, f"{label} is no longer protected.", secure=is_https(request))
-        return response
 
-    return routes
+# ------------------------------------------------------------------ the queue
+@router.get("/reviews")
+def queue(
+    ui: Viewer,
+    pages: ReviewPagesDep,
+    state: Annotated[str, Query(max_length=16)] = "in_review",
+    page: Annotated[int, Query(ge=1, le=100_000)] = 1,
+) -> Response:
+    error = None
+    if state not in STATE_CHOICES:
+        error, state = f"{state!r} is not a state; showing requests in review", "in_review"
+    found = pages.reviews.list_requests(
+        access=ui.principal,
+        state=None if state in ("all", WAITING) else state,
+        waiting_for=ui.principal.actor() if state == WAITING else None,
+        limit=PAGE_SIZE,
+        offset=(page - 1) * PAGE_SIZE,
+    )
+    context = {
+        "title": "Reviews",
+        "nav": "reviews",
+        "items": found["items"],
+        "total": found["total"],
+        "page": page,
+        "pages_total": max(1, -(-found["total"] // PAGE_SIZE)),
+        "state": state,
+        "states": STATE_CHOICES,
+        "error": error,
+        "collections_by_kind": COLLECTION_OF_KIND,
+    }
+    return pages.render("reviews.html", context, status=400 if error else 200)
+
+
+# ------------------------------------------------------------------ opening one (a label move's page)
+@router.post("/reviews/open")
+async def open_request(posted: SessionForm, pages: ReviewPagesDep) -> Response:
+    ui, fields = posted
+    version = form_field(fields, "version")
+    kind, name, label = form_field(fields, "kind"), form_field(fields, "name"), form_field(fields, "label")
+    title, description = form_field(fields, "title"), form_field(fields, "description")
+    when_approved = form_field(fields, "publish_when_approved") == "1"
+
+    def step() -> dict[str, Any]:
+        if not version.isdigit() or not 1 <= int(version) <= INT32_MAX:
+            raise Invalid(f"the version must be a whole number from 1 (got {version[:20]!r})")
+        return pages.reviews.open(
+            kind,
+            name,
+            actor=ui.principal.actor(),
+            access=ui.principal,
+            label=label,
+            to_version=int(version),
+            title=title or None,
+            description=description or None,
+            publish_when_approved=when_approved,
+        )
+
+    opened = await run_in_threadpool(step)
+    then = " It is published as soon as they approve it." if when_approved else ""
+    return pages.redirect(
+        f"/ui/reviews/{opened['id']}", f"Change request #{opened['id']} opened: reviewers are asked.{then}"
+    )
+
+
+# ------------------------------------------------------------------ one request
+@router.get("/reviews/{request_id}")
+def show(ui: Viewer, pages: ReviewPagesDep, request_id: RequestId) -> Response:
+    return pages.request_page(ui, request_id)
+
+
+@router.post("/reviews/{request_id}/approve")
+async def approve(posted: SessionForm, pages: ReviewPagesDep, request_id: RequestId) -> Response:
+    ui, fields = posted
+    override = form_field(fields, "override_checks") == "1"
+    comment = form_field(fields, "comment")
+
+    def step() -> dict[str, Any]:
+        return pages.reviews.approve(
+            request_id,
+            actor=ui.principal.actor(),
+            access=ui.principal,
+            comment=comment or None,
+            override_checks=override,
+        )
+
+    done = "Approved, overriding the failing checks." if override else "Approved."
+    return await pages.act(ui, request_id, step, done, outcome=_approval_outcome)
+
+
+@router.post("/reviews/{request_id}/reject")
+async def reject(posted: SessionForm, pages: ReviewPagesDep, request_id: RequestId) -> Response:
+    ui, fields = posted
+    comment = form_field(fields, "comment")
+
+    def step() -> dict[str, Any]:
+        return pages.reviews.reject(request_id, actor=ui.principal.actor(), access=ui.principal, comment=comment)
+
+    return await pages.act(ui, request_id, step, "Rejected.")
+
+
+@router.post("/reviews/{request_id}/publish")
+async def publish(posted: SessionForm, pages: ReviewPagesDep, request_id: RequestId) -> Response:
+    ui, fields = posted
+    reason = form_field(fields, "override_reason")
+    emergency = form_field(fields, "emergency") == "1"
+
+    def step() -> dict[str, Any]:
+        return pages.reviews.publish(
+            request_id,
+            actor=ui.principal.actor(),
+            access=ui.principal,
+            # An emergency form with an empty reason is refused as such, not taken as a plain publish.
+            override_reason=reason if emergency else None,
+        )
+
+    done = "Published as an emergency override." if emergency else "Published: agents are served it now."
+    return await pages.act(ui, request_id, step, done)
+
+
+@router.post("/reviews/{request_id}/withdraw")
+async def withdraw(posted: SessionForm, pages: ReviewPagesDep, request_id: RequestId) -> Response:
+    ui, _fields = posted
+
+    def step() -> dict[str, Any]:
+        return pages.reviews.withdraw(request_id, actor=ui.principal.actor(), access=ui.principal)
+
+    return await pages.act(ui, request_id, step, "Withdrawn.")
+
+
+@router.post("/reviews/{request_id}/submit")
+async def submit(posted: SessionForm, pages: ReviewPagesDep, request_id: RequestId) -> Response:
+    ui, _fields = posted
+
+    def step() -> dict[str, Any]:
+        return pages.reviews.submit(request_id, actor=ui.principal.actor(), access=ui.principal)
+
+    return await pages.act(ui, request_id, step, "Submitted for review.")
+
+
+# ------------------------------------------------------------------ protected labels (admins)
+@router.get("/labels")
+def labels(ui: Admin, pages: ReviewPagesDep) -> Response:
+    return pages.labels_page()
+
+
+@router.post("/labels")
+async def protect(posted: AdminForm, pages: ReviewPagesDep) -> Response:
+    ui, fields = posted
+    name, approvals = form_field(fields, "name"), form_field(fields, "approvals")
+    values = {"name": name, "approvals": approvals}
+    try:
+        count = int(approvals) if approvals else None
+    except ValueError:
+        count = -1  # refused below, with the bound in the message
+    try:
+        await run_in_threadpool(pages.protection.protect, name, count, actor=ui.principal.actor(), access=ui.principal)
+    except CatalogError as exc:
+        detail = exc.detail
+        return await run_in_threadpool(lambda: pages.labels_page(values=values, error=detail, status=422))
+    return pages.redirect("/ui/labels", f"{name} is protected: saves no longer move it.")
+
+
+@router.post("/labels/{label}/unprotect")
+async def unprotect(
+    posted: AdminForm, pages: ReviewPagesDep, label: Annotated[str, Path(min_length=1, max_length=64)]
+) -> Response:
+    ui, _fields = posted
+    try:
+        await run_in_threadpool(pages.protection.unprotect, label, actor=ui.principal.actor(), access=ui.principal)
+    except CatalogError as exc:
+        detail, status = exc.detail, exc.status
+        return await run_in_threadpool(lambda: pages.labels_page(error=detail, status=status))
+    return pages.redirect("/ui/labels", f"{label} is no longer protected.")

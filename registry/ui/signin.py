@@ -20,6 +20,7 @@ from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import RedirectResponse, Response
 
+from registry.api.deps import WebSessionsDep, get_registry
 from registry.tokens import EXPIRED_TOKEN, INVALID_TOKEN, TokenRejected
 from registry.ui.auth import (
     CSRF_FIELD,
@@ -31,8 +32,7 @@ from registry.ui.auth import (
     set_session_cookie,
     signed_in,
 )
-from registry.ui.sessions import UiSessionStore
-from registry.ui.templating import Pages
+from registry.ui.views import View, ViewDep
 
 SIGNIN_COOKIE = "mcpr_ui_signin"
 _REASONS = {
@@ -52,13 +52,12 @@ def safe_next(value: str | None) -> str:
 
 def sso_enabled(request: Request) -> bool:
     """Whether the web UI offers single sign-on (an issuer and the UI's client at it)."""
-    settings = request.app.state.registry.settings
+    settings = get_registry(request).settings
     return bool(settings.oidc_issuer and settings.oidc_client_id)
 
 
 def signin_page(
-    pages: Pages,
-    request: Request,
+    pages: View,
     next_path: str,
     *,
     error: str | None = None,
@@ -77,9 +76,9 @@ def signin_page(
         "notice": notice,
         "unsaved": unsaved,
         "title": "Sign in",
-        "sso": sso_enabled(request),
+        "sso": sso_enabled(pages.request),
     }
-    response = pages.render(request, "signin.html", context, status=status)
+    response = pages.render("signin.html", context, status=status)
     response.set_cookie(
         SIGNIN_COOKIE,
         nonce,
@@ -87,74 +86,69 @@ def signin_page(
         path="/ui/signin",
         httponly=True,
         samesite="lax",
-        secure=is_https(request),
+        secure=is_https(pages.request),
     )
     return response
 
 
-def router(pages: Pages) -> APIRouter:
-    routes = APIRouter()
+router = APIRouter()
 
-    @routes.get("/signin")
-    def signin_form(
-        request: Request,
-        next: Annotated[str | None, Query(max_length=2000)] = None,
-        ended: Annotated[str | None, Query(max_length=8)] = None,
-        signed_out: Annotated[str | None, Query(max_length=8)] = None,
-        unsaved: Annotated[str | None, Query(max_length=8)] = None,
-    ) -> Response:
-        target = safe_next(next)
-        if signed_in(request) is not None:
-            return RedirectResponse(target, status_code=303)
-        notice = None
-        if unsaved:
-            notice = "Your session ended, so your edits were not saved."
-        elif ended:
-            notice = "Your session has ended. Sign in again to continue."
-        elif signed_out:
-            notice = "You are signed out."
-        return signin_page(pages, request, target, notice=notice, unsaved=bool(unsaved))
 
-    @routes.post("/signin")
-    async def signin(request: Request) -> Response:
-        form = await read_form(request)
-        target = safe_next(_text(form.get("next")))
-        nonce = _text(form.get("signin_nonce"))
-        expected = request.cookies.get(SIGNIN_COOKIE, "")
-        if not nonce or not expected or not hmac.compare_digest(nonce.encode(), expected.encode()):
-            return signin_page(
-                pages,
-                request,
-                target,
-                status=400,
-                error="The sign-in form had expired (or cookies are off). Paste your token again.",
-            )
-        store: UiSessionStore = request.app.state.ui_sessions
-        try:
-            secret, session = await run_in_threadpool(store.sign_in, _text(form.get("token")))
-        except TokenRejected as exc:
-            return signin_page(pages, request, target, status=401, error=_REASONS.get(exc.reason, exc.reason))
-        response = RedirectResponse(target, status_code=303)
-        max_age = max(1, int((session.expires_at - datetime.now(UTC)).total_seconds()))
-        set_session_cookie(response, request, secret, max_age)
-        response.delete_cookie(
-            SIGNIN_COOKIE, path="/ui/signin", httponly=True, samesite="lax", secure=is_https(request)
+@router.get("/signin")
+def signin_form(
+    pages: ViewDep,
+    next: Annotated[str | None, Query(max_length=2000)] = None,
+    ended: Annotated[str | None, Query(max_length=8)] = None,
+    signed_out: Annotated[str | None, Query(max_length=8)] = None,
+    unsaved: Annotated[str | None, Query(max_length=8)] = None,
+) -> Response:
+    target = safe_next(next)
+    if signed_in(pages.request) is not None:
+        return RedirectResponse(target, status_code=303)
+    notice = None
+    if unsaved:
+        notice = "Your session ended, so your edits were not saved."
+    elif ended:
+        notice = "Your session has ended. Sign in again to continue."
+    elif signed_out:
+        notice = "You are signed out."
+    return signin_page(pages, target, notice=notice, unsaved=bool(unsaved))
+
+
+@router.post("/signin")
+async def signin(request: Request, pages: ViewDep, sessions: WebSessionsDep) -> Response:
+    form = await read_form(request)
+    target = safe_next(_text(form.get("next")))
+    nonce = _text(form.get("signin_nonce"))
+    expected = request.cookies.get(SIGNIN_COOKIE, "")
+    if not nonce or not expected or not hmac.compare_digest(nonce.encode(), expected.encode()):
+        return signin_page(
+            pages,
+            target,
+            status=400,
+            error="The sign-in form had expired (or cookies are off). Paste your token again.",
         )
-        return response
+    try:
+        secret, session = await run_in_threadpool(sessions.sign_in, _text(form.get("token")))
+    except TokenRejected as exc:
+        return signin_page(pages, target, status=401, error=_REASONS.get(exc.reason, exc.reason))
+    response = RedirectResponse(target, status_code=303)
+    max_age = max(1, int((session.expires_at - datetime.now(UTC)).total_seconds()))
+    set_session_cookie(response, request, secret, max_age)
+    response.delete_cookie(SIGNIN_COOKIE, path="/ui/signin", httponly=True, samesite="lax", secure=is_https(request))
+    return response
 
-    @routes.post("/signout")
-    async def signout(request: Request) -> Response:
-        ui = await run_in_threadpool(signed_in, request)
-        response = RedirectResponse("/ui/signin?signed_out=1", status_code=303)
-        if ui is not None:
-            form = await read_form(request)
-            check_csrf(ui, request.headers.get("x-csrf-token") or _text(form.get(CSRF_FIELD)))
-            store: UiSessionStore = request.app.state.ui_sessions
-            await run_in_threadpool(store.sign_out, request.cookies.get(SESSION_COOKIE, ""))
-        clear_session_cookie(response, request)
-        return response
 
-    return routes
+@router.post("/signout")
+async def signout(request: Request, sessions: WebSessionsDep) -> Response:
+    ui = await run_in_threadpool(signed_in, request)
+    response = RedirectResponse("/ui/signin?signed_out=1", status_code=303)
+    if ui is not None:
+        form = await read_form(request)
+        check_csrf(ui, request.headers.get("x-csrf-token") or _text(form.get(CSRF_FIELD)))
+        await run_in_threadpool(sessions.sign_out, request.cookies.get(SESSION_COOKIE, ""))
+    clear_session_cookie(response, request)
+    return response
 
 
 def _text(value: object) -> str:

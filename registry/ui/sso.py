@@ -34,13 +34,13 @@ from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import RedirectResponse, Response
 
+from registry.api.deps import RegistryDep, WebSessionsDep
 from registry.oidc import OidcError, OidcVerifier, check_url, fetch_json
 from registry.runtime import Registry
 from registry.tokens import Principal, TokenRejected
 from registry.ui.auth import is_https, set_session_cookie
-from registry.ui.sessions import UiSessionStore
 from registry.ui.signin import safe_next, signin_page, sso_enabled
-from registry.ui.templating import Pages
+from registry.ui.views import View, ViewDep
 
 FLOW_COOKIE = "mcpr_ui_sso"
 FLOW_PATH = "/ui/sso"
@@ -67,8 +67,7 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-def _key(request: Request) -> bytes:
-    registry: Registry = request.app.state.registry
+def _key(registry: Registry) -> bytes:
     return registry.secrets.derive_key(KEY_PURPOSE)
 
 
@@ -124,103 +123,106 @@ def exchange(
     return oidc.verify_id_token(id_token, flow["nonce"])
 
 
-def router(pages: Pages) -> APIRouter:
-    routes = APIRouter()
+router = APIRouter()
 
-    def refused(request: Request, error: str, status: int, next_path: str = "/ui/") -> Response:
-        response = signin_page(pages, request, next_path, error=error, status=status)
-        response.delete_cookie(FLOW_COOKIE, path=FLOW_PATH, httponly=True, samesite="lax", secure=is_https(request))
-        return response
 
-    @routes.get("/sso/start")
-    async def start(request: Request, next: Annotated[str | None, Query(max_length=2000)] = None) -> Response:
-        registry: Registry = request.app.state.registry
-        target = safe_next(next)
-        if registry.oidc is None or not sso_enabled(request):
-            return refused(request, NOT_CONFIGURED, 404, target)
-        try:
-            metadata = await run_in_threadpool(registry.oidc.metadata)
-            endpoint = check_url(metadata.get("authorization_endpoint"), "authorization_endpoint")
-        except OidcError:
-            return refused(request, UNREACHABLE, 502, target)
-        settings = registry.settings
-        if not settings.public_url:  # never the Host header: the server refuses to start so (check_server_settings)
-            return refused(request, NOT_CONFIGURED, 404, target)
-        verifier = secrets.token_urlsafe(48)
-        flow = {
-            "state": secrets.token_urlsafe(24),
-            "nonce": secrets.token_urlsafe(24),
-            "verifier": verifier,
-            "next": target,
-            "redirect_uri": settings.public_url.rstrip("/") + CALLBACK_PATH,
-            "exp": int(time.time()) + FLOW_SECONDS,
-        }
-        params = {
-            "response_type": "code",
-            "client_id": settings.oidc_client_id,
-            "redirect_uri": flow["redirect_uri"],
-            "scope": settings.oidc_scopes,
-            "state": flow["state"],
-            "nonce": flow["nonce"],
-            "code_challenge": _b64(hashlib.sha256(verifier.encode()).digest()),
-            "code_challenge_method": "S256",
-        }
-        location = endpoint + ("&" if "?" in endpoint else "?") + urlencode(params)
-        response = RedirectResponse(location, status_code=303)
-        response.set_cookie(
-            FLOW_COOKIE,
-            seal(_key(request), flow),
-            max_age=FLOW_SECONDS,
-            path=FLOW_PATH,
-            httponly=True,
-            samesite="lax",  # the issuer's redirect back is a top-level GET: the cookie comes along
-            secure=is_https(request),
+def refused(pages: View, error: str, status: int, next_path: str = "/ui/") -> Response:
+    response = signin_page(pages, next_path, error=error, status=status)
+    response.delete_cookie(FLOW_COOKIE, path=FLOW_PATH, httponly=True, samesite="lax", secure=is_https(pages.request))
+    return response
+
+
+@router.get("/sso/start")
+async def start(
+    request: Request,
+    pages: ViewDep,
+    registry: RegistryDep,
+    next: Annotated[str | None, Query(max_length=2000)] = None,
+) -> Response:
+    target = safe_next(next)
+    if registry.oidc is None or not sso_enabled(request):
+        return refused(pages, NOT_CONFIGURED, 404, target)
+    try:
+        metadata = await run_in_threadpool(registry.oidc.metadata)
+        endpoint = check_url(metadata.get("authorization_endpoint"), "authorization_endpoint")
+    except OidcError:
+        return refused(pages, UNREACHABLE, 502, target)
+    settings = registry.settings
+    if not settings.public_url:  # never the Host header: the server refuses to start so (check_server_settings)
+        return refused(pages, NOT_CONFIGURED, 404, target)
+    verifier = secrets.token_urlsafe(48)
+    flow = {
+        "state": secrets.token_urlsafe(24),
+        "nonce": secrets.token_urlsafe(24),
+        "verifier": verifier,
+        "next": target,
+        "redirect_uri": settings.public_url.rstrip("/") + CALLBACK_PATH,
+        "exp": int(time.time()) + FLOW_SECONDS,
+    }
+    params = {
+        "response_type": "code",
+        "client_id": settings.oidc_client_id,
+        "redirect_uri": flow["redirect_uri"],
+        "scope": settings.oidc_scopes,
+        "state": flow["state"],
+        "nonce": flow["nonce"],
+        "code_challenge": _b64(hashlib.sha256(verifier.encode()).digest()),
+        "code_challenge_method": "S256",
+    }
+    location = endpoint + ("&" if "?" in endpoint else "?") + urlencode(params)
+    response = RedirectResponse(location, status_code=303)
+    response.set_cookie(
+        FLOW_COOKIE,
+        seal(_key(registry), flow),
+        max_age=FLOW_SECONDS,
+        path=FLOW_PATH,
+        httponly=True,
+        samesite="lax",  # the issuer's redirect back is a top-level GET: the cookie comes along
+        secure=is_https(request),
+    )
+    return response
+
+
+@router.get("/sso/callback")
+async def callback(
+    request: Request,
+    pages: ViewDep,
+    registry: RegistryDep,
+    sessions: WebSessionsDep,
+    code: Annotated[str | None, Query(max_length=4096)] = None,
+    state: Annotated[str | None, Query(max_length=512)] = None,
+    error: Annotated[str | None, Query(max_length=256)] = None,
+) -> Response:
+    if registry.oidc is None or not sso_enabled(request):
+        return refused(pages, NOT_CONFIGURED, 404)
+    flow = unseal(_key(registry), request.cookies.get(FLOW_COOKIE, ""))
+    if flow is None:
+        return refused(pages, FLOW_LOST, 400)
+    target = safe_next(flow["next"])
+    if not state or not hmac.compare_digest(state.encode(), flow["state"].encode()):
+        return refused(pages, STATE_MISMATCH, 400, target)
+    if error is not None:
+        shown = error if _OAUTH_ERROR.fullmatch(error) else "unknown error"
+        return refused(pages, f"The identity provider did not sign you in ({shown}).", 401, target)
+    if not code:
+        return refused(pages, "The identity provider's answer has no authorization code. Start again.", 400, target)
+    settings = registry.settings
+    assert settings.oidc_client_id is not None  # sso_enabled
+    try:
+        principal = await run_in_threadpool(
+            exchange, registry.oidc, settings.oidc_client_id, settings.oidc_client_secret, code, flow
         )
-        return response
-
-    @routes.get("/sso/callback")
-    async def callback(
-        request: Request,
-        code: Annotated[str | None, Query(max_length=4096)] = None,
-        state: Annotated[str | None, Query(max_length=512)] = None,
-        error: Annotated[str | None, Query(max_length=256)] = None,
-    ) -> Response:
-        registry: Registry = request.app.state.registry
-        if registry.oidc is None or not sso_enabled(request):
-            return refused(request, NOT_CONFIGURED, 404)
-        flow = unseal(_key(request), request.cookies.get(FLOW_COOKIE, ""))
-        if flow is None:
-            return refused(request, FLOW_LOST, 400)
-        target = safe_next(flow["next"])
-        if not state or not hmac.compare_digest(state.encode(), flow["state"].encode()):
-            return refused(request, STATE_MISMATCH, 400, target)
-        if error is not None:
-            shown = error if _OAUTH_ERROR.fullmatch(error) else "unknown error"
-            return refused(request, f"The identity provider did not sign you in ({shown}).", 401, target)
-        if not code:
-            return refused(
-                request, "The identity provider's answer has no authorization code. Start again.", 400, target
-            )
-        settings = registry.settings
-        assert settings.oidc_client_id is not None  # sso_enabled
-        try:
-            principal = await run_in_threadpool(
-                exchange, registry.oidc, settings.oidc_client_id, settings.oidc_client_secret, code, flow
-            )
-        except OidcError as exc:
-            return refused(request, f"The identity provider could not complete the sign-in: {exc}.", 502, target)
-        except TokenRejected as exc:
-            return refused(request, f"The identity provider's ID token was refused: {exc.reason}.", 401, target)
-        store: UiSessionStore = request.app.state.ui_sessions
-        try:
-            # The ID token's own expiry (often minutes) only bounds its use for this sign-in.
-            secret, session = await run_in_threadpool(store.sign_in_identity, replace(principal, expires_at=None))
-        except TokenRejected as exc:
-            return refused(request, exc.reason[:1].upper() + exc.reason[1:], 403, target)
-        response = RedirectResponse(target, status_code=303)
-        max_age = max(1, int((session.expires_at - datetime.now(UTC)).total_seconds()))
-        set_session_cookie(response, request, secret, max_age)
-        response.delete_cookie(FLOW_COOKIE, path=FLOW_PATH, httponly=True, samesite="lax", secure=is_https(request))
-        return response
-
-    return routes
+    except OidcError as exc:
+        return refused(pages, f"The identity provider could not complete the sign-in: {exc}.", 502, target)
+    except TokenRejected as exc:
+        return refused(pages, f"The identity provider's ID token was refused: {exc.reason}.", 401, target)
+    try:
+        # The ID token's own expiry (often minutes) only bounds its use for this sign-in.
+        secret, session = await run_in_threadpool(sessions.sign_in_identity, replace(principal, expires_at=None))
+    except TokenRejected as exc:
+        return refused(pages, exc.reason[:1].upper() + exc.reason[1:], 403, target)
+    response = RedirectResponse(target, status_code=303)
+    max_age = max(1, int((session.expires_at - datetime.now(UTC)).total_seconds()))
+    set_session_cookie(response, request, secret, max_age)
+    response.delete_cookie(FLOW_COOKIE, path=FLOW_PATH, httponly=True, samesite="lax", secure=is_https(request))
+    return response

@@ -9,23 +9,26 @@ instead of showing an empty space.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import quote, unquote, urlencode
 
+from fastapi import Depends
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from registry import __version__
 from registry.catalog.service import to_yaml
+from registry.catalog.web_sessions import SignedIn
 from registry.paths import admin_ui_dir
+from registry.runtime import registry_of
 from registry.ui.security import STYLE_NONCE_KEY
-from registry.ui.sessions import SignedIn
 
 log = logging.getLogger(__name__)
 
@@ -93,10 +96,10 @@ class ReviewsWaiting:
     def __call__(self) -> int | None:
         if not self.counted:
             self.counted = True
-            registry = getattr(self.request.app.state, "registry", None)
-            if self.ui is not None and registry is not None:
+            if self.ui is not None:
                 try:
-                    self.value = registry.reviews.waiting_count(self.ui.principal, self.ui.principal.actor())
+                    reviews = registry_of(self.request.app).reviews
+                    self.value = reviews.waiting_count(self.ui.principal, self.ui.principal.actor())
                 except Exception:  # a count is no reason to fail a page (an error page least of all)
                     log.warning("could not count the change requests waiting for review", exc_info=True)
         return self.value
@@ -163,6 +166,16 @@ class Pages:
         if saved:
             response.delete_cookie(SAVED_COOKIE, path="/ui", httponly=True, samesite="lax")
         return response
+
+
+@functools.cache
+def get_pages() -> Pages:
+    """The process's one ``Pages``: its templates and filters are the package's own, the same for
+    every web UI app, so routes take it as ``PagesDep`` and ``build_ui`` gives it to the error pages."""
+    return Pages()
+
+
+PagesDep = Annotated[Pages, Depends(get_pages)]
 
 
 def set_flash(response: Response, message: str, *, secure: bool) -> None:

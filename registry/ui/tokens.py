@@ -11,19 +11,20 @@ before that rule is listed with the role it acts as and its scopes as stored.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Depends, Path
 from starlette.concurrency import run_in_threadpool
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import Response
 
+from registry.api.deps import TeamsDep, TokensDep
 from registry.catalog.errors import CatalogError, Invalid, NotFound
-from registry.catalog.teams import TeamService
 from registry.tokens import SCOPE_DESCRIPTIONS, SCOPES, TEAM_ROLES, TokenService, acts_as
-from registry.ui.auth import Admin, AdminForm, is_https
+from registry.ui.auth import Admin, AdminForm
 from registry.ui.errors import error_page
-from registry.ui.templating import Pages, set_flash
+from registry.ui.views import View
 
 #: Longest expiry offered (days); the service accepts any future instant.
 MAX_EXPIRY_DAYS = 3650
@@ -34,18 +35,17 @@ MAX_TEAM_ROWS = 256
 TokenId = Annotated[int, Path(ge=1, le=2**63 - 1)]
 
 
-def _tokens(request: Request) -> TokenService:
-    tokens: TokenService = request.app.state.registry.tokens
-    return tokens
+@dataclass
+class TokenPages(View):
+    """The token pages (the teams offered for memberships too)."""
 
-
-def router(pages: Pages) -> APIRouter:
-    routes = APIRouter(prefix="/tokens")
+    tokens: TokensDep
+    teams: TeamsDep
 
     def tokens_page(
-        request: Request, *, values: dict[str, Any] | None = None, error: str | None = None, status: int = 200
+        self, *, values: dict[str, Any] | None = None, error: str | None = None, status: int = 200
     ) -> Response:
-        items = _tokens(request).list_tokens()
+        items = self.tokens.list_tokens()
         items.reverse()  # newest first
         for item in items:
             item["acts_as"] = acts_as(item["scopes"])
@@ -60,134 +60,123 @@ def router(pages: Pages) -> APIRouter:
             "values": shown,
             "error": error,
             "max_days": MAX_EXPIRY_DAYS,
-            "team_names": _teams(request).names(),
+            "team_names": self.teams.names(),
             "team_roles": TEAM_ROLES,
             # The memberships sent back (after a refusal), then a few empty rows.
             "team_rows": [*shown["teams"], *([("", "viewer")] * BLANK_TEAM_ROWS)],
         }
-        return pages.render(request, "tokens.html", context, status=status)
-
-    @routes.get("")
-    def list_tokens(request: Request, ui: Admin) -> Response:
-        return tokens_page(request)
-
-    @routes.post("")
-    async def create_token(request: Request, form: AdminForm) -> Response:
-        ui, fields = form
-        name, label, days = (_text(fields.get(key)) for key in ("name", "label", "expires_in_days"))
-        scopes = [s for s in fields.getlist("scopes") if isinstance(s, str)]
-        rows = _team_rows(fields.getlist("team"), fields.getlist("role"))
-        values = {"name": name, "scopes": scopes, "label": label, "expires_in_days": days, "teams": rows}
-        try:
-            expires_at = _expiry(days)
-            teams = _memberships(rows)
-            token, info = await run_in_threadpool(
-                _tokens(request).create,
-                name,
-                scopes,
-                label=label or None,
-                created_by=ui.principal.name,
-                expires_at=expires_at,
-                teams=teams,
-                actor=ui.principal.actor(),
-            )
-        except CatalogError as exc:
-            detail = exc.detail
-            return await run_in_threadpool(lambda: tokens_page(request, values=values, error=detail, status=422))
-        context = {"title": "Token created", "nav": "tokens", "token": token, "info": info}
-        return pages.render(request, "token_created.html", context, status=201)
+        return self.render("tokens.html", context, status=status)
 
     def teams_page(
-        request: Request,
-        token: dict[str, Any],
-        rows: list[tuple[str, str]],
-        *,
-        error: str | None = None,
-        status: int = 200,
+        self, token: dict[str, Any], rows: list[tuple[str, str]], *, error: str | None = None, status: int = 200
     ) -> Response:
         context = {
             "title": f"Teams of token {token['name']}",
             "nav": "tokens",
             "token": token,
             "error": error,
-            "team_names": _teams(request).names(),
+            "team_names": self.teams.names(),
             "team_roles": TEAM_ROLES,
             "team_rows": [*rows, *([("", "viewer")] * BLANK_TEAM_ROWS)],
         }
-        return pages.render(request, "token_teams.html", context, status=status)
+        return self.render("token_teams.html", context, status=status)
 
-    @routes.get("/{token_id}/teams")
-    def teams_form(request: Request, ui: Admin, token_id: TokenId) -> Response:
-        found = _find(request, token_id)
-        if found is None:
-            return not_found(request, token_id)
-        return teams_page(request, found, sorted(found["teams"].items()))
+    def find(self, token_id: int) -> dict[str, Any] | None:
+        return next((t for t in self.tokens.list_tokens() if t["id"] == token_id), None)
 
-    @routes.post("/{token_id}/teams")
-    async def set_teams(request: Request, form: AdminForm, token_id: TokenId) -> Response:
-        ui, fields = form
-        rows = _team_rows(fields.getlist("team"), fields.getlist("role"))
-        try:
-            teams = _memberships(rows)
-            info = await run_in_threadpool(
-                lambda: _tokens(request).set_teams(token_id, teams, actor=ui.principal.actor())
-            )
-        except NotFound:
-            return await run_in_threadpool(not_found, request, token_id)
-        except CatalogError as exc:
-            detail, status = exc.detail, exc.status
-            found = await run_in_threadpool(_find, request, token_id)
-            if found is None:
-                return await run_in_threadpool(not_found, request, token_id)
-            return await run_in_threadpool(lambda: teams_page(request, found, rows, error=detail, status=status))
-        described = ", ".join(f"{team} ({role})" for team, role in sorted(info["teams"].items())) or "no team"
-        response = RedirectResponse("/ui/tokens", status_code=303)
-        set_flash(
-            response,
-            f"Token {info['name']} now belongs to {described}: "
-            "its agents and sessions see that from their next request.",
-            secure=is_https(request),
+    def not_found(self, token_id: int) -> Response:
+        return error_page(self.pages, self.request, 404, f"There is no token {token_id}.")
+
+
+TokenPagesDep = Annotated[TokenPages, Depends()]
+router = APIRouter(prefix="/tokens")
+
+
+@router.get("")
+def list_tokens(ui: Admin, pages: TokenPagesDep) -> Response:
+    return pages.tokens_page()
+
+
+@router.post("")
+async def create_token(form: AdminForm, pages: TokenPagesDep) -> Response:
+    ui, fields = form
+    name, label, days = (_text(fields.get(key)) for key in ("name", "label", "expires_in_days"))
+    scopes = [s for s in fields.getlist("scopes") if isinstance(s, str)]
+    rows = _team_rows(fields.getlist("team"), fields.getlist("role"))
+    values = {"name": name, "scopes": scopes, "label": label, "expires_in_days": days, "teams": rows}
+    try:
+        expires_at = _expiry(days)
+        teams = _memberships(rows)
+        token, info = await run_in_threadpool(
+            pages.tokens.create,
+            name,
+            scopes,
+            label=label or None,
+            created_by=ui.principal.name,
+            expires_at=expires_at,
+            teams=teams,
+            actor=ui.principal.actor(),
         )
-        return response
+    except CatalogError as exc:
+        detail = exc.detail
+        return await run_in_threadpool(lambda: pages.tokens_page(values=values, error=detail, status=422))
+    context = {"title": "Token created", "nav": "tokens", "token": token, "info": info}
+    return pages.render("token_created.html", context, status=201)
 
-    def not_found(request: Request, token_id: int) -> Response:
-        return error_page(pages, request, 404, f"There is no token {token_id}.")
 
-    @routes.get("/{token_id}/revoke")
-    def revoke_confirm(request: Request, ui: Admin, token_id: TokenId) -> Response:
-        found = _find(request, token_id)
+@router.get("/{token_id}/teams")
+def teams_form(ui: Admin, pages: TokenPagesDep, token_id: TokenId) -> Response:
+    found = pages.find(token_id)
+    if found is None:
+        return pages.not_found(token_id)
+    return pages.teams_page(found, sorted(found["teams"].items()))
+
+
+@router.post("/{token_id}/teams")
+async def set_teams(form: AdminForm, pages: TokenPagesDep, token_id: TokenId) -> Response:
+    ui, fields = form
+    rows = _team_rows(fields.getlist("team"), fields.getlist("role"))
+    try:
+        teams = _memberships(rows)
+        info = await run_in_threadpool(lambda: pages.tokens.set_teams(token_id, teams, actor=ui.principal.actor()))
+    except NotFound:
+        return await run_in_threadpool(pages.not_found, token_id)
+    except CatalogError as exc:
+        detail, status = exc.detail, exc.status
+        found = await run_in_threadpool(pages.find, token_id)
         if found is None:
-            return not_found(request, token_id)
-        context = {
-            "title": f"Revoke token {found['name']}?",
-            "nav": "tokens",
-            "token": found,
-            "own": found["id"] == ui.principal.token_id,
-        }
-        return pages.render(request, "confirm_revoke.html", context)
-
-    @routes.post("/{token_id}/revoke")
-    async def revoke(request: Request, form: AdminForm, token_id: TokenId) -> Response:
-        ui, _fields = form
-        info = await run_in_threadpool(lambda: _tokens(request).revoke(token_id, actor=ui.principal.actor()))
-        response = RedirectResponse("/ui/tokens", status_code=303)
-        set_flash(response, f"Token {info['name']} is revoked: it is refused from now on.", secure=is_https(request))
-        return response
-
-    return routes
+            return await run_in_threadpool(pages.not_found, token_id)
+        return await run_in_threadpool(lambda: pages.teams_page(found, rows, error=detail, status=status))
+    described = ", ".join(f"{team} ({role})" for team, role in sorted(info["teams"].items())) or "no team"
+    return pages.redirect(
+        "/ui/tokens",
+        f"Token {info['name']} now belongs to {described}: its agents and sessions see that from their next request.",
+    )
 
 
-def _find(request: Request, token_id: int) -> dict[str, Any] | None:
-    return next((t for t in _tokens(request).list_tokens() if t["id"] == token_id), None)
+@router.get("/{token_id}/revoke")
+def revoke_confirm(ui: Admin, pages: TokenPagesDep, token_id: TokenId) -> Response:
+    found = pages.find(token_id)
+    if found is None:
+        return pages.not_found(token_id)
+    context = {
+        "title": f"Revoke token {found['name']}?",
+        "nav": "tokens",
+        "token": found,
+        "own": found["id"] == ui.principal.token_id,
+    }
+    return pages.render("confirm_revoke.html", context)
+
+
+@router.post("/{token_id}/revoke")
+async def revoke(form: AdminForm, pages: TokenPagesDep, token_id: TokenId) -> Response:
+    ui, _fields = form
+    info = await run_in_threadpool(lambda: pages.tokens.revoke(token_id, actor=ui.principal.actor()))
+    return pages.redirect("/ui/tokens", f"Token {info['name']} is revoked: it is refused from now on.")
 
 
 def _text(value: object) -> str:
     return value.strip() if isinstance(value, str) else ""
-
-
-def _teams(request: Request) -> TeamService:
-    teams: TeamService = request.app.state.registry.teams
-    return teams
 
 
 def _team_rows(teams: list[Any], roles: list[Any]) -> list[tuple[str, str]]:

@@ -28,6 +28,7 @@ from typing import Any
 from starlette.datastructures import FormData
 from starlette.requests import Request
 
+from registry.api.deps import get_registry
 from registry.boundedjson import JsonStructureError, loads
 from registry.catalog.drafts import DraftIssue, kept_value_issues, preview_tool
 from registry.catalog.errors import CatalogError
@@ -309,7 +310,7 @@ class ToolForm:
         return apply_row_op(state, op, {"header": _empty_header})
 
     def check(self, request: Request, draft: Draft, form: FormData, issues: list[DraftIssue]) -> dict[str, Any]:
-        catalog: CatalogService = request.app.state.registry.catalog
+        catalog: CatalogService = get_registry(request).catalog
         issues = [_placed(issue) for issue in issues]
         listing: dict[str, Any] | None = None
         if not draft.problems:

@@ -10,15 +10,15 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Path, Query
 from starlette.responses import Response
 
-from registry.catalog.service import CatalogService
-from registry.catalog.specs import KIND_BY_COLLECTION, NAME_PATTERN
-from registry.catalog.usage_report import MAX_DAYS, UsageFilter, entry_usage, usage_report
-from registry.runtime import Registry
+from registry.api.deps import CatalogDep, SettingsDep, UsageDep
+from registry.catalog.specs import NAME_PATTERN
+from registry.catalog.usage_report import MAX_DAYS, UsageFilter
 from registry.ui.auth import Viewer
-from registry.ui.templating import COLLECTIONS, Pages
+from registry.ui.collections import COLLECTION_OF_KIND, PREFIX, CollectionDep
+from registry.ui.views import ViewDep
 
 #: The windows the overview offers, and how long each is.
 WINDOWS: dict[str, tuple[str, timedelta]] = {
@@ -30,72 +30,65 @@ WINDOWS: dict[str, tuple[str, timedelta]] = {
 TOP = 20
 #: The per-entry page's choices of "recent" (days).
 DAY_CHOICES = (1, 7, 30, 90, 365)
-COLLECTION_BY_KIND = {kind: collection for collection, kind in KIND_BY_COLLECTION.items()}
 
 EntryName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=128)]
 
 
-def _registry(request: Request) -> Registry:
-    registry: Registry = request.app.state.registry
-    return registry
+router = APIRouter()
 
 
-def router(pages: Pages) -> APIRouter:
-    routes = APIRouter()
+@router.get("/usage")
+def overview(
+    ui: Viewer,
+    pages: ViewDep,
+    usage: UsageDep,
+    settings: SettingsDep,
+    window: Literal["24h", "7d", "30d"] = "24h",
+) -> Response:
+    now = datetime.now(UTC)
+    filters = UsageFilter(since=now - WINDOWS[window][1], until=now)
 
-    @routes.get("/usage")
-    def overview(request: Request, ui: Viewer, window: Literal["24h", "7d", "30d"] = "24h") -> Response:
-        registry = _registry(request)
-        now = datetime.now(UTC)
-        filters = UsageFilter(since=now - WINDOWS[window][1], until=now)
+    def top(group: Literal["entry", "version", "agent"]) -> dict[str, Any]:
+        return usage.report(ui.principal, filters, group=group, limit=TOP, now=now)
 
-        def top(group: Literal["entry", "version", "agent"]) -> dict[str, Any]:
-            return usage_report(registry.db, ui.principal, filters, group=group, limit=TOP, now=now)
-
-        context = {
-            "title": "Usage",
-            "nav": "usage",
-            "window": window,
-            "windows": {key: title for key, (title, _span) in WINDOWS.items()},
-            "entries": top("entry"),
-            "versions": top("version"),
-            "agents": top("agent"),
-            "collection_of": COLLECTION_BY_KIND,
-            "enabled": registry.settings.usage_enabled,
-            "flush_s": registry.settings.usage_flush_s,
-        }
-        return pages.render(request, "usage.html", context)
-
-    titles = dict(COLLECTIONS)
-    for collection, kind in KIND_BY_COLLECTION.items():
-        _entry_page(routes, pages, collection, kind, titles[collection].removesuffix("s"))
-    return routes
+    context = {
+        "title": "Usage",
+        "nav": "usage",
+        "window": window,
+        "windows": {key: title for key, (title, _span) in WINDOWS.items()},
+        "entries": top("entry"),
+        "versions": top("version"),
+        "agents": top("agent"),
+        "collection_of": COLLECTION_OF_KIND,
+        "enabled": settings.usage_enabled,
+        "flush_s": settings.usage_flush_s,
+    }
+    return pages.render("usage.html", context)
 
 
-def _entry_page(routes: APIRouter, pages: Pages, collection: str, kind: str, title: str) -> None:
-    @routes.get(f"/{collection}/{{name}}/usage")
-    def entry_page(
-        request: Request,
-        ui: Viewer,
-        name: EntryName,
-        days: Annotated[int, Query(ge=1, le=MAX_DAYS)] = 30,
-    ) -> Response:
-        registry = _registry(request)
-        # First: an entry this user cannot see is "not found" before anything else is read.
-        report = entry_usage(registry.db, ui.principal, kind, name, days=days)
-        catalog: CatalogService = registry.catalog
-        view = catalog.get(kind, name, access=ui.principal)
-        context = {
-            "collection": collection,
-            "kind": kind,
-            "kind_title": title,
-            "nav": collection,
-            "title": f"Usage of {title.lower()} {name}",
-            "entry": view.as_dict(),
-            "tab": "usage",
-            "report": report,
-            "days": days,
-            "day_choices": sorted({*DAY_CHOICES, days}),
-            "enabled": registry.settings.usage_enabled,
-        }
-        return pages.render(request, "usage_entry.html", context)
+@router.get(PREFIX + "/{name}/usage")
+def entry_page(
+    ui: Viewer,
+    pages: ViewDep,
+    collection: CollectionDep,
+    catalog: CatalogDep,
+    usage: UsageDep,
+    settings: SettingsDep,
+    name: EntryName,
+    days: Annotated[int, Query(ge=1, le=MAX_DAYS)] = 30,
+) -> Response:
+    kind, title = collection.kind, collection.title
+    # First: an entry this user cannot see is "not found" before anything else is read.
+    report = usage.entry(ui.principal, kind, name, days=days)
+    view = catalog.get(kind, name, access=ui.principal)
+    context = {
+        **collection.common,
+        "title": f"Usage of {title.lower()} {name}",
+        "entry": view.as_dict(),
+        "tab": "usage",
+        "report": report,
+        "days": days,
+        "day_choices": sorted({*DAY_CHOICES, days}),
+        "enabled": settings.usage_enabled,
+    }
+    return pages.render("usage_entry.html", context)

@@ -22,7 +22,7 @@ def test_the_limits_document_lists_each_limit_with_its_default(name: str) -> Non
     assert rows, f"docs/limits.md has no table row for {variable}"
     default = getattr(DEFAULT_LIMITS, name)
     shown = re.sub(r"\.0$", "", str(default))
-    assert any(f"`{shown}`" in row for row in rows), f"docs/limits.md row for {variable} does not show its default {shown}"
+    assert any(f"`{shown}`" in row for row in rows), f"docs/limits.md row for {variable} lacks its default {shown}"
 
 
 def test_limits_come_from_the_environment() -> None:

@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from registry.catalog.web_sessions import AGENT_ONLY, UiSessionStore
 from registry.runtime import Registry
 from registry.tokens import TokenRejected
-from registry.ui.sessions import AGENT_ONLY, UiSessionStore
 
 
 def _store(registry: Registry, hours: float = 12.0) -> UiSessionStore:

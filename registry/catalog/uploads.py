@@ -24,9 +24,9 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import delete, select
 
+from registry.catalog.web_sessions import SignedIn
 from registry.db.engine import Database
 from registry.db.models import UiUpload
-from registry.ui.sessions import SignedIn
 
 #: How long an uploaded bundle waits for "Apply".
 TTL = timedelta(minutes=30)
@@ -55,6 +55,8 @@ def clean_filename(name: str | None) -> str:
 
 
 class UploadStore:
+    """The web UI's held bundle uploads (rows of ``ui_uploads``), reached through ``registry.api.deps.UploadsDep``."""
+
     def __init__(self, db: Database) -> None:
         self.db = db
 
