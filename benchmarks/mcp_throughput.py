@@ -1,19 +1,20 @@
 #!/usr/bin/env python3
 """MCP throughput: the registry against the official SDK's server, side by side in one run.
 
-Loads the shared benchmark catalog (1,000 prompts rendering ~500 characters, 1,000 static text
-resources, 50 tools with ``echo`` served by a loopback webhook) into the registry on SQLite and/or
-PostgreSQL, starts ``mcp-registry serve`` for each, the SDK peer (``sdk_peer_server.py
---json-response``, optionally also its default SSE mode) and a tiny echo webhook server, then
-alternates load runs (registry, peer, registry, peer, ...) for several rounds per method and per
-concurrency with ``mcp_load.py`` (wrk). Reports medians of requests/s, p50 and p99, the ratios
-registry/peer, PASS/MISS against the targets, and writes everything to
-``benchmarks/results/<timestamp>.json``. Exits 0 whatever the figures (non-zero only when it
-cannot run).
+Loads the benchmark catalog (``bench_catalog.py``: 1,000 prompts rendering ~500 characters, 1,000
+static text resources, 50 tools with ``echo`` served by a loopback webhook) into the registry on
+SQLite and/or PostgreSQL, starts ``mcp-registry serve`` for each, the peer (``peer_server.py
+--json-response``: the official MCP SDK's server, optionally also in its default SSE mode) and a tiny
+echo webhook server, then alternates load runs (registry, peer, registry, peer, ...) for several
+rounds per method and per concurrency with ``mcp_load.py``. Reports medians of requests/s, p50 and
+p99, the ratios registry/peer, PASS/MISS against the targets, and writes everything, with the
+machine, the commit and the versions, to ``benchmarks/results/<timestamp>.json`` (or ``--out``).
+Exits 0 whatever the figures (non-zero only when it cannot run). Everything it runs is in this
+directory or this repository's venv (``pip install -e '.[test]'``); wrk and cc are used when present.
 
-Beside them run the bare ASGI ceiling (``../shared/bench/ceiling_server.py`` on this venv's uvicorn)
-and, for prompts/get, a C server that does no work (``floor_server.c``, compiled with ``cc``): the
-machine's floor, against which the c=1 p99 targets are read round by round.
+Beside them run the bare ASGI ceiling (``ceiling_server.py`` on the registry's own uvicorn stack)
+and, for prompts/get, a C server that does no work (``floor_server.c``, compiled with ``cc`` when
+there is one): the machine's floor, against which the c=1 p99 targets are read round by round.
 
 One agent (c=1) is measured twice: with the load generator and the server on one vCPU (``1@1cpu``,
 see ``sharing_one_vcpu``) and where the OS puts them (``1``). At one agent the two strictly take
@@ -34,14 +35,12 @@ mode) with p99 <= 1/3 of the peer's, on SQLite and on PostgreSQL.
 from __future__ import annotations
 
 import argparse
-import ast
 import asyncio
 import collections
 import contextlib
 import datetime as dt
 import json
 import os
-import platform
 import secrets
 import shlex
 import shutil
@@ -57,8 +56,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-REPO = Path(__file__).resolve().parent.parent
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
 sys.path.insert(0, str(REPO))
+import bench_catalog as catalog  # noqa: E402
+import environment  # noqa: E402
+import mcp_load as ml  # noqa: E402
+import peers  # noqa: E402
+
 from tests.serve_process import ManagedProcess, ServerProcess, free_port  # noqa: E402
 
 METHODS = ("prompts/get", "resources/read", "tools/list", "tools/call")
@@ -74,9 +79,6 @@ CEILING_CONCURRENCY = 32
 #: tools/call at c=32 (a webhook call each, to the loopback echo): requests/s, and against the peer.
 TARGET_TOOLS_CALL_RPS = 2000.0
 TARGET_TOOLS_CALL_RATIO = 1.5
-N_PROMPTS = 1000
-N_RESOURCES = 1000
-N_TOOLS = 50  # echo + tool01..tool49
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 READY_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 10.0
@@ -156,17 +158,6 @@ def run_echo_server(port: int) -> None:
 
 
 # --------------------------------------------------------------------------- helpers
-def read_filler(peer_file: Path) -> str:
-    """FILLER from the peer's source (importing it would need the SDK in this venv)."""
-    tree = ast.parse(peer_file.read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "FILLER" for t in node.targets):
-            value = ast.literal_eval(node.value)
-            if isinstance(value, str):
-                return value
-    raise SystemExit(f"cannot find FILLER in {peer_file}")
-
-
 @dataclass
 class Server:
     """A server under test: its process, its label in the tables and what it is."""
@@ -292,32 +283,15 @@ def reference_process(name: str, command: Callable[[int], list[str]], work: Path
     )
 
 
-def ceiling_command(shared: Path, port: int) -> list[str]:
-    """The shared bare ASGI app on the registry's own stack: uvloop and the registry's protocol
-    class (uvicorn's httptools protocol with the head bound, ``registry.serving.HeadBoundProtocol``),
-    so the ratio to it is what the registry's own work costs."""
-    return [
-        sys.executable,
-        str(shared / "ceiling_server.py"),
-        "--port",
-        str(port),
-        "--loop",
-        "uvloop",
-        "--http",
-        "registry.serving:HeadBoundProtocol",
-    ]
-
-
 #: The C server that does no work (``floor_server.c``), loaded with this method only: its answer is
 #: the bare ceiling's prompts/get result, and it is there for the latency tail, not for throughput.
 FLOOR_METHOD = "prompts/get"
 
 
-def build_floor_server(work: Path, shared: Path) -> Callable[[int], list[str]] | None:
+def build_floor_server(work: Path) -> Callable[[int], list[str]] | None:
     """Compiles ``floor_server.c`` with the system C compiler; None (and why) when it cannot.
 
-    Its result file is the bare ceiling's prompts/get result, read from the shared ceiling script
-    (which imports uvicorn: this venv has it)."""
+    Its result file is the bare ceiling's prompts/get result (``bench_catalog.CEILING_RESULTS``)."""
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         log("floor: no C compiler (cc/gcc) on PATH; the C floor server is skipped")
@@ -328,44 +302,17 @@ def build_floor_server(work: Path, shared: Path) -> Callable[[int], list[str]] |
     if proc.returncode != 0:
         log(f"floor: {source.name} did not compile; skipped:\n{proc.stderr[-1500:]}")
         return None
-    sys.path.insert(0, str(shared))
-    import ceiling_server
-
     result = work / "floor-result.json"
-    result.write_bytes(ceiling_server.RESULTS[FLOOR_METHOD])
+    result.write_bytes(catalog.CEILING_RESULTS[FLOOR_METHOD])
     return lambda port: [str(binary), str(port), str(result)]
 
 
-def ensure_wrk() -> str:
-    path = shutil.which("wrk")
-    if path is None:
-        raise SystemExit(
-            "error: `wrk` is not installed; mcp_load.py drives the load with it.\n"
-            "       install it with:  apt-get install -y wrk"
-        )
-    return path
-
-
-def ensure_peer_venv(venv: Path) -> Path:
-    python = venv / "bin" / "python"
-    probe = [str(python), "-c", "import mcp, uvicorn"]
-    if python.exists() and subprocess.run(probe, capture_output=True).returncode == 0:
-        return python
-    log(f"creating the peer venv at {venv} (mcp==2.3.0 uvicorn) ...")
-    base = shutil.which("python3") or sys.executable
-    subprocess.run([base, "-m", "venv", str(venv)], check=True)
-    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "mcp==2.3.0", "uvicorn"], check=True)
-    if subprocess.run(probe, capture_output=True).returncode != 0:
-        raise SystemExit(f"error: the peer venv {venv} still cannot import mcp and uvicorn")
-    return python
-
-
 # --------------------------------------------------------------------------- the catalog
-def catalog_entries(filler: str, echo_url: str) -> list[tuple[str, dict[str, Any]]]:
+def catalog_entries(echo_url: str) -> list[tuple[str, dict[str, Any]]]:
     """The peer's catalog as registry definitions (same names, arguments, texts and schemas)."""
     entries: list[tuple[str, dict[str, Any]]] = []
-    for i in range(N_PROMPTS):
-        template = f"[prompt p{i:04d}] Topic: {{{{ topic }}}}. Audience: {{{{ audience }}}}. {filler}{filler[:120]}"
+    for i in range(catalog.N_PROMPTS):
+        template = catalog.prompt_template(i)
         entries.append(
             (
                 "prompt",
@@ -380,7 +327,7 @@ def catalog_entries(filler: str, echo_url: str) -> list[tuple[str, dict[str, Any
                 },
             )
         )
-    for i in range(N_RESOURCES):
+    for i in range(catalog.N_RESOURCES):
         entries.append(
             (
                 "resource",
@@ -388,7 +335,7 @@ def catalog_entries(filler: str, echo_url: str) -> list[tuple[str, dict[str, Any
                     "name": f"r{i:04d}",
                     "uri": f"res://static/r{i:04d}",
                     "mimeType": "text/plain",
-                    "text": f"[resource r{i:04d}] " + filler + filler[:150],
+                    "text": catalog.resource_text(i),
                 },
             )
         )
@@ -419,7 +366,7 @@ def catalog_entries(filler: str, echo_url: str) -> list[tuple[str, dict[str, Any
             },
         )
     )
-    for i in range(1, N_TOOLS):
+    for i in range(1, catalog.N_TOOLS):
         name = f"tool{i:02d}"
         entries.append(
             (
@@ -501,7 +448,9 @@ class PgSchema:
 def mcp_load(args: argparse.Namespace, server: Server, method: str, concurrency: int, duration: int) -> dict[str, Any]:
     cmd = [
         sys.executable,
-        str(args.shared / "mcp_load.py"),
+        str(BENCH / "mcp_load.py"),
+        "--engine",
+        args.engine,
         "--url",
         server.url,
         "--method",
@@ -551,16 +500,13 @@ def stolen_pct(before: list[int] | None, after: list[int] | None) -> float | Non
 
 def probe_responses(args: argparse.Namespace, server: Server) -> dict[str, Any]:
     """One answer per method: body size, content type and the text agents get (for the parity check)."""
-    sys.path.insert(0, str(args.shared))
-    import mcp_load as ml
-
     client = ml.Http(server.url)
     sid, _, _ = ml.handshake(client, "2025-11-25")
     headers = {"MCP-Protocol-Version": "2025-11-25", **({"Mcp-Session-Id": sid} if sid else {})}
     out: dict[str, Any] = {}
     for method in METHODS:
         status, hd, body = client.req("POST", ml.rpc_body(method, 1, 42), headers)
-        msgs = ml.parse_jsonrpc_payload(hd.get("content-type", ""), body) if status == 200 else []
+        msgs = ml.jsonrpc_messages(hd.get("content-type", ""), body) if status == 200 else []
         result = next((m.get("result") for m in msgs if m.get("id") == 1), None)
         text: Any = None
         if isinstance(result, dict):
@@ -862,12 +808,7 @@ def profile_method(args: argparse.Namespace, server: Server, out_dir: Path, stam
 # --------------------------------------------------------------------------- main
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument(
-        "--shared",
-        type=Path,
-        default=REPO.parent / "shared" / "bench",
-        help="the shared measuring tools (default: <repo>/../shared/bench)",
-    )
+    ml.add_engine_argument(ap)
     ap.add_argument("--database", choices=["sqlite", "postgresql", "both"], default="both")
     ap.add_argument(
         "--pg-url",
@@ -893,17 +834,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     ap.add_argument("--warmup", type=int, default=1, help="seconds of warm-up per server and method (0: none)")
-    ap.add_argument(
-        "--peer-venv",
-        type=Path,
-        default=Path("/tmp/peer"),
-        help="venv with mcp==2.3.0 and uvicorn for the SDK peer; created when missing",
-    )
     ap.add_argument("--peer-sse", action="store_true", help="also measure the peer in its default SSE mode")
     ap.add_argument(
         "--no-ceiling",
         action="store_true",
-        help="skip the bare ASGI ceiling (../shared/bench/ceiling_server.py on uvloop + httptools)",
+        help="skip the bare ASGI ceiling (ceiling_server.py on uvloop + the registry's httptools protocol)",
     )
     ap.add_argument(
         "--no-floor",
@@ -913,10 +848,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--peer-args",
         default="",
-        help='extra arguments for sdk_peer_server.py, e.g. "--loop uvloop --http httptools" (needs those in the '
-        "peer venv) or --gc-freeze; the default is the peer as shipped (asyncio + h11)",
+        help='extra arguments for peer_server.py, e.g. "--loop uvloop --http httptools" (the registry\'s stack) '
+        "or --gc-freeze; the default is the SDK as shipped (asyncio + h11)",
     )
-    ap.add_argument("--results-dir", type=Path, default=REPO / "benchmarks" / "results")
+    ap.add_argument("--results-dir", type=Path, default=BENCH / "results")
+    ap.add_argument("--out", type=Path, help="the JSON file to write (default: <results-dir>/<timestamp>.json)")
     ap.add_argument(
         "--profile",
         action="store_true",
@@ -932,7 +868,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--keep", action="store_true", help="keep the temporary data dirs and the PostgreSQL schema")
     ap.add_argument("--echo-server", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    args.shared = args.shared.resolve()
+    args.engine = ml.engine_for(args.engine)
     args.methods = [m for m in METHODS if m in args.methods]
     args.points = load_points(args.concurrency, args.c1_placement)
     if args.profile_only:
@@ -946,15 +882,9 @@ def main(argv: list[str] | None = None) -> int:
         run_echo_server(args.echo_server)
         return 0
 
-    load_script = args.shared / "mcp_load.py"
-    peer_script = args.shared / "sdk_peer_server.py"
-    ceiling_script = args.shared / "ceiling_server.py"
-    for needed in (load_script, peer_script, ceiling_script):
-        if not needed.exists():
-            raise SystemExit(f"error: {needed} not found; point --shared at shared/bench")
-    ensure_wrk()
-    peer_python = ensure_peer_venv(args.peer_venv)
-    filler = read_filler(peer_script)
+    peers.require_sdk()
+    env = environment.describe()
+    log(environment.headline(env) + f" | load generator: {args.engine}")
     dbs = ["sqlite", "postgresql"] if args.database == "both" else [args.database]
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     args.results_dir.mkdir(parents=True, exist_ok=True)
@@ -981,7 +911,7 @@ def main(argv: list[str] | None = None) -> int:
             ready_status=None,
         )
         start(echo).wait_ready(timeout=READY_TIMEOUT_S)
-        entries = catalog_entries(filler, f"http://127.0.0.1:{echo_port}/echo")
+        entries = catalog_entries(f"http://127.0.0.1:{echo_port}/echo")
 
         admin_token = secrets.token_hex(16)
         for db in dbs:
@@ -1021,19 +951,12 @@ def main(argv: list[str] | None = None) -> int:
                 compared(
                     name,
                     "peer",
-                    lambda port, extra=extra: [
-                        str(peer_python),
-                        str(peer_script),
-                        "--port",
-                        str(port),
-                        *extra,
-                        *shlex.split(args.peer_args),
-                    ],
+                    lambda port, extra=extra: peers.peer_command(port, *extra, *shlex.split(args.peer_args)),
                 )
             if not args.no_ceiling:
-                # The shared bare ASGI app on the registry's own stack: the practical ceiling.
-                compared("ceiling", "ceiling", lambda port: ceiling_command(args.shared, port))
-            floor_command = None if args.no_floor else build_floor_server(work, args.shared)
+                # The bare ASGI app on the registry's own stack: the practical ceiling.
+                compared("ceiling", "ceiling", peers.ceiling_command)
+            floor_command = None if args.no_floor else build_floor_server(work)
             if floor_command is not None and FLOOR_METHOD in args.methods:
                 compared("c-floor", "floor", floor_command)
         for server in servers:
@@ -1051,11 +974,10 @@ def main(argv: list[str] | None = None) -> int:
                 "warmup_s": args.warmup,
                 "databases": dbs,
                 "pg_url": args.pg_url if "postgresql" in dbs else None,
-                "shared": str(args.shared),
-                "peer_python": str(peer_python),
+                "engine": args.engine,
                 "peer_args": args.peer_args,
             },
-            "environment": environment(peer_python),
+            "environment": env,
             "servers": {s.name: {"kind": s.kind, "port": s.port, **s.info} for s in servers},
         }
 
@@ -1066,7 +988,8 @@ def main(argv: list[str] | None = None) -> int:
                 results["tail_floor"] = report_tail_floor(results["runs"], dbs, args.points)
         if args.profile:
             results["profile"] = profile_method(args, servers[0], args.results_dir, stamp)
-        out = args.results_dir / f"{stamp}.json"
+        out = args.out or args.results_dir / f"{stamp}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(results, indent=2, sort_keys=True, default=str))
         print(f"\nwrote {out}")
         return 0
@@ -1152,30 +1075,6 @@ def compare(
 
 def loaded_with(server: Server, method: str) -> bool:
     return server.kind != "floor" or method == FLOOR_METHOD
-
-
-def environment(peer_python: Path) -> dict[str, Any]:
-    def version(python: str, module: str) -> str:
-        code = f"import importlib.metadata as m; print(m.version({module!r}))"
-        proc = subprocess.run([python, "-c", code], capture_output=True, text=True)
-        return proc.stdout.strip() or "?"
-
-    git = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(
-        ["git", "-C", str(REPO), "status", "--porcelain", "registry"], capture_output=True, text=True
-    )
-    return {
-        "python": platform.python_version(),
-        "cpus": os.cpu_count(),
-        "platform": platform.platform(),
-        "git_head": git.stdout.strip(),
-        "registry_tree_dirty": bool(dirty.stdout.strip()),
-        "mcp_registry": version(sys.executable, "mcp-registry"),
-        "uvicorn": version(sys.executable, "uvicorn"),
-        "peer_mcp": version(str(peer_python), "mcp"),
-        "peer_uvicorn": version(str(peer_python), "uvicorn"),
-        "wrk": subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout.split("\n")[0].strip(),
-    }
 
 
 if __name__ == "__main__":

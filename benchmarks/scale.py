@@ -64,6 +64,8 @@ import httpx
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+import environment  # noqa: E402
+
 from tests.interop.mcp_wire import StreamableHttpClient, response_messages  # noqa: E402
 from tests.serve_process import ServerProcess, mcp_registry_command, rss_bytes  # noqa: E402
 
@@ -807,6 +809,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "scale",
         "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "git": git_state(),
+        "environment": environment.describe(),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load_before": load_average()},
         "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "pg_url"},
         "databases": [],

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import random
 import secrets
@@ -36,7 +37,7 @@ from urllib.parse import quote
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-
+import environment  # noqa: E402
 from sqlalchemy import create_engine, func, insert, or_, select, text  # noqa: E402
 
 from registry.config import Settings  # noqa: E402
@@ -239,16 +240,24 @@ def main() -> int:
     )
     parser.add_argument("--rounds", type=int, default=21)
     parser.add_argument("--before", action="store_true", help="also time the pre-0005 query")
+    parser.add_argument("--json", type=Path, help="also write the p50s, with the environment, here")
     args = parser.parse_args()
+    env = environment.describe()
+    print(environment.headline(env))
     rows, words = _rows(args.entries)
     kinds = ["sqlite", "postgresql"] if args.database == "both" else [args.database]
+    figures: dict[str, dict[str, float]] = {}
     for kind in kinds:
         p50s = run(kind, args, rows, words)
+        figures[kind] = dict(p50s)
         search_p50s = [p for label, p in p50s if "no filter" not in label]
         print(
             f"{kind}: median of the search queries' p50 {statistics.median(search_p50s):.1f} ms, "
             f"worst p50 {max(search_p50s):.1f} ms (target p50 <= {TARGET_MS:.0f} ms)"
         )
+    if args.json:
+        saved = {"environment": env, "entries": args.entries, "p50_ms": figures}
+        args.json.write_text(json.dumps(saved, indent=2) + "\n")
     return 0
 
 

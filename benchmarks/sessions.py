@@ -17,7 +17,7 @@ round it records:
 - that every session of the round is in ``mcp_sessions`` once the round is over (rows counted
   in the database after the settle time): the figure is for stored sessions, not promises.
 
-``--peer`` adds the official SDK's server (``sdk_peer_server.py``, its JSON-response mode) as a
+``--peer`` adds the official SDK's server (``peer_server.py``, its JSON-response mode) as a
 third column, measured the same way (it keeps sessions in memory only).
 
 Target (issue 12): <= 0.5 ms of server CPU per session; the rate for 10,000 sessions is reported.
@@ -56,16 +56,15 @@ from urllib.parse import quote
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
+import environment  # noqa: E402
+import peers  # noqa: E402
 from fanout import (  # noqa: E402
-    DEFAULT_PEER_SCRIPT,
-    DEFAULT_PEER_VENV,
     DEFAULT_PG_URL,
     INIT_BODY,
     INITIALIZED_BODY,
     POST_HEADERS,
     Http,
     cpu_s,
-    ensure_peer_venv,
     host_jiffies,
     psql,
     raise_nofile,
@@ -255,6 +254,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     schemas: list[str] = []
     results: dict[str, Any] = {
         "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "environment": environment.describe(),
         "host": {"cpus": os.cpu_count(), "python": platform.python_version(), "loadavg_start": os.getloadavg()},
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "workdir": str(workdir),
@@ -285,9 +285,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 await asyncio.to_thread(server.start, timeout=READY_TIMEOUT_S)
                 targets.append(Target(name, server, agent_headers(server, args.anonymous), pg_rows(url)))
         if args.peer:
-            ensure_peer_venv(args.peer_venv)
+            peers.require_sdk()
             port = free_port()
-            cmd = [str(args.peer_venv / "bin/python"), str(args.peer_script), "--port", str(port), "--json-response"]
+            cmd = peers.peer_command(port, "--json-response")
             cmd += ["--max-sessions", str(args.warmup + args.sessions * args.rounds + 100)]
             peer = ManagedProcess(cmd, port=port, name="peer", log_path=workdir / "peer.log", ready_status=None)
             peer.ready_path = "/mcp"
@@ -370,8 +370,6 @@ def main() -> None:
         help="also run the registry from this checkout (e.g. a worktree of the commit before), side by side",
     )
     ap.add_argument("--peer", action="store_true", help="also the SDK peer (JSON-response mode)")
-    ap.add_argument("--peer-venv", type=Path, default=DEFAULT_PEER_VENV)
-    ap.add_argument("--peer-script", type=Path, default=DEFAULT_PEER_SCRIPT)
     ap.add_argument("--pg-url", default=os.environ.get("REGISTRY_TEST_DATABASE_URL") or DEFAULT_PG_URL)
     ap.add_argument("--profile", action="store_true", help="py-spy record the first round of each registry")
     ap.add_argument("--profile-s", type=float, default=10.0)

@@ -64,6 +64,8 @@ import httpx
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+import environment  # noqa: E402
+
 from tests.serve_process import ServerProcess, mcp_registry_command  # noqa: E402
 
 TARGET_P95_MS = 50.0
@@ -356,7 +358,9 @@ def main(argv: list[str] | None = None) -> int:
     all_results = {kind: run(kind, args) for kind in kinds}
     print_table(all_results)
     if args.json:
-        args.json.write_text(json.dumps(all_results, indent=2) + "\n", encoding="utf-8")
+        args.json.write_text(
+            json.dumps({"environment": environment.describe(), **all_results}, indent=2) + "\n", encoding="utf-8"
+        )
     return 0
 
 

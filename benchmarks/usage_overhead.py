@@ -4,7 +4,7 @@
 Loads the benchmark catalog's 1,000 prompts (``mcp_throughput.py``'s, the peer's texts) into one
 database, starts two ``mcp-registry serve`` processes on it, one with ``REGISTRY_USAGE=false`` and
 one counting (flushing every ``--flush-s`` seconds), and drives them in turns (off, on, on, off,
-...) with the shared load generator (``mcp_load.py``, wrk) for ``--rounds`` rounds of
+...) with the load generator (``mcp_load.py``) for ``--rounds`` rounds of
 ``--duration`` seconds at ``--concurrency`` (``--paired``: both at once in each round). Prints
 req/s per round side by side with each round's ratio on/off, the medians, and PASS/MISS for the
 median of the rounds' ratios; then checks that the counting server counted every prompts/get it
@@ -27,7 +27,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import secrets
 import shutil
 import sys
@@ -53,7 +52,7 @@ TARGET_RATIO = 0.95
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shared", type=Path, default=REPO.parent / "shared" / "bench", help="the shared measuring tools")
+    mt.ml.add_engine_argument(ap)
     ap.add_argument("--database", choices=["sqlite", "postgresql"], default="sqlite")
     ap.add_argument("--pg-url", default=os.environ.get("REGISTRY_TEST_DATABASE_URL") or mt.DEFAULT_PG_URL)
     ap.add_argument("--rounds", type=int, default=3, help="off/on pairs (the order alternates)")
@@ -72,7 +71,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--results-dir", type=Path, default=REPO / "benchmarks" / "results")
     ap.add_argument("--keep", action="store_true", help="keep the temporary data dir and the PostgreSQL schema")
     args = ap.parse_args(argv)
-    args.shared = args.shared.resolve()
+    args.engine = mt.ml.engine_for(args.engine)
     return args
 
 
@@ -157,11 +156,7 @@ def per_request_cpu_us(runs: list[dict[str, Any]]) -> float | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if not (args.shared / "mcp_load.py").exists() or not (args.shared / "sdk_peer_server.py").exists():
-        raise SystemExit(f"error: mcp_load.py / sdk_peer_server.py not found under {args.shared}; use --shared")
-    mt.ensure_wrk()
-    filler = mt.read_filler(args.shared / "sdk_peer_server.py")
-    prompts = [e for e in mt.catalog_entries(filler, "http://127.0.0.1:9/unused") if e[0] == "prompt"]
+    prompts = [e for e in mt.catalog_entries("http://127.0.0.1:9/unused") if e[0] == "prompt"]
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     work = Path(tempfile.mkdtemp(prefix="usage-overhead-"))
     pg: mt.PgSchema | None = None
@@ -300,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
                 "flush_s": args.flush_s,
                 "paired": args.paired,
             },
-            "environment": {"python": platform.python_version(), "cpus": os.cpu_count(), "machine": platform.node()},
+            "environment": mt.environment.describe(),
             "runs": runs,
             "summary": summary,
             "ratio_of_medians": ratio,

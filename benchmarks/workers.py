@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """``serve --workers 2`` against ``--workers 1``: prompts/get throughput, side by side in one run.
 
-Loads the shared benchmark catalog (as ``mcp_throughput.py`` does) into one SQLite database,
+Loads the benchmark catalog (as ``mcp_throughput.py`` does) into one SQLite database,
 starts ``mcp-registry serve --workers 1`` and ``--workers 2`` on it, and alternates load runs
-(1, 2, 1, 2, ...) with ``mcp_load.py`` (wrk) at one concurrency. Reports the medians, the ratio,
+(1, 2, 1, 2, ...) with ``mcp_load.py`` at one concurrency. Reports the medians, the ratio,
 the CPU of every server process (the supervisor's workers summed) and the load generator's own
-CPU: on a 2-core machine wrk takes part of the cores the workers would use, so the ratio is
+CPU: on a 2-core machine the load generator takes part of the cores the workers would use, so the ratio is
 bounded by what is left, and the figure says how much that was.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/workers.py --rounds 3 --duration 5
+    .venv/bin/python benchmarks/workers.py --rounds 3 --duration 5
 """
 
 from __future__ import annotations
@@ -27,14 +27,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
+import environment  # noqa: E402
+import mcp_load as ml  # noqa: E402
 from mcp_throughput import (  # noqa: E402
     Server,
     catalog_entries,
-    ensure_wrk,
     load_catalog,
     log,
     mcp_load,
-    read_filler,
 )
 
 from tests.serve_process import ServerProcess  # noqa: E402
@@ -68,19 +68,20 @@ def median(values: list[float]) -> float | None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shared", type=Path, default=REPO.parent / "shared" / "bench")
+    ml.add_engine_argument(ap)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=int, default=5)
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--method", default="prompts/get", choices=["prompts/get", "resources/read", "tools/list"])
     ap.add_argument("--results-dir", type=Path, default=REPO / "benchmarks" / "results")
     args = ap.parse_args(argv)
-    args.shared = args.shared.resolve()
-    ensure_wrk()
+    args.engine = ml.engine_for(args.engine)
+    env = environment.describe()
+    log(environment.headline(env) + f" | load generator: {args.engine}")
     work = Path(tempfile.mkdtemp(prefix="mcp-workers-"))
     servers: list[Server] = []
     try:
-        entries = catalog_entries(read_filler(args.shared / "sdk_peer_server.py"), "http://127.0.0.1:9/echo")
+        entries = catalog_entries("http://127.0.0.1:9/echo")
         data_dir = work / "data"
         log(f"loaded {len(entries)} entries in {load_catalog(data_dir, None, entries):.1f} s")
         for count in (1, 2):
@@ -104,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
                 log(
                     f"round {round_no + 1} {server.name}: {result.get('rps', 0):.0f} req/s, p99 "
                     f"{result.get('p99_ms', 0):.2f} ms, server CPU {result['tree_cpu_pct']:.0f}%, "
-                    f"wrk CPU {result.get('gen_cpu_pct', 0):.0f}%, box {result.get('box_busy_pct_of_2cores', 0):.0f}%"
+                    f"generator CPU {result.get('gen_cpu_pct', 0):.0f}%, "
+                    f"box {result.get('box_busy_pct_of_2cores', 0):.0f}%"
                 )
         summary = {}
         for name, results in runs.items():
@@ -117,17 +119,19 @@ def main(argv: list[str] | None = None) -> int:
         one, two = summary["workers-1"], summary["workers-2"]
         ratio = two["rps"] / one["rps"] if one["rps"] and two["rps"] else None
         print(f"\n== {args.method} c={args.concurrency}, SQLite, {args.rounds} rounds x {args.duration} s (medians) ==")
-        print(f"{'':10} {'req/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'server CPU':>10} {'wrk CPU':>8} {'box busy':>9}")
+        print(f"{'':10} {'req/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'server CPU':>10} {'gen CPU':>8} {'box busy':>9}")
         for name, s in summary.items():
             print(
                 f"{name:10} {s['rps']:8.0f} {s['p50_ms']:7.2f} {s['p99_ms']:7.2f} {s['tree_cpu_pct']:9.0f}% "
                 f"{s['gen_cpu_pct']:7.0f}% {s['box_busy_pct_of_2cores']:8.0f}%"
             )
         print(f"ratio workers-2 / workers-1: {ratio:.2f}" if ratio else "ratio: -")
-        print("(CPU in % of one core; box busy in % of all cores; wrk is the load generator)")
+        print("(CPU in % of one core; box busy in % of all cores; gen: the load generator)")
         args.results_dir.mkdir(parents=True, exist_ok=True)
         out = args.results_dir / f"workers-{time.strftime('%Y%m%d-%H%M%S')}.json"
-        out.write_text(json.dumps({"summary": summary, "ratio": ratio, "runs": runs}, indent=2, default=str))
+        out.write_text(
+            json.dumps({"environment": env, "summary": summary, "ratio": ratio, "runs": runs}, indent=2, default=str)
+        )
         print(f"wrote {out}")
         return 0
     finally:
