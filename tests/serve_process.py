@@ -16,12 +16,13 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, Self
 
 import httpx
+
+from tests.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -145,19 +146,18 @@ class ManagedProcess:
     def wait_ready(self, path: str | None = None, *, timeout: float = 60.0) -> None:
         """Return once ``path`` (default ``ready_path``) answers ``ready_status``; raise if the process exits."""
         path = self.ready_path if path is None else path
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        wanted = "anything" if self.ready_status is None else str(self.ready_status)
+
+        def answers() -> bool:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.log_tail()}")
             try:
                 status = httpx.get(self.url + path, timeout=1.0).status_code
-                if self.ready_status is None or status == self.ready_status:
-                    return
             except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        wanted = "anything" if self.ready_status is None else str(self.ready_status)
-        raise RuntimeError(f"{self.name} did not answer {wanted} on {path} within {timeout}s:\n{self.log_tail()}")
+                return False
+            return self.ready_status is None or status == self.ready_status
+
+        wait_until(answers, lambda: f"{self.name} to answer {wanted} on {path}:\n{self.log_tail()}", timeout=timeout)
 
     def stop(self, *, timeout: float = 15.0) -> int | None:
         """SIGTERM (then SIGKILL after ``timeout``); returns the exit code."""

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 import pytest
@@ -472,29 +472,45 @@ def test_protected_labels_api(setup: Setup) -> None:
         ok(a.put(f"/api/v1/prompts/{name}/labels/{label}", json={"version": 1}))
 
 
-def test_a_teams_requests_are_seen_and_reviewed_by_its_members_only(setup: Setup) -> None:
-    s = setup
-    team = "t" + secrets.token_hex(3)
+class TeamReview(NamedTuple):
+    """A team's prompt with an edit in review: the team, its reviewer's and author's tokens."""
+
+    team: str
+    member: str
+    author: str
+    name: str
+    request_id: int
+
+
+def team_edit_in_review(s: Setup, prefix: str, *, author_role: str) -> TeamReview:
+    """A new team with a reviewer and an author in ``author_role`` (both with the viewer scope
+    only, so nothing outside the team counts for them), a prompt of the team ("Hi") and the
+    author's edit of it ("Yo") saved for review."""
+    team = prefix + secrets.token_hex(3)
     with s.admin() as admin:
-        ok(admin.post("/api/v1/teams", json={"name": team, "title": "Team"}), 201)
-        member = ok(
-            admin.post("/api/v1/tokens", json={"name": "member", "scopes": ["viewer"], "teams": {team: "reviewer"}}),
-            201,
-        )["token"]
-        author = ok(
-            admin.post("/api/v1/tokens", json={"name": "author", "scopes": ["viewer"], "teams": {team: "editor"}}),
-            201,
-        )["token"]
-        name = fresh("team-prompt")
-        ok(
-            admin.post("/api/v1/prompts", json={"name": name, **GREETING, "template": "Hi {{ who }}", "team": team}),
-            201,
-        )
-    with s.http(author) as a:
+        ok(admin.post("/api/v1/teams", json={"name": team, "title": f"Team {team}"}), 201)
+        tokens = [
+            ok(
+                admin.post(
+                    "/api/v1/tokens", json={"name": f"{team}-{role}", "scopes": ["viewer"], "teams": {team: role}}
+                ),
+                201,
+            )["token"]
+            for role in ("reviewer", author_role)
+        ]
+        name = fresh(f"{team}-prompt")
+        body = {"name": name, **GREETING, "template": "Hi {{ who }}", "team": team}
+        ok(admin.post("/api/v1/prompts", json=body), 201)
+    with s.http(tokens[1]) as a:
         saved = ok(
             a.put(f"/api/v1/prompts/{name}", json={**GREETING, "template": "Yo {{ who }}", "request_review": True})
         )
-    request_id = saved["change_requests"][0]
+    return TeamReview(team, tokens[0], tokens[1], name, saved["change_requests"][0])
+
+
+def test_a_teams_requests_are_seen_and_reviewed_by_its_members_only(setup: Setup) -> None:
+    s = setup
+    team, member, author, name, request_id = team_edit_in_review(s, "t", author_role="editor")
     # Someone outside the team: as if it did not exist.
     with s.http(s.reviewer_b) as outsider:
         assert outsider.get(f"/api/v1/change-requests/{request_id}").status_code == 404
@@ -859,25 +875,10 @@ def test_publish_when_approved_refused_by_a_check_stays_approved_and_says_why(se
 def test_requests_waiting_for_a_reviewer(setup: Setup) -> None:
     """``?waiting=true``: in review, not yours, of a team you review, no verdict of yours yet."""
     s = setup
-    team = "w" + secrets.token_hex(3)
-    with s.admin() as admin:
-        ok(admin.post("/api/v1/teams", json={"name": team, "title": "Waiting"}), 201)
-        member = ok(
-            admin.post("/api/v1/tokens", json={"name": "w-rev", "scopes": ["viewer"], "teams": {team: "reviewer"}}),
-            201,
-        )["token"]
-        author = ok(
-            admin.post("/api/v1/tokens", json={"name": "w-auth", "scopes": ["viewer"], "teams": {team: "reviewer"}}),
-            201,
-        )["token"]
-        name = fresh("waiting")
-        body = {"name": name, **GREETING, "template": "Hi {{ who }}", "team": team}
-        ok(admin.post("/api/v1/prompts", json=body), 201)
-    with s.http(author) as a:
-        saved = ok(
-            a.put(f"/api/v1/prompts/{name}", json={**GREETING, "template": "Yo {{ who }}", "request_review": True})
-        )
-        request_id = saved["change_requests"][0]
+    # The author reviews for the team too: their own request does not wait for them.
+    review = team_edit_in_review(s, "w", author_role="reviewer")
+    member, request_id = review.member, review.request_id
+    with s.http(review.author) as a:
         assert ok(a.get("/api/v1/change-requests", params={"waiting": "true"}))["total"] == 0  # their own
     with s.http(member) as m:
         waiting = ok(m.get("/api/v1/change-requests", params={"waiting": "true"}))

@@ -23,6 +23,7 @@ import httpx
 
 from tests.interop.mcp_wire import StreamableHttpClient, response_messages
 from tests.serve_process import ServerProcess, mcp_registry_command
+from tests.waiting import wait_until
 
 ENTRIES = 2000
 LIVE_ENTRIES = 200
@@ -30,10 +31,10 @@ EDITS = 10
 AGENTS = 3
 TARGET = "p001000"
 #: Generous bounds: the box is shared, and this test asserts behaviour, not speed (the issue's targets
-#: are the benchmark's). STALL_S is the suite's bound for "the event loop was blocked" (see
-#: tests/security/conftest.py), ten times the issue's 100 ms: a snapshot rebuilt from scratch on
-#: every change (the code before issue 8) made agents wait 2.9 s here on PostgreSQL.
-STALL_S = 1.0
+#: are the benchmark's). STALL_S is the suite's bound for "the event loop was blocked" (the
+#: responsiveness probe's in tests/security/conftest.py): a snapshot rebuilt from scratch on every
+#: change (the code before issue 8) made agents wait 2.9 s here on PostgreSQL.
+STALL_S = 2.0
 SERVED_WITHIN_S = 20.0
 CLI_TIMEOUT_S = 180.0
 SECRET_KEY = "test-scale-secret-key"
@@ -112,14 +113,13 @@ def _listing(client: StreamableHttpClient) -> list[dict[str, Any]]:
 
 
 def _wait_for(client: StreamableHttpClient, name: str, text: str) -> None:
-    deadline = time.monotonic() + SERVED_WITHIN_S
-    last = None
-    while time.monotonic() < deadline:
-        last = _text(client, name)
-        if last == text:
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"{name} not served as {text!r} within {SERVED_WITHIN_S}s (last answer: {last!r})")
+    last: list[str | None] = [None]
+
+    def served() -> bool:
+        last[0] = _text(client, name)
+        return last[0] == text
+
+    wait_until(served, lambda: f"{name} served as {text!r} (last answer: {last[0]!r})", timeout=SERVED_WITHIN_S)
 
 
 class Agent(threading.Thread):

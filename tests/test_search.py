@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import random
-from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -23,6 +23,7 @@ from registry.catalog.values import WriteOptions
 from registry.db import migrate, search
 from registry.db.models import SEARCH_TEXT_SQL, Entry
 from registry.runtime import Registry
+from tests.factories import prompt_body
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,15 +37,7 @@ def _migration() -> ModuleType:
     return module
 
 
-def _prompt(
-    name: str, *, title: str | None = None, description: str | None = None, tags: Sequence[str] = ()
-) -> dict[str, Any]:
-    body: dict[str, Any] = {"name": name, "template": "static text", "tags": list(tags)}
-    if title is not None:
-        body["title"] = title
-    if description is not None:
-        body["description"] = description
-    return body
+_prompt = partial(prompt_body, template="static text", arguments=(), tags=())
 
 
 def _names(catalog: CatalogService, **query: Any) -> list[str]:

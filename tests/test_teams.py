@@ -16,14 +16,15 @@ import httpx
 import pytest
 
 from tests.conftest import _drop_postgres_schema, _fresh_postgres_schema, require_postgres
+from tests.factories import prompt_body
 from tests.serve_process import ServerProcess, issue_token
 
 PROBLEM = "application/problem+json"
 COLLECTIONS = ("prompts", "resources", "tools")
 
 
-def _prompt(name: str, text: str = "Hello {{ who }}", **extra: Any) -> dict[str, Any]:
-    return {"name": name, "arguments": [{"name": "who"}], "template": text, **extra}
+#: The prompts' text: "Hello" is one of the words a member of another team must never see.
+HELLO = "Hello {{ who }}"
 
 
 @dataclass
@@ -58,10 +59,10 @@ def world(
             clients.append(admin)
             for team in ("alpha", "beta"):
                 _ok(admin.post("/api/v1/teams", json={"name": team, "title": f"Team {team}"}), 201)
-            _ok(admin.post("/api/v1/prompts", json=_prompt("g-prompt")), 201)
-            _ok(admin.post("/api/v1/prompts", json=_prompt("a-prompt", team="alpha")), 201)
-            _ok(admin.post("/api/v1/prompts", json=_prompt("b-prompt", team="beta")), 201)
-            _ok(admin.put("/api/v1/prompts/b-prompt", json=_prompt("b-prompt", "v2 {{ who }}")))
+            _ok(admin.post("/api/v1/prompts", json=prompt_body("g-prompt", HELLO)), 201)
+            _ok(admin.post("/api/v1/prompts", json=prompt_body("a-prompt", HELLO, team="alpha")), 201)
+            _ok(admin.post("/api/v1/prompts", json=prompt_body("b-prompt", HELLO, team="beta")), 201)
+            _ok(admin.put("/api/v1/prompts/b-prompt", json=prompt_body("b-prompt", "v2 {{ who }}")))
             _ok(admin.post("/api/v1/resources", json={"name": "g-doc", "uri": "docs://g", "text": "global"}), 201)
             beta_doc = {"name": "b-doc", "uri": "docs://b", "text": "beta secret", "team": "beta"}
             _ok(admin.post("/api/v1/resources", json=beta_doc), 201)
@@ -244,24 +245,24 @@ def test_admins_see_every_team(world: World) -> None:
 
 def test_a_team_editor_writes_in_its_team_only(world: World) -> None:
     alpha = world.alpha_editor
-    made = _ok(alpha.post("/api/v1/prompts", json=_prompt("a-new", team="alpha")), 201)
+    made = _ok(alpha.post("/api/v1/prompts", json=prompt_body("a-new", HELLO, team="alpha")), 201)
     assert made["team"] == "alpha" and made["author"] == "alpha-editor"
     # Another team's: as if that team did not exist; global: visible, but not theirs to write.
-    elsewhere = alpha.post("/api/v1/prompts", json=_prompt("a-elsewhere", team="beta"))
+    elsewhere = alpha.post("/api/v1/prompts", json=prompt_body("a-elsewhere", HELLO, team="beta"))
     assert elsewhere.status_code == 404 and elsewhere.json()["detail"] == "team 'beta' does not exist"
-    unknown = alpha.post("/api/v1/prompts", json=_prompt("a-elsewhere", team="no-such-team"))
+    unknown = alpha.post("/api/v1/prompts", json=prompt_body("a-elsewhere", HELLO, team="no-such-team"))
     assert unknown.status_code == 404 and unknown.json()["detail"] == "team 'no-such-team' does not exist"
-    global_ = alpha.post("/api/v1/prompts", json=_prompt("a-global"))
+    global_ = alpha.post("/api/v1/prompts", json=prompt_body("a-global", HELLO))
     assert global_.status_code == 403 and "editor role on global entries" in global_.json()["detail"]
     # An admin naming a team that does not exist: invalid.
-    missing_team = world.admin.post("/api/v1/prompts", json=_prompt("x-missing", team="no-such-team"))
+    missing_team = world.admin.post("/api/v1/prompts", json=prompt_body("x-missing", HELLO, team="no-such-team"))
     assert missing_team.status_code == 422 and "does not exist" in missing_team.json()["detail"]
 
-    _ok(alpha.put("/api/v1/prompts/a-new", json=_prompt("a-new", "Hi {{ who }}")))
+    _ok(alpha.put("/api/v1/prompts/a-new", json=prompt_body("a-new", "Hi {{ who }}")))
     _ok(alpha.put("/api/v1/prompts/a-new/labels/staging", json={"version": 1}))
-    assert alpha.put("/api/v1/prompts/a-new", json={**_prompt("a-new"), "team": "beta"}).status_code == 422
+    assert alpha.put("/api/v1/prompts/a-new", json={**prompt_body("a-new", HELLO), "team": "beta"}).status_code == 422
     before = _ok(world.admin.get("/api/v1/prompts/g-prompt"))["latest_version"]
-    replace = {k: v for k, v in _prompt("x", "mine").items() if k != "name"}  # the URL names it
+    replace = {k: v for k, v in prompt_body("x", "mine").items() if k != "name"}  # the URL names it
     for method, path, body in (
         ("PUT", "/api/v1/prompts/g-prompt", replace),
         ("PATCH", "/api/v1/prompts/g-prompt", {"description": "mine"}),
@@ -274,13 +275,13 @@ def test_a_team_editor_writes_in_its_team_only(world: World) -> None:
         _same_as_missing(alpha, method, path.replace("g-prompt", "b-prompt"), "b-prompt", json=body)
     assert _ok(world.admin.get("/api/v1/prompts/g-prompt"))["latest_version"] == before
     # A viewer of a team (no editor anywhere) is refused before anything is read.
-    viewer_write = world.beta_viewer.post("/api/v1/prompts", json=_prompt("b-new", team="beta"))
+    viewer_write = world.beta_viewer.post("/api/v1/prompts", json=prompt_body("b-new", HELLO, team="beta"))
     assert viewer_write.status_code == 403 and "lacks the" in viewer_write.json()["detail"]
 
 
 def test_moving_an_entry_between_teams_is_audited_and_changes_who_sees_it(world: World) -> None:
     admin, alpha, beta = world.admin, world.alpha_editor, world.beta_viewer
-    _ok(admin.post("/api/v1/prompts", json=_prompt("mover", team="alpha")), 201)
+    _ok(admin.post("/api/v1/prompts", json=prompt_body("mover", HELLO, team="alpha")), 201)
     assert "mover" in _names(alpha) and "mover" not in _names(beta)
 
     # An alpha editor may not hand it to a team they are not in, nor make it global.
@@ -316,7 +317,7 @@ def test_a_name_or_uri_another_team_holds_is_taken_and_nothing_more_is_told(worl
     that another team's entry holds is refused; the refusal says the name is taken, perhaps by an
     entry the caller cannot see, and tells nothing else of that entry (not whose, not what)."""
     alpha = world.alpha_editor
-    taken = alpha.post("/api/v1/prompts", json=_prompt("b-prompt", "mine {{ who }}", team="alpha"))
+    taken = alpha.post("/api/v1/prompts", json=prompt_body("b-prompt", "mine {{ who }}", team="alpha"))
     assert taken.status_code == 409 and taken.headers["content-type"].startswith(PROBLEM)
     problem = taken.json()
     assert problem == {

@@ -21,8 +21,11 @@ from registry.catalog.templates import (
 )
 from registry.limits import Limits
 from registry.runtime import Registry
+from tests.costs import measured
+from tests.waiting import wait_until_async
 
 PROBLEM = "application/problem+json"
+MiB = 1024 * 1024
 
 # --------------------------------------------------------------------------- sandbox (no database)
 
@@ -70,18 +73,27 @@ def test_output_is_capped() -> None:
 
 def test_repetition_cannot_build_huge_values() -> None:
     """``"x" * n`` is one Python operation: refused before it allocates, not after."""
-    started = time.monotonic()
-    with pytest.raises(TemplateError, match="exceed"):
-        CompiledTemplate("{{ 'x' * 10 ** 10 }}").render({})
-    with pytest.raises(TemplateError, match="exceed"):
-        CompiledTemplate("{{ '-' * (width | int) }}").render({"width": "100000000000"}, max_chars=1000)
-    assert time.monotonic() - started < 1
+    repeat, width = CompiledTemplate("{{ 'x' * 10 ** 10 }}"), CompiledTemplate("{{ '-' * (width | int) }}")
+    with measured(memory=True) as cost:
+        with pytest.raises(TemplateError, match="exceed"):
+            repeat.render({})
+        with pytest.raises(TemplateError, match="exceed"):
+            width.render({"width": "100000000000"}, max_chars=1000)
+    # Built and then refused, the values would have been 10 GB and 100 GB.
+    assert cost.peak_bytes < 4 * MiB, f"{cost.peak_bytes / MiB:.0f} MiB allocated before refusing"
     assert CompiledTemplate("{{ '-' * (width | int) }}").render({"width": "5"}) == "-----"
     assert render_template("{{ 6 * 7 }} {{ [0] * 2 }}", {}) == "42 [0, 0]"
 
 
 def test_huge_powers_are_refused_quickly() -> None:
-    started = time.monotonic()
+    # CPU time, not the wall clock: computing 7 ** 300000000 would take this thread many seconds.
+    with measured() as cost:
+        _refuse_huge_powers()
+    assert cost.cpu_seconds < 1, f"{cost.cpu_seconds:.2f} s of CPU to refuse"
+    assert render_template("{{ 2 ** 10 }}", {}) == "1024"
+
+
+def _refuse_huge_powers() -> None:
     with pytest.raises(TemplateError, match="too large"):
         CompiledTemplate("{{ (b | int) ** (e | int) > 1 }}").render({"b": "7", "e": "300000000"})
     # A constant power is not folded (computed) when the template is checked or compiled: it is
@@ -90,8 +102,6 @@ def test_huge_powers_are_refused_quickly() -> None:
         check_template("{{ 7 ** 300000000 }}", [])
     with pytest.raises(TemplateError, match="too large"):
         CompiledTemplate("{{ 7 ** 300000000 }}").render({})
-    assert time.monotonic() - started < 1
-    assert render_template("{{ 2 ** 10 }}", {}) == "1024"
 
 
 def test_runaway_loops_are_stopped_by_the_clock() -> None:
@@ -115,10 +125,10 @@ def test_all_loops_of_a_render_share_one_iteration_budget() -> None:
         "{% macro m() %}{% for j in range(600) %}{% endfor %}{% endmacro %}{{ m() }}{{ m() }}",
         "{{ range(600) | list | length }}{{ range(600) | join }}",
     ):
-        started = time.monotonic()
-        with pytest.raises(TemplateError, match=r"more than 1000 iterations.*REGISTRY_LIMIT_RENDER_LOOP_ITERATIONS"):
+        # The message names the iteration budget, so it (not the clock) stopped the render.
+        with measured() as cost, pytest.raises(TemplateError, match=r"more than 1000 iterations.*ITERATIONS"):
             CompiledTemplate(source).render({}, limits=limits)
-        assert time.monotonic() - started < 0.5
+        assert cost.cpu_seconds < 0.5, f"{source}: {cost.cpu_seconds:.2f} s of CPU"
     assert (
         CompiledTemplate("{% for i in range(30) %}{% for j in range(30) %}{% endfor %}{% endfor %}ok").render(
             {}, limits=limits
@@ -134,18 +144,21 @@ def test_range_is_capped() -> None:
 
 def test_budgets_are_per_render() -> None:
     """A slow render in one thread does not spend another render's time budget."""
-    slow = CompiledTemplate("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}")
+    slow = CompiledTemplate(
+        "{{ started() }}{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    )
     errors: list[Exception] = []
+    started = threading.Event()
 
     def run_slow() -> None:
         try:
-            slow.render({}, max_seconds=0.5)
+            slow.render({"started": started.set}, max_seconds=0.5)
         except TemplateError as exc:
             errors.append(exc)
 
     thread = threading.Thread(target=run_slow)
     thread.start()
-    time.sleep(0.1)
+    assert started.wait(10), "the slow render did not start"
     quick = CompiledTemplate("{% for i in range(1000) %}{{ i }}{% endfor %}").render({}, max_seconds=5)
     thread.join()
     assert quick.startswith("0123")
@@ -305,10 +318,13 @@ def test_simple_templates_still_refuse_missing_variables() -> None:
     ],
 )
 def test_values_are_sized_before_they_are_built(source: str) -> None:
-    started = time.monotonic()
-    with pytest.raises(TemplateError, match=r"exceeds 1000000 .*REGISTRY_LIMIT_RENDER_OUTPUT_CHARS"):
-        CompiledTemplate(source).render({})
-    assert time.monotonic() - started < 1
+    template = CompiledTemplate(source)
+    refused = pytest.raises(TemplateError, match=r"exceeds 1000000 .*REGISTRY_LIMIT_RENDER_OUTPUT_CHARS")
+    with measured(memory=True) as cost, refused:
+        template.render({})
+    # Values up to the output cap may be built (a few MB of work in all); the refused ones are
+    # hundreds of MB to TB.
+    assert cost.peak_bytes < 32 * MiB, f"{cost.peak_bytes / MiB:.0f} MiB allocated before refusing"
 
 
 def test_many_large_intermediate_values_add_up_to_a_bound() -> None:
@@ -338,11 +354,11 @@ def test_the_sandbox_is_immutable_and_has_no_placeholder_text() -> None:
     ],
 )
 def test_save_time_check_refuses_what_is_visible_in_the_source_without_running_it(source: str, fragment: str) -> None:
-    started = time.monotonic()
-    with pytest.raises(TemplateError, match="line 1") as excinfo:
+    with measured(memory=True) as cost, pytest.raises(TemplateError, match="line 1") as excinfo:
         check_template(source, [])
     assert fragment in str(excinfo.value)
-    assert time.monotonic() - started < 0.2
+    # Run, each of these would take seconds of CPU or hundreds of MB.
+    assert cost.cpu_seconds < 0.5 and cost.peak_bytes < 4 * MiB, cost
 
 
 def test_save_time_check_follows_the_configured_limits() -> None:
@@ -392,10 +408,9 @@ async def test_render_runner_lanes() -> None:
     assert elapsed < 2.5, elapsed  # one deadline (1 s), with room for a loaded machine
     # Light renders are not held up by the heavy lane.
     heavy = asyncio.ensure_future(runner.run(lambda: render(slow)))
-    await asyncio.sleep(0.1)
-    started = time.monotonic()
+    await wait_until_async(lambda: heavy_now[0] == 1, "the heavy render to start")
     assert await runner.run(lambda: render(light)) == "0123456789"
-    assert time.monotonic() - started < 0.5
+    assert not heavy.done(), "the light render waited for the heavy one"
     with pytest.raises(TemplateError):
         await heavy
     runner.close()

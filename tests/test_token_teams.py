@@ -20,6 +20,7 @@ from sqlalchemy import update
 from registry.db.models import ApiToken
 from registry.runtime import Registry
 from tests.conftest import LiveServer
+from tests.factories import prompt_body
 from tests.interop.mcp_wire import open_session
 from tests.ui.conftest import sign_in
 
@@ -30,11 +31,6 @@ def _ok(response: httpx.Response, status: int = 200) -> dict[str, Any]:
     return body
 
 
-def _prompt(name: str, team: str | None) -> dict[str, Any]:
-    body: dict[str, Any] = {"name": name, "arguments": [{"name": "who"}], "template": "Hi {{ who }}"}
-    return {**body, "team": team} if team else body
-
-
 def _listed(client: httpx.Client) -> set[str]:
     return {item["name"] for item in _ok(client.get("/api/v1/prompts", params={"limit": 500}))["items"]}
 
@@ -43,7 +39,7 @@ def test_a_tokens_teams_change_is_audited_and_seen_at_once(api: httpx.Client, li
     for team in ("alpha", "beta"):
         _ok(api.post("/api/v1/teams", json={"name": team}), 201)
     for name, team in (("a-prompt", "alpha"), ("b-prompt", "beta"), ("g-prompt", None)):
-        _ok(api.post("/api/v1/prompts", json=_prompt(name, team)), 201)
+        _ok(api.post("/api/v1/prompts", json=prompt_body(name, team=team)), 201)
     made = _ok(
         api.post("/api/v1/tokens", json={"name": "member", "scopes": ["viewer"], "teams": {"alpha": "viewer"}}), 201
     )
@@ -65,7 +61,7 @@ def test_a_tokens_teams_change_is_audited_and_seen_at_once(api: httpx.Client, li
             mcp_names = {p["name"] for p in agent.request("prompts/list", {})["result"]["prompts"]}
             assert {"b-prompt", "g-prompt"} <= mcp_names and "a-prompt" not in mcp_names
             # The editor role in beta is real: the member may now edit beta's prompt.
-            edited = member.put("/api/v1/prompts/b-prompt", json={**_prompt("b-prompt", None), "template": "v2"})
+            edited = member.put("/api/v1/prompts/b-prompt", json=prompt_body("b-prompt", "v2"))
             assert edited.status_code == 200, edited.text
 
             # Audited: who, which token, before and after.

@@ -8,6 +8,7 @@ process holds is bounded.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,9 +22,11 @@ from registry.catalog.usage import UsageCounter, hour_number
 from registry.db.engine import Database, normalize_database_url
 from registry.db.migrate import upgrade
 from tests.conftest import _drop_postgres_schema, _fresh_postgres_schema, require_postgres
+from tests.factories import prompt_body, tool_body
 from tests.interop.mcp_wire import StreamableHttpClient
 from tests.serve_process import ServerProcess, issue_token
 from tests.ui.conftest import sign_in
+from tests.waiting import wait_until
 from tests.webhooks.conftest import WebhookServer, webhook_server
 
 __all__ = ["webhook_server"]
@@ -33,21 +36,12 @@ FLUSH_S = "0.2"
 WAIT_S = 20.0
 
 
-def _prompt(text_: str) -> dict[str, Any]:
-    return {"name": "usage-prompt", "description": "counted", "template": f"Hello from {text_}"}
-
-
 def _resource(text_: str) -> dict[str, Any]:
     return {"name": "usage-res", "uri": "res://usage/doc", "mimeType": "text/plain", "text": text_}
 
 
-def _tool(name: str, url: str, note: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "description": f"counted tool ({note})",
-        "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
-        "webhook": {"url": url},
-    }
+def _counted_tool(name: str, url: str, note: str) -> dict[str, Any]:
+    return tool_body(name, url, required=["text"], description=f"counted tool ({note})")
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
@@ -101,21 +95,24 @@ def _counts(admin: httpx.Client, **params: Any) -> dict[tuple[Any, ...], int]:
 
 def _wait_for(admin: httpx.Client, expected: dict[tuple[Any, ...], int], **params: Any) -> dict[tuple[Any, ...], int]:
     """The counts once they add up to ``expected`` (flushes come every 0.2 s), else the last seen."""
-    deadline = time.monotonic() + WAIT_S
-    seen = _counts(admin, **params)
-    while seen != expected and time.monotonic() < deadline:
-        time.sleep(0.1)
-        seen = _counts(admin, **params)
-    return seen
+    seen = [_counts(admin, **params)]
+
+    def added_up() -> bool:
+        seen[0] = _counts(admin, **params)
+        return seen[0] == expected
+
+    with contextlib.suppress(AssertionError):  # the caller compares, and says what it saw
+        wait_until(added_up, "the counts", timeout=WAIT_S, interval=0.1)
+    return seen[0]
 
 
 def test_uses_are_counted_per_version_agent_and_method(served: ServerProcess, webhook_server: WebhookServer) -> None:
     with served.admin() as admin:
         for kind, body in (
-            ("prompts", _prompt("v1")),
+            ("prompts", prompt_body("usage-prompt", "Hello from v1", arguments=(), description="counted")),
             ("resources", _resource("v1")),
-            ("tools", _tool("usage-tool", webhook_server.url("/call-tool-result"), "v1")),
-            ("tools", _tool("usage-err", webhook_server.url("/call-tool-error"), "always isError")),
+            ("tools", _counted_tool("usage-tool", webhook_server.url("/call-tool-result"), "v1")),
+            ("tools", _counted_tool("usage-err", webhook_server.url("/call-tool-error"), "always isError")),
         ):
             assert admin.post(f"/api/v1/{kind}", json=body).status_code == 201
         a_id, a_token = _token(admin, "usage-agent-a", ["agent"])
@@ -137,9 +134,9 @@ def test_uses_are_counted_per_version_agent_and_method(served: ServerProcess, we
 
         # Version 2, then production moved to it.
         for kind, body in (
-            ("prompts", _prompt("v2")),
+            ("prompts", prompt_body("usage-prompt", "Hello from v2", arguments=(), description="counted")),
             ("resources", _resource("v2")),
-            ("tools", _tool("usage-tool", webhook_server.url("/call-tool-result"), "v2")),
+            ("tools", _counted_tool("usage-tool", webhook_server.url("/call-tool-result"), "v2")),
         ):
             saved = admin.put(f"/api/v1/{kind}/{body['name']}", json={**body, "labels": []})
             assert saved.status_code == 200, saved.text

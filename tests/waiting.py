@@ -8,6 +8,7 @@ when the thing waited on has died (a server thread that raised will never start)
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 
@@ -29,3 +30,20 @@ def wait_until(
             reason = what() if callable(what) else what
             raise AssertionError(f"{'gave up' if gave_up else f'timed out after {timeout:g}s'} waiting for {reason}")
         time.sleep(interval)
+
+
+async def wait_until_async(
+    condition: Callable[[], object],
+    what: str | Callable[[], str],
+    *,
+    timeout: float = 10.0,
+    interval: float = 0.01,
+) -> None:
+    """``wait_until`` for a test running on an event loop: polls with ``asyncio.sleep`` so that the
+    tasks it waits for keep running on the same loop."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            reason = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {reason}")
+        await asyncio.sleep(interval)

@@ -21,12 +21,12 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.serve_process import free_port
+from tests.waiting import wait_until
 
 PG_USER = "postgres"
 
@@ -178,18 +178,16 @@ class PgCluster:
         return self
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def ready() -> bool:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"postgres exited with {self.proc.returncode}:\n{self.log_tail()}")
             probe = subprocess.run(
                 [str(self.bin_dir / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port), "-t", "1"],
                 capture_output=True,
             )
-            if probe.returncode == 0:
-                return
-            time.sleep(0.1)
-        raise RuntimeError(f"postgres did not become ready within {timeout}s:\n{self.log_tail()}")
+            return probe.returncode == 0
+
+        wait_until(ready, lambda: f"postgres to become ready:\n{self.log_tail()}", timeout=timeout, interval=0.1)
 
     def stop(self, *, mode: str = "fast", timeout: float = 30.0) -> None:
         """Shut the server down: ``fast`` (SIGINT: backends are terminated, clients see the

@@ -38,6 +38,8 @@ PROTOCOL = "2025-11-25"
 PROBE = "outage-probe"
 #: The message MCP clients get while the database is unreachable.
 UNAVAILABLE = "temporarily unavailable"
+#: The replicas' connect timeout (the default): how long a fresh check of a frozen database takes.
+CONNECT_TIMEOUT_S = 2.0
 T = TypeVar("T")
 
 
@@ -196,13 +198,13 @@ def test_a_request_on_a_session_this_replica_never_saw_is_answered_with_its_id(r
 
 def _wait_for_probe(client: StreamableHttpClient, timeout: float = 5.0) -> None:
     """The probe prompt is served (after an earlier outage, within a second or so)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = client.request("prompts/get", {"name": PROBE, "arguments": {"text": "x"}}, request_id=5)
-        if "result" in got:
-            return
-        assert time.monotonic() < deadline, got
-        time.sleep(0.2)
+    got: list[dict[str, Any]] = [{}]
+
+    def served() -> bool:
+        got[0] = client.request("prompts/get", {"name": PROBE, "arguments": {"text": "x"}}, request_id=5)
+        return "result" in got[0]
+
+    wait_until(served, lambda: f"the probe prompt to be served: {got[0]}", timeout=timeout, interval=0.2)
 
 
 def test_an_edit_just_before_an_outage_keeps_the_last_snapshot_serving(replicas: Replicas) -> None:
@@ -230,13 +232,13 @@ def test_an_edit_just_before_an_outage_keeps_the_last_snapshot_serving(replicas:
     finally:
         replicas.restore()
     # Once the database is back the edit is served (the failed rebuild is retried, not forgotten).
-    deadline = time.monotonic() + 10
-    while True:
-        got = client.request("prompts/get", {"name": PROBE, "arguments": {"text": "x"}}, request_id=40)
-        if got.get("result", {}).get("messages", [{}])[0].get("content", {}).get("text") == "v2 x":
-            break
-        assert time.monotonic() < deadline, f"the edit was not served 10 s after the database returned: {got}"
-        time.sleep(0.2)
+    got: list[dict[str, Any]] = [{}]
+
+    def edit_served() -> bool:
+        got[0] = client.request("prompts/get", {"name": PROBE, "arguments": {"text": "x"}}, request_id=40)
+        return got[0].get("result", {}).get("messages", [{}])[0].get("content", {}).get("text") == "v2 x"
+
+    wait_until(edit_served, lambda: f"the edit to be served after the database returned: {got[0]}", interval=0.2)
     log = a.log_path.read_bytes()[log_offset:].decode("utf-8", "replace")
     assert "Task exception was never retrieved" not in log, log[-3000:]
 
@@ -274,7 +276,8 @@ def test_frozen_database_answers_503_within_seconds(replicas: Replicas) -> None:
         ready, seconds = _timed(lambda: httpx.get(a.url + "/readyz", timeout=10))
         assert ready.status_code == 503, ready.text
         print(f"frozen database: /readyz 503 in {seconds:.2f}s")
-        assert seconds < 1.5, f"/readyz took {seconds:.2f}s with the database frozen (target: under 1 s)"
+        # Its own bound (0.8 s) answered, not a connect that ran out its time.
+        assert seconds < CONNECT_TIMEOUT_S, f"/readyz took {seconds:.2f}s with the database frozen"
 
         for what, call, check in (
             ("/metrics", metrics, _assert_problem_503),
@@ -295,9 +298,11 @@ def test_frozen_database_answers_503_within_seconds(replicas: Replicas) -> None:
         _assert_problem_503(response, "admin API GET, a fresh check")
         response, seconds = _timed(admin_get)
         _assert_problem_503(response, "admin API GET right after a failed check")
-        assert seconds < 1.0, f"admin GET right after a failed check took {seconds:.2f}s"
+        # A fresh check waits out the connect timeout against a frozen server: a quicker answer
+        # is the remembered failure.
+        assert seconds < CONNECT_TIMEOUT_S, f"admin GET right after a failed check took {seconds:.2f}s"
         ready, seconds = _timed(lambda: httpx.get(a.url + "/readyz", timeout=10))
-        assert ready.status_code == 503 and seconds < 1.5, (ready.status_code, seconds)
+        assert ready.status_code == 503 and seconds < CONNECT_TIMEOUT_S, (ready.status_code, seconds)
     finally:
         replicas.restore()
     with a.client(viewer) as client:
@@ -341,12 +346,12 @@ def test_listen_reconnects_within_seconds_after_a_long_outage(replicas: Replicas
     replicas.cluster.start()
     restarted = time.monotonic()
     try:
-        while _listening_backends(replicas.cluster) < 2:
-            waited = time.monotonic() - restarted
-            assert waited < 6, (
-                f"LISTEN not re-established {waited:.1f}s after the database returned\n{_diagnosis(replicas)}"
-            )
-            time.sleep(0.1)
+        wait_until(
+            lambda: _listening_backends(replicas.cluster) >= 2,
+            lambda: f"LISTEN re-established after the database returned\n{_diagnosis(replicas)}",
+            timeout=6,
+            interval=0.1,
+        )
         reconnected = time.monotonic() - restarted
         print(f"LISTEN back on both replicas {reconnected:.1f}s after the database returned")
         a.wait_ready(timeout=15)

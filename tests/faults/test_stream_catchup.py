@@ -20,15 +20,13 @@ from __future__ import annotations
 import asyncio
 import queue
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
-from tests.conftest import replica_pair, require_postgres
 from tests.interop.mcp_wire import SseEvent, StreamableHttpClient, iter_sse
+from tests.replica_pairs import replicas_fixture
 from tests.serve_process import ServerProcess
 from tests.stream_listener import StreamListener
 
@@ -52,12 +50,7 @@ LIST_CHANGED = {
 }
 
 
-@pytest.fixture(scope="module")
-def replicas(tmp_path_factory: pytest.TempPathFactory, postgres_server_url: str | None) -> Iterator[tuple[Any, Any]]:
-    server_url = require_postgres(postgres_server_url)
-    stall = {"REGISTRY_LIMIT_STREAM_STALL_SECONDS": str(STALL_SECONDS)}
-    with replica_pair(server_url, tmp_path_factory.mktemp("catchup"), b_env=stall) as pair:
-        yield pair
+replicas = replicas_fixture("catchup", b_env={"REGISTRY_LIMIT_STREAM_STALL_SECONDS": str(STALL_SECONDS)})
 
 
 # ---------------------------------------------------------------------------- helpers

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 from collections.abc import Iterator
 from http.client import HTTPConnection
 from pathlib import Path
@@ -41,6 +40,7 @@ from tests.interop.mcp_wire import (
     mcp_registry_command,
     response_messages,
 )
+from tests.waiting import wait_until
 
 MODERN = "2026-07-28"
 META: dict[str, Any] = {
@@ -463,15 +463,14 @@ def test_sessions_and_stateless_requests_interleave_on_one_catalog(demo: Registr
         assert "resultType" not in old and "_meta" not in old and "ttlMs" not in old  # legacy stays as it was
         assert {k: v for k, v in new.items() if k not in ("resultType", "_meta", "ttlMs", "cacheScope")} == old
     demo.catalog.create("prompt", {"name": "interleaved", "template": "Both eras"}, WriteOptions(actor="t"))
-    deadline = time.monotonic() + 10
-    while True:
+    listed: dict[str, set[str]] = {}
+
+    def both_list_it() -> bool:
         old, new = both("prompts/list")
-        names_old = {p["name"] for p in old["prompts"]}
-        names_new = {p["name"] for p in new["prompts"]}
-        if "interleaved" in names_old and "interleaved" in names_new:
-            break
-        assert time.monotonic() < deadline, (names_old, names_new)
-        time.sleep(0.05)
+        listed.update(old={p["name"] for p in old["prompts"]}, new={p["name"] for p in new["prompts"]})
+        return "interleaved" in listed["old"] and "interleaved" in listed["new"]
+
+    wait_until(both_list_it, lambda: f"both eras to list the new prompt: {listed}")
     # The session still works after the stateless requests (nothing of its state was touched).
     assert legacy.request("ping", None, request_id=22)["result"] == {}
 

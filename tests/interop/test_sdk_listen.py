@@ -15,6 +15,7 @@ from mcp.client.subscriptions import PromptsListChanged, ResourceUpdated, ToolsL
 
 from tests.conftest import ADMIN_TOKEN, LiveServer
 from tests.serve_process import ServerProcess
+from tests.waiting import wait_until_async
 
 MODERN = "2026-07-28"
 
@@ -84,9 +85,8 @@ async def test_a_session_client_and_a_listener_on_one_endpoint_hear_the_same_cha
     ):
         assert legacy.session.protocol_version == "2025-11-25"
         hub = demo_server.app.mcp.hub
-        async with asyncio.timeout(10):  # the legacy SDK opens its GET stream in the background
-            while hub.open_streams == 0:
-                await asyncio.sleep(0.02)
+        # The legacy SDK opens its GET stream in the background.
+        await wait_until_async(lambda: hub.open_streams > 0, "the SDK's GET stream to open")
         async with modern.listen(prompts_list_changed=True, tools_list_changed=True) as sub:
             await asyncio.to_thread(_redescribe_summarize, demo_server, "Told to both eras.")
             async with asyncio.timeout(10):

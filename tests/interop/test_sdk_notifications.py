@@ -9,6 +9,7 @@ import pytest
 from mcp.client.client import Client
 
 from tests.conftest import LiveServer
+from tests.waiting import wait_until_async
 
 
 @pytest.mark.filterwarnings("ignore:resources/subscribe is removed")
@@ -25,9 +26,8 @@ async def test_sdk_client_receives_list_changed_after_an_admin_edit(live_server:
         assert "summarize" in [p.name for p in prompts.prompts]
         await client.subscribe_resource("info://server-info")
         hub = live_server.server.config.app.mcp.hub
-        async with asyncio.timeout(10):  # the SDK opens its GET stream in the background
-            while hub.open_streams == 0:
-                await asyncio.sleep(0.02)
+        # The SDK opens its GET stream in the background.
+        await wait_until_async(lambda: hub.open_streams > 0, "the SDK's GET stream to open")
 
         def edit_through_the_admin_api() -> None:
             with live_server.client() as admin:

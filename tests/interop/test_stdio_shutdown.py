@@ -28,6 +28,7 @@ import pytest
 from registry.mcp.notifier import ChangeEvent, ChangeFeed
 from registry.runtime import Registry
 from tests.interop.mcp_wire import StdioProcess, article_initialize, child_env, mcp_registry_command
+from tests.waiting import wait_until_async
 
 #: Each child must be gone this soon after its host stops it (the code's own backstop is 4 s).
 EXIT_BOUND_S = 5.0
@@ -131,10 +132,8 @@ async def test_change_feed_stop_is_not_lost_to_a_wakeup(registry: Registry, capl
     for turns in range(6):
         feed = ChangeFeed(registry.db, _ignore_changes)
         await feed.start()
-        deadline = time.monotonic() + 10
-        while registry.db.is_postgres and not feed.listening:  # the wake-up of the LISTEN going first
-            assert time.monotonic() < deadline, "LISTEN did not come up"
-            await asyncio.sleep(0.01)
+        if registry.db.is_postgres:  # the wake-up of the LISTEN going first
+            await wait_until_async(lambda feed=feed: feed.listening, "LISTEN to come up")
         await asyncio.sleep(0.1)  # the follower has read the change log and waits for a wake-up
         feed.poke()
         for _ in range(turns):

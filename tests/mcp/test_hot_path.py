@@ -19,6 +19,7 @@ import json
 import logging
 import threading
 import time
+from functools import partial
 from typing import Any
 
 import httpx
@@ -33,18 +34,12 @@ from registry.mcp.render_cache import RenderCache
 from registry.mcp.sessions import Session
 from registry.metrics import LoopHistogram
 from tests.conftest import LiveServer
+from tests.factories import prompt_body
 from tests.interop.mcp_wire import StreamableHttpClient, open_session
+from tests.waiting import wait_until
 from tests.webhooks.conftest import WebhookServer
 
-
-def _prompt(name: str, text: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "description": f"{name} prompt",
-        "arguments": [{"name": "topic", "required": True}, {"name": "tone"}],
-        "template": text,
-        **extra,
-    }
+_prompt = partial(prompt_body, arguments=({"name": "topic", "required": True}, "tone"))
 
 
 def _text(client: StreamableHttpClient, name: str, arguments: dict[str, Any]) -> str:
@@ -172,9 +167,10 @@ def test_a_slow_http_resource_read_can_still_be_cancelled(hooked: LiveServer, we
         )
         read["seconds"] = time.monotonic() - started
 
+    asked = webhook_server.state.hits["/slow"]
     thread = threading.Thread(target=run_read)
     thread.start()
-    time.sleep(1.0)
+    wait_until(lambda: webhook_server.state.hits["/slow"] > asked, "the read to reach the slow upstream")
     # Meanwhile a static read answers at once (inline, no task).
     assert client.request("resources/read", {"uri": "docs://fixed"})["result"]["contents"][0]["text"] == "fixed text"
     cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 42, "reason": "user"}}

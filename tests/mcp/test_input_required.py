@@ -31,6 +31,7 @@ from registry.mcp.input_required import arguments_digest as digest
 from registry.mcp.spent_states import SpentStates, state_digest
 from registry.runtime import Registry
 from tests.conftest import LiveServer, start_live_server
+from tests.factories import tool_body
 from tests.interop.mcp_wire import (
     ACCEPT_BOTH,
     StdioProcess,
@@ -110,13 +111,8 @@ def hook() -> Iterator[Hook]:
     server.close()
 
 
-def _tool(server: LiveServer, name: str, url: str) -> None:
-    body = {
-        "name": name,
-        "description": f"{name}: asks before it acts",
-        "inputSchema": {"type": "object", "properties": {"env": {"type": "string"}}},
-        "webhook": {"url": url},
-    }
+def _create_tool(server: LiveServer, name: str, url: str) -> None:
+    body = tool_body(name, url, properties={"env": {"type": "string"}}, description=f"{name}: asks before it acts")
     with server.client() as admin:
         assert admin.post("/api/v1/tools", json=body).status_code == 201
 
@@ -156,7 +152,7 @@ SAMPLED = {"role": "assistant", "content": {"type": "text", "text": "all green"}
 
 
 def test_session_era_asks_on_the_calls_stream_then_calls_the_webhook_again(hooked: LiveServer, hook: Hook) -> None:
-    _tool(hooked, "deploy", hook.url + "/ask")
+    _create_tool(hooked, "deploy", hook.url + "/ask")
     client = _session(hooked, {"elicitation": {}, "sampling": {}})
     answer, seen = _call_answering(
         client, "deploy", {"elicitation/create": ELICIT_OK, "sampling/createMessage": SAMPLED}
@@ -174,7 +170,7 @@ def test_session_era_asks_on_the_calls_stream_then_calls_the_webhook_again(hooke
 
 
 def test_session_era_client_without_the_capability_gets_an_error_result(hooked: LiveServer, hook: Hook) -> None:
-    _tool(hooked, "deploy", hook.url + "/ask")
+    _create_tool(hooked, "deploy", hook.url + "/ask")
     client = _session(hooked, {"sampling": {}})
     answer = client.request("tools/call", {"name": "deploy", "arguments": {}}, request_id=1)
     result = answer["result"]
@@ -183,7 +179,7 @@ def test_session_era_client_without_the_capability_gets_an_error_result(hooked: 
 
 
 def test_session_era_json_only_post_cannot_be_asked(hooked: LiveServer, hook: Hook) -> None:
-    _tool(hooked, "deploy", hook.url + "/ask")
+    _create_tool(hooked, "deploy", hook.url + "/ask")
     client = _session(hooked, ALL_CAPS)
     client.extra_headers["Accept"] = "application/json"
     answer = client.request("tools/call", {"name": "deploy", "arguments": {}}, request_id=1)
@@ -192,7 +188,7 @@ def test_session_era_json_only_post_cannot_be_asked(hooked: LiveServer, hook: Ho
 
 
 def test_session_era_rounds_are_bounded(hooked: LiveServer, hook: Hook) -> None:
-    _tool(hooked, "nag", hook.url + "/always")
+    _create_tool(hooked, "nag", hook.url + "/always")
     client = _session(hooked, ALL_CAPS)
     answer, seen = _call_answering(client, "nag", {"elicitation/create": ELICIT_OK})
     assert len(seen) == MAX_ROUNDS
@@ -230,7 +226,7 @@ def _result(response: httpx.Response) -> dict[str, Any]:
 
 
 def test_stateless_era_input_required_results_and_retries(hooked: LiveServer, hook: Hook) -> None:
-    _tool(hooked, "deploy", hook.url + "/ask")
+    _create_tool(hooked, "deploy", hook.url + "/ask")
     args = {"arguments": {"env": "prod"}}
     first = _result(_modern(hooked, "deploy", args))
     assert first["resultType"] == "input_required"
@@ -275,13 +271,13 @@ def test_stateless_era_anonymous_calls_count_against_their_address(
         return stream(*args, **kwargs)
 
     monkeypatch.setattr(client, "stream", watched)
-    _tool(hooked, "deploy", hook.url + "/ask")
+    _create_tool(hooked, "deploy", hook.url + "/ask")
     assert _result(_modern(hooked, "deploy", {"arguments": {"env": "prod"}}))["resultType"] == "input_required"
     assert callers == ["address:127.0.0.1"]
 
 
 def test_stateless_era_refuses_tampered_expired_and_replayed_states(hooked: LiveServer, hook: Hook) -> None:
-    _tool(hooked, "deploy", hook.url + "/ask")
+    _create_tool(hooked, "deploy", hook.url + "/ask")
     args = {"arguments": {"env": "prod"}}
     state = _result(_modern(hooked, "deploy", args))["requestState"]
     retry = {"inputResponses": {"confirm": ELICIT_OK}}
@@ -329,7 +325,7 @@ def test_stateless_era_a_replayed_state_runs_the_webhook_once(hooked: LiveServer
     """The same requestState and answer sent three times (issue 24: "DEPLOY EXECUTED #1, #2, #3"):
     the webhook runs once for it, the two replays get -32602, and the call goes on from the state
     the first retry was given."""
-    _tool(hooked, "deploy", hook.url + "/ask")
+    _create_tool(hooked, "deploy", hook.url + "/ask")
     args = {"arguments": {"env": "prod"}}
     first = _result(_modern(hooked, "deploy", args))
     retry = {**args, "inputResponses": {"confirm": ELICIT_OK}, "requestState": first["requestState"]}
@@ -353,7 +349,7 @@ def test_stateless_era_a_state_spent_on_one_replica_is_refused_on_another(
 ) -> None:
     """Two registries on one database (two replicas behind a load balancer): a state answered by
     one is refused by the other, and the webhook runs once."""
-    _tool(hooked, "deploy", hook.url + "/ask")
+    _create_tool(hooked, "deploy", hook.url + "/ask")
     registry, other = start_live_server(settings, webhook_allowed_networks="127.0.0.0/8")
     try:
         args = {"arguments": {"env": "prod"}}
@@ -385,7 +381,7 @@ def test_spent_states_are_pruned_once_expired(registry: Registry) -> None:
 
 
 def test_stateless_era_never_asks_for_an_undeclared_capability(hooked: LiveServer, hook: Hook) -> None:
-    _tool(hooked, "deploy", hook.url + "/ask")
+    _create_tool(hooked, "deploy", hook.url + "/ask")
     response = _modern(hooked, "deploy", {"arguments": {}}, caps={"sampling": {}})
     assert response.status_code == 400, response.text
     error = response.json()["error"]
@@ -396,7 +392,7 @@ def test_stateless_era_never_asks_for_an_undeclared_capability(hooked: LiveServe
 
 
 def test_stateless_era_rounds_are_bounded(hooked: LiveServer, hook: Hook) -> None:
-    _tool(hooked, "nag", hook.url + "/always")
+    _create_tool(hooked, "nag", hook.url + "/always")
     params: dict[str, Any] = {"arguments": {}}
     for _ in range(MAX_ROUNDS):
         result = _result(_modern(hooked, "nag", params))

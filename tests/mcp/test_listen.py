@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -20,6 +19,7 @@ import pytest
 
 from registry.catalog.values import WriteOptions
 from registry.config import Settings
+from registry.db.changelog import last_change_id
 from registry.limits import Limits
 from registry.mcp.listen import ListenService, ListenStream
 from registry.mcp.protocol import (
@@ -38,6 +38,7 @@ from tests.conftest import ADMIN_TOKEN, LiveServer
 from tests.interop.mcp_wire import ACCEPT_BOTH, iter_sse
 from tests.mcp.asgi_peer import AsgiPeer
 from tests.oidc_issuer import TestIssuer
+from tests.waiting import wait_until_async
 
 SUB = META_SUBSCRIPTION_ID
 
@@ -224,10 +225,9 @@ async def test_pending_changes_coalesce_per_kind(runtime: McpRuntime, registry: 
     for n in range(5):
         await _write(_describe, registry, "prompt", "summarize", f"Summaries #{n}")
         await _write(_describe, registry, "tool", "echo", f"Echoes #{n}")
-    deadline = time.monotonic() + 5
-    while len(stream.pending) < 2 and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    await asyncio.sleep(0.3)  # let the feed dispatch everything
+    with registry.db.session() as session:
+        last = last_change_id(session)
+    await wait_until_async(lambda: runtime.feed.position >= last, "the feed to dispatch every change")
     assert [method for method, _uri in stream.pending.values()] == [
         "notifications/prompts/list_changed",
         "notifications/tools/list_changed",
@@ -249,7 +249,7 @@ async def test_a_listener_that_does_not_read_is_dropped() -> None:
 
         blocked = asyncio.create_task(write_forever())
         waiting = asyncio.create_task(reader.next())  # waiting for a message is reading
-        await asyncio.sleep(1.0)
+        await wait_until_async(blocked.done, "the stalled listener's writer to be cancelled")
         assert blocked.cancelled() or blocked.done()  # its writer was cancelled...
         assert idle.ended and len(service) == 1  # ...and it is forgotten
         with pytest.raises(StopAsyncIteration):
@@ -265,8 +265,7 @@ async def test_a_listen_nobody_consumes_is_dropped_too() -> None:
     service.start()
     try:
         await service.open(1, {"notifications": {}}, _client())
-        await asyncio.sleep(1.0)
-        assert len(service) == 0
+        await wait_until_async(lambda: len(service) == 0, "the unconsumed listen to be dropped")
     finally:
         await service.stop()
 
@@ -291,9 +290,7 @@ async def test_listens_are_bounded_per_process_and_per_token() -> None:
 async def test_shutdown_ends_each_listen_with_its_final_result(runtime: McpRuntime, registry: Registry) -> None:
     stream = await _open(runtime, "listen-9", {"promptsListChanged": True})
     await _write(_describe, registry, "prompt", "summarize", "Described before shutdown.")
-    deadline = time.monotonic() + 5
-    while not stream.pending and time.monotonic() < deadline:
-        await asyncio.sleep(0.02)
+    await wait_until_async(lambda: stream.pending, "the change to be pending on the listen")
     runtime.drain()  # SIGTERM: what is pending is still written, then the result
     assert (await _next(stream))["method"] == "notifications/prompts/list_changed"
     final = await _next(stream)
@@ -327,9 +324,9 @@ async def test_the_sse_writer_sends_keepalives_no_event_ids_and_the_final_result
     stream = await service.open("listen-1", {"notifications": {"toolsListChanged": True}}, _client())
     serving = asyncio.create_task(service.serve_sse(stream, peer.receive, peer.send))
     try:
-        await asyncio.sleep(0.7)
+        await wait_until_async(lambda: b": keep-alive" in peer.body, "a keep-alive while idle")
         stream.offer("tool", "notifications/tools/list_changed")
-        await asyncio.sleep(0.05)
+        await wait_until_async(lambda: b"tools/list_changed" in peer.body, "the offered notification")
         service.close_all()
         await asyncio.wait_for(serving, 5)
     finally:
@@ -356,7 +353,7 @@ async def test_the_sse_writer_of_a_client_that_stopped_reading_is_cancelled() ->
     stream = await service.open(3, {"notifications": {"toolsListChanged": True}}, _client())
     serving = asyncio.create_task(service.serve_sse(stream, peer.receive, peer.send))
     try:
-        await asyncio.sleep(0.1)
+        await wait_until_async(lambda: b"acknowledged" in peer.body, "the acknowledgement to be written")
         peer.block = True  # the client's TCP window is full: the next write never returns
         stream.offer("tool", "notifications/tools/list_changed")
         await asyncio.wait_for(serving, 3)  # ended by the stall, not by the client
@@ -371,7 +368,7 @@ async def test_a_client_closing_the_sse_response_ends_its_listen() -> None:
     peer = AsgiPeer()
     stream = await service.open(4, {"notifications": {"toolsListChanged": True}}, _client())
     serving = asyncio.create_task(service.serve_sse(stream, peer.receive, peer.send))
-    await asyncio.sleep(0.05)
+    await wait_until_async(lambda: peer.sent, "the response to start")
     peer.disconnect()
     await asyncio.wait_for(serving, 3)
     assert stream.ended and len(service) == 0

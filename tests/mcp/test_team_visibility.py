@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ from registry.mcp.sessions import ClientState
 from registry.mcp.snapshot import LISTS, CatalogSnapshot, SnapshotCache
 from registry.runtime import Registry
 from tests.conftest import _drop_postgres_schema, _fresh_postgres_schema, replica_pair, require_postgres
+from tests.factories import tool_body
 from tests.interop.mcp_wire import ACCEPT_BOTH, SseEvent, StreamableHttpClient, iter_sse, response_messages
 from tests.serve_process import ServerProcess
 
@@ -89,13 +91,7 @@ def _created(response: httpx.Response) -> dict[str, Any]:
     return body
 
 
-def _tool(name: str, description: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "description": description,
-        "inputSchema": {"type": "object", "properties": {"message": {"type": "string", "x-mcp-header": "Message"}}},
-        "webhook": {"url": "builtin://echo"},
-    }
+_tool = partial(tool_body, properties={"message": {"type": "string", "x-mcp-header": "Message"}})
 
 
 def populate(server: ServerProcess) -> World:
@@ -121,7 +117,7 @@ def populate(server: ServerProcess) -> World:
                 "text": f"template {x} {{{{ id }}}}",
             }
             _created(admin.post("/api/v1/resources", json={**template, "team": team}))
-            _created(admin.post("/api/v1/tools", json={**_tool(f"tool-{x}", f"tool of {x}"), "team": team}))
+            _created(admin.post("/api/v1/tools", json=_tool(f"tool-{x}", description=f"tool of {x}", team=team)))
         # Two templates matching the same URIs: team b's comes first in name order.
         wild_b = {"name": "wild-b", "kind": "template", "uriTemplate": "wild://{id}", "text": "B {{ id }}", "team": "b"}
         _created(admin.post("/api/v1/resources", json=wild_b))
@@ -727,7 +723,7 @@ def test_team_b_changes_stay_in_team_b_across_replicas(tmp_path: Path, postgres_
     with replica_pair(server_url, tmp_path) as (a, b):
         with a.admin() as admin:
             _created(admin.post("/api/v1/teams", json={"name": "b"}))
-            _created(admin.post("/api/v1/tools", json={**_tool("tool-b", "b's"), "team": "b"}))
+            _created(admin.post("/api/v1/tools", json=_tool("tool-b", description="b's", team="b")))
             tokens = {}
             for agent, teams in (("agent-a", {}), ("agent-b", {"b": "viewer"})):
                 made = _created(admin.post("/api/v1/tokens", json={"name": agent, "scopes": ["agent"], "teams": teams}))

@@ -13,18 +13,9 @@ import httpx
 from registry.config import Settings
 from registry.webhooks import verify
 from tests.conftest import LiveServer, start_live_server
+from tests.factories import tool_body
 from tests.interop.mcp_wire import StreamableHttpClient, parse_sse_body
 from tests.webhooks.conftest import WebhookServer
-
-
-def _tool(name: str, url: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "description": f"{name} test tool",
-        "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}},
-        "webhook": {"url": url, **extra.pop("webhook", {})},
-        **extra,
-    }
 
 
 def _create(server: LiveServer, kind: str, body: dict[str, Any]) -> httpx.Response:
@@ -41,7 +32,7 @@ def _session(server: LiveServer) -> StreamableHttpClient:
 def test_the_webhook_gets_the_signed_envelope_with_the_stored_headers(
     hooked: LiveServer, webhook_server: WebhookServer
 ) -> None:
-    tool = _tool(
+    tool = tool_body(
         "inspect",
         webhook_server.url("/inspect"),
         webhook={"headers": {"X-Api-Key": "key-123"}, "secret": "hook-secret"},
@@ -70,7 +61,7 @@ def test_the_webhook_gets_the_signed_envelope_with_the_stored_headers(
 def test_ndjson_progress_and_logs_reach_the_caller_before_the_result(
     hooked: LiveServer, webhook_server: WebhookServer
 ) -> None:
-    assert _create(hooked, "tools", _tool("streamer", webhook_server.url("/ndjson"))).status_code == 201
+    assert _create(hooked, "tools", tool_body("streamer", webhook_server.url("/ndjson"))).status_code == 201
     client = _session(hooked)
     assert client.request("logging/setLevel", {"level": "debug"})["result"] == {}
     response = client.post(
@@ -98,7 +89,7 @@ def test_ndjson_progress_and_logs_reach_the_caller_before_the_result(
 
 
 def test_logs_below_the_session_level_are_not_sent(hooked: LiveServer, webhook_server: WebhookServer) -> None:
-    assert _create(hooked, "tools", _tool("streamer", webhook_server.url("/ndjson"))).status_code == 201
+    assert _create(hooked, "tools", tool_body("streamer", webhook_server.url("/ndjson"))).status_code == 201
     client = _session(hooked)
     client.request("logging/setLevel", {"level": "warning"})
     response = client.post(
@@ -113,7 +104,7 @@ def test_logs_below_the_session_level_are_not_sent(hooked: LiveServer, webhook_s
 def test_notifications_cancelled_stops_the_webhook_call(hooked: LiveServer, webhook_server: WebhookServer) -> None:
     key = f"cancel-{uuid.uuid4().hex}"  # the webhook server outlives this test
     url = webhook_server.url(f"/ndjson-forever?key={key}")
-    assert _create(hooked, "tools", _tool("forever", url, webhook={"timeout_s": 60})).status_code == 201
+    assert _create(hooked, "tools", tool_body("forever", url, webhook={"timeout_s": 60})).status_code == 201
     client = _session(hooked)
     call: dict[str, Any] = {}
 
@@ -126,7 +117,7 @@ def test_notifications_cancelled_stops_the_webhook_call(hooked: LiveServer, webh
 
     thread = threading.Thread(target=run_call)
     thread.start()
-    time.sleep(1.0)  # the webhook is streaming by now
+    assert webhook_server.state.streaming[key].wait(10), "the webhook call did not start streaming"
     assert not webhook_server.state.closed[key].is_set()
     cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 42, "reason": "user"}}
     assert client.post(cancel).status_code == 202
@@ -143,8 +134,8 @@ def test_output_schema_is_enforced(hooked: LiveServer, webhook_server: WebhookSe
     }
     does_not = {"type": "object", "properties": {"pressure": {"type": "number"}}, "required": ["pressure"]}
     url = webhook_server.url("/plain-object")
-    assert _create(hooked, "tools", _tool("weather", url, outputSchema=fits)).status_code == 201
-    assert _create(hooked, "tools", _tool("barometer", url, outputSchema=does_not)).status_code == 201
+    assert _create(hooked, "tools", tool_body("weather", url, outputSchema=fits)).status_code == 201
+    assert _create(hooked, "tools", tool_body("barometer", url, outputSchema=does_not)).status_code == 201
     client = _session(hooked)
     good = client.request("tools/call", {"name": "weather", "arguments": {}})["result"]
     assert good["isError"] is False and good["structuredContent"] == {"temperature": 21.5, "unit": "C"}
@@ -156,10 +147,10 @@ def test_output_schema_is_enforced(hooked: LiveServer, webhook_server: WebhookSe
 def test_webhook_failures_are_tool_errors_not_protocol_errors(
     hooked: LiveServer, webhook_server: WebhookServer
 ) -> None:
-    assert _create(hooked, "tools", _tool("broken", webhook_server.url("/status/500"))).status_code == 201
+    assert _create(hooked, "tools", tool_body("broken", webhook_server.url("/status/500"))).status_code == 201
     assert (
         _create(
-            hooked, "tools", _tool("slowpoke", webhook_server.url("/slow?s=5"), webhook={"timeout_s": 0.5})
+            hooked, "tools", tool_body("slowpoke", webhook_server.url("/slow?s=5"), webhook={"timeout_s": 0.5})
         ).status_code
         == 201
     )
@@ -175,12 +166,12 @@ def test_ssrf_guard_at_save_time_and_at_call_time(
     hooked: LiveServer, settings: Settings, webhook_server: WebhookServer
 ) -> None:
     # Saved through a registry that allows loopback...
-    assert _create(hooked, "tools", _tool("internal", webhook_server.url("/inspect"))).status_code == 201
+    assert _create(hooked, "tools", tool_body("internal", webhook_server.url("/inspect"))).status_code == 201
     hits_before = webhook_server.state.hits["/inspect"]
     # ...served by a replica on the same database that does not: refused when called.
     registry, strict = start_live_server(settings, webhook_allowed_networks="")
     try:
-        refused = _create(strict, "tools", _tool("sneaky", webhook_server.url("/inspect", host="localhost")))
+        refused = _create(strict, "tools", tool_body("sneaky", webhook_server.url("/inspect", host="localhost")))
         assert refused.status_code == 422
         assert refused.headers["content-type"].startswith("application/problem+json")
         assert "loopback" in refused.json()["detail"]

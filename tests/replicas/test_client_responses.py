@@ -10,36 +10,32 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pytest
 
 from registry.mcp.client_requests import MAX_FORWARD_BYTES
-from tests.conftest import replica_pair, require_postgres
+from tests.factories import tool_body
 from tests.interop.mcp_wire import StreamableHttpClient, iter_sse
+from tests.replica_pairs import replicas_fixture
 from tests.serve_process import ServerProcess
 
 ADMIN = "replica-admin-" + secrets.token_hex(6)
 TOOL = "ask-the-user"
 
 
-@pytest.fixture(scope="module")
-def replicas(
-    tmp_path_factory: pytest.TempPathFactory, postgres_server_url: str | None
-) -> Iterator[tuple[ServerProcess, ServerProcess]]:
-    server_url = require_postgres(postgres_server_url)
-    with replica_pair(server_url, tmp_path_factory.mktemp("client-responses"), admin_token=ADMIN) as (a, b):
-        tool = {
-            "name": TOOL,
-            "description": "Asks the user for a name and an email address",
-            "inputSchema": {"type": "object", "properties": {"message": {"type": "string"}}},
-            "webhook": {"url": "builtin://conformance-elicitation"},  # an input-asking built-in hook
-        }
-        with httpx.Client(base_url=a.url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=15) as admin:
-            assert admin.post("/api/v1/tools", json=tool).status_code == 201
-        yield a, b
+def _add_tool(a: ServerProcess, _b: ServerProcess) -> None:
+    tool = tool_body(
+        TOOL,
+        "builtin://conformance-elicitation",  # an input-asking built-in hook
+        properties={"message": {"type": "string"}},
+        description="Asks the user for a name and an email address",
+    )
+    with httpx.Client(base_url=a.url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=15) as admin:
+        assert admin.post("/api/v1/tools", json=tool).status_code == 201
+
+
+replicas = replicas_fixture("client-responses", admin_token=ADMIN, setup=_add_tool)
 
 
 def _client(replica: ServerProcess, session_id: str | None = None) -> StreamableHttpClient:

@@ -10,28 +10,20 @@ import queue
 import secrets
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pytest
 
 from registry.mcp.protocol import META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, META_SUBSCRIPTION_ID
-from tests.conftest import replica_pair, require_postgres
 from tests.interop.mcp_wire import ACCEPT_BOTH, iter_sse
+from tests.replica_pairs import replicas_fixture
 from tests.serve_process import ServerProcess
 
 ADMIN = "listen-replica-admin-" + secrets.token_hex(6)
 MODERN = "2026-07-28"
 
 
-@pytest.fixture(scope="module")
-def replicas(
-    tmp_path_factory: pytest.TempPathFactory, postgres_server_url: str | None
-) -> Iterator[tuple[ServerProcess, ServerProcess]]:
-    server_url = require_postgres(postgres_server_url)
-    with replica_pair(server_url, tmp_path_factory.mktemp("listen-replicas"), admin_token=ADMIN) as pair:
-        yield pair
+replicas = replicas_fixture("listen-replicas", admin_token=ADMIN)
 
 
 class Listener:

@@ -12,13 +12,11 @@ import contextlib
 import secrets
 import threading
 import time
-from collections.abc import Iterator
 
 import httpx
-import pytest
 
-from tests.conftest import replica_pair, require_postgres
 from tests.interop.mcp_wire import StreamableHttpClient, run_article_walk
+from tests.replica_pairs import replicas_fixture
 from tests.serve_process import ServerProcess, free_port
 from tests.stream_listener import StreamListener
 from tests.waiting import wait_until
@@ -36,15 +34,7 @@ class Replica(ServerProcess):
         return client
 
 
-@pytest.fixture(scope="module")
-def replicas(
-    tmp_path_factory: pytest.TempPathFactory, postgres_server_url: str | None
-) -> Iterator[tuple[Replica, Replica]]:
-    """One pair for the module (starting processes is the slow part); each test uses its own sessions."""
-    server_url = require_postgres(postgres_server_url)
-    with replica_pair(server_url, tmp_path_factory.mktemp("replicas"), admin_token=ADMIN, make=Replica) as (a, b):
-        assert isinstance(a, Replica) and isinstance(b, Replica)
-        yield a, b
+replicas = replicas_fixture("replicas", admin_token=ADMIN, make=Replica)
 
 
 PROBE = "replica-probe"

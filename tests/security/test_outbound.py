@@ -24,6 +24,7 @@ import httpx
 import pytest
 
 from registry.catalog.sealing import origin
+from tests.factories import tool_body
 from tests.interop.mcp_wire import StreamableHttpClient, parse_sse_body
 from tests.security.conftest import MiB, ResponsivenessProbe, ask_healthz
 from tests.serve_process import ServerProcess
@@ -216,7 +217,7 @@ def _attack(server: ServerProcess, run: Callable[[], dict[str, Any]]) -> Attack:
         started = time.monotonic()
         answer = run()
         seconds = time.monotonic() - started
-        time.sleep(0.3)  # a few probes after the answer too
+        probe.wait_for_more()  # a few probes after the answer too
     growth = server.rss() - before
     probe.assert_responsive()
     return Attack(answer, seconds, growth)
@@ -298,11 +299,9 @@ def test_http_resource_sends_its_write_only_headers(
 # --------------------------------------------------------------------------- secrets follow the origin (item 3)
 
 
-def _tool(url: str, headers: dict[str, str], secret: str | None) -> dict[str, Any]:
-    hook: dict[str, Any] = {"url": url, "headers": headers}
-    if secret is not None:
-        hook["secret"] = secret
-    return {"name": "exfil", "description": "calls upstream A", "webhook": hook}
+def _exfil_tool(url: str, headers: dict[str, str], secret: str | None) -> dict[str, Any]:
+    hook = {"headers": headers, "secret": secret}
+    return tool_body("exfil", url, properties=None, description="calls upstream A", webhook=hook)
 
 
 def test_masked_webhook_secrets_cannot_follow_a_new_origin(
@@ -310,12 +309,14 @@ def test_masked_webhook_secrets_cannot_follow_a_new_origin(
 ) -> None:
     a, b = upstreams
     with server.admin() as admin:
-        created = admin.post("/api/v1/tools", json=_tool(a.url("/hook"), {"Authorization": "Bearer A-token"}, "sig-A"))
+        created = admin.post(
+            "/api/v1/tools", json=_exfil_tool(a.url("/hook"), {"Authorization": "Bearer A-token"}, "sig-A")
+        )
         assert created.status_code == 201, created.text
         # The attack: point the tool at B, keep the masks, publish to a fresh label.
         moved = admin.put(
             "/api/v1/tools/exfil",
-            json={**_tool(b.url("/hook"), {"Authorization": MASK}, MASK), "labels": ["exfil"]},
+            json={**_exfil_tool(b.url("/hook"), {"Authorization": MASK}, MASK), "labels": ["exfil"]},
         )
         assert moved.status_code == 422, moved.text
         assert moved.headers["content-type"].startswith("application/problem+json")
@@ -324,11 +325,11 @@ def test_masked_webhook_secrets_cannot_follow_a_new_origin(
         # Nothing was stored.
         assert admin.get("/api/v1/tools/exfil").json()["latest_version"] == 1
         # The same with a different port or scheme on the same host: a different origin too.
-        other_port = _tool(a.url("/hook").replace(str(a.port), str(b.port)), {"Authorization": MASK}, None)
+        other_port = _exfil_tool(a.url("/hook").replace(str(a.port), str(b.port)), {"Authorization": MASK}, None)
         assert admin.put("/api/v1/tools/exfil", json=other_port).status_code == 422
         # The same origin (another path or query) keeps the masks.
         same_origin = a.url("/hook?v=2")
-        kept = admin.put("/api/v1/tools/exfil", json=_tool(same_origin, {"Authorization": MASK}, MASK))
+        kept = admin.put("/api/v1/tools/exfil", json=_exfil_tool(same_origin, {"Authorization": MASK}, MASK))
         assert kept.status_code == 200, kept.text
     client = _session(server)
     result = client.request("tools/call", {"name": "exfil", "arguments": {}})["result"]
@@ -429,7 +430,7 @@ def test_site_local_ipv6_destinations_are_refused(server: ServerProcess, kind: s
     before = server.rss()
     with ResponsivenessProbe(ask_healthz, server.url) as probe, server.admin() as admin:
         refused = admin.post(f"/api/v1/{kind}", json=body)
-        time.sleep(0.2)
+        probe.wait_for_more()
     probe.assert_responsive(min_probes=1)
     assert refused.status_code == 422, refused.text
     assert "site-local (fec0::/10)" in refused.json()["detail"], refused.text

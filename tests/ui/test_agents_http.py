@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import replica_pair, require_postgres
 from tests.interop.mcp_wire import SseEvent, StreamableHttpClient, iter_sse
+from tests.replica_pairs import replicas_fixture
 from tests.serve_process import ServerProcess
 from tests.ui.conftest import UiServer, sign_in
 
@@ -245,13 +245,7 @@ def test_the_agents_page_needs_a_session(ui_server: UiServer) -> None:
 # ------------------------------------------------------------------ two replicas
 
 
-@pytest.fixture(scope="module")
-def replicas(
-    tmp_path_factory: pytest.TempPathFactory, postgres_server_url: str | None
-) -> Iterator[tuple[ServerProcess, ServerProcess]]:
-    server_url = require_postgres(postgres_server_url)
-    with replica_pair(server_url, tmp_path_factory.mktemp("agents-replicas")) as pair:
-        yield pair
+replicas = replicas_fixture("agents-replicas")
 
 
 def test_a_session_opened_on_one_replica_is_listed_by_the_other(

@@ -85,12 +85,18 @@ def sign_in_here(ui: UiPage, token: str) -> None:
     expect(page.get_by_label("API token")).to_have_count(0)
 
 
+def open_new_prompt(ui: UiPage, server: UiServer, token: str) -> tuple[str, str, Page]:
+    """A new prompt ("Hello {{ who }}") open in its editor, signed in with ``token``: its name,
+    the editor's path and the page."""
+    name = server.create_prompt("Hello {{ who }}")
+    editor_path = f"/ui/prompts/{name}/edit"
+    ui.sign_in(token)
+    return name, editor_path, ui.goto(editor_path)
+
+
 def test_a_session_ended_while_typing_keeps_the_page_and_the_edits_come_back(ui: UiPage, ui_server: UiServer) -> None:
     who, first = person(ui_server)
-    name = ui_server.create_prompt("Hello {{ who }}")
-    editor_path = f"/ui/prompts/{name}/edit"
-    ui.sign_in(first["token"])
-    page = ui.goto(editor_path)
+    name, editor_path, page = open_new_prompt(ui, ui_server, first["token"])
     # A draft with more rows than the stored prompt: it must come back whole.
     page.get_by_role("button", name="Add argument").click()
     ui.check()
@@ -143,9 +149,7 @@ def test_a_session_ended_while_typing_keeps_the_page_and_the_edits_come_back(ui:
 
 def test_b_a_save_refused_for_an_ended_session_keeps_the_text(ui: UiPage, ui_server: UiServer) -> None:
     who, first = person(ui_server)
-    name = ui_server.create_prompt("Hello {{ who }}")
-    ui.sign_in(first["token"])
-    page = ui.goto(f"/ui/prompts/{name}/edit")
+    name, _editor_path, page = open_new_prompt(ui, ui_server, first["token"])
     fill_template(page, "msg-0-text", "Saved after all, {{ who }}.")
     page.get_by_label("Change note").fill("after the session ended")
     ui_server.revoke(first["id"])
@@ -171,10 +175,7 @@ def test_b_a_save_refused_for_an_ended_session_keeps_the_text(ui: UiPage, ui_ser
 
 
 def test_c_leaving_an_editor_with_edits_asks_first(ui: UiPage, ui_server: UiServer) -> None:
-    name = ui_server.create_prompt("Hello {{ who }}")
-    editor_path = f"/ui/prompts/{name}/edit"
-    ui.sign_in(ui_server.editor_token)
-    page = ui.goto(editor_path)
+    name, editor_path, page = open_new_prompt(ui, ui_server, ui_server.editor_token)
     asked: list[str] = []
     leave = {"yes": False}
 
@@ -222,10 +223,7 @@ def test_c_leaving_an_editor_with_edits_asks_first(ui: UiPage, ui_server: UiServ
 
 
 def test_d_reopening_the_editor_offers_the_draft_and_discard_drops_it(ui: UiPage, ui_server: UiServer) -> None:
-    name = ui_server.create_prompt("Hello {{ who }}")
-    editor_path = f"/ui/prompts/{name}/edit"
-    ui.sign_in(ui_server.editor_token)
-    page = ui.goto(editor_path)
+    name, editor_path, page = open_new_prompt(ui, ui_server, ui_server.editor_token)
     accept_leaving(page)
     fill_template(page, "msg-0-text", "Kept for later, {{ who }}.")
     wait_for_drafts(page, 1)
@@ -270,10 +268,7 @@ def test_d_reopening_the_editor_offers_the_draft_and_discard_drops_it(ui: UiPage
 
 def test_e_nobody_else_signed_in_on_the_browser_is_offered_the_draft(ui: UiPage, ui_server: UiServer) -> None:
     who, mine = person(ui_server)
-    name = ui_server.create_prompt("Hello {{ who }}")
-    editor_path = f"/ui/prompts/{name}/edit"
-    ui.sign_in(mine["token"])
-    page = ui.goto(editor_path)
+    name, editor_path, page = open_new_prompt(ui, ui_server, mine["token"])
     accept_leaving(page)
     fill_template(page, "msg-0-text", "Only mine, {{ who }}.")
     wait_for_drafts(page, 1)
@@ -331,10 +326,7 @@ def test_g_a_page_without_an_editor_goes_to_sign_in_when_the_session_ends_and_co
 
 def test_h_a_save_from_before_signing_in_again_in_another_tab_keeps_the_text(ui: UiPage, ui_server: UiServer) -> None:
     who, first = person(ui_server)
-    name = ui_server.create_prompt("Hello {{ who }}")
-    editor_path = f"/ui/prompts/{name}/edit"
-    ui.sign_in(first["token"])
-    page = ui.goto(editor_path)
+    name, _editor_path, page = open_new_prompt(ui, ui_server, first["token"])
     ui_server.revoke(first["id"])
     fill_template(page, "msg-0-text", "Typed in the old session, {{ who }}.")
     expect(page.locator("#session-ended")).to_contain_text("Your session ended.")

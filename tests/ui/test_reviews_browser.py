@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 try:
-    from playwright.sync_api import expect
+    from playwright.sync_api import Page, expect
 except ImportError:  # pragma: no cover - depends on the machine
     if os.environ.get("CI") == "true":
         raise
@@ -72,6 +72,26 @@ def published_prompt(server: GuardedServer, template: str) -> str:
     return name
 
 
+def open_editor(ui: UiPage, server: GuardedServer, name: str) -> Page:
+    """The editor of ``name``, signed in as the server's editor."""
+    ui.sign_in(server.editor_token)
+    ui.goto(f"/ui/prompts/{name}/edit")
+    return ui.page
+
+
+def save_for_review(ui: UiPage, page: Page, template: str, note: str) -> str:
+    """Type ``template`` and ``note`` into the open editor (other fields as the test left them)
+    and save version 2, which opens a change request: its number, from the flash."""
+    fill_template(page, "msg-0-text", template)
+    page.get_by_label("Change note").fill(note)
+    page.get_by_role("button", name="Save version 2").click()
+    ui.check()
+    flash = page.get_by_role("status").first
+    match = re.search(r"change request #(\d+)", flash.inner_text())
+    assert match, flash.inner_text()
+    return match.group(1)
+
+
 def test_an_editor_save_is_reviewed_and_published_by_someone_else(
     editor_page: UiPage, reviewer_page: UiPage, guarded: GuardedServer
 ) -> None:
@@ -80,21 +100,12 @@ def test_an_editor_save_is_reviewed_and_published_by_someone_else(
 
     # The editor saves: the form says production is protected and offers a review (checked).
     ui = editor_page
-    ui.sign_in(guarded.editor_token)
-    ui.goto(f"/ui/prompts/{name}/edit")
-    page = ui.page
+    page = open_editor(ui, guarded, name)
     expect(page.locator("#f-protected-help")).to_contain_text("production is protected")
     review_box = page.get_by_label("Request review to move production")
     expect(review_box).to_be_checked()
-    fill_template(page, "msg-0-text", "Good day, {{ who }}!")
-    page.get_by_label("Change note").fill("friendlier")
-    page.get_by_role("button", name="Save version 2").click()
-    ui.check()
-    flash = page.get_by_role("status").first
-    expect(flash).to_contain_text("production is protected")
-    match = re.search(r"change request #(\d+)", flash.inner_text())
-    assert match, flash.inner_text()
-    request_id = match.group(1)
+    request_id = save_for_review(ui, page, "Good day, {{ who }}!", "friendlier")
+    expect(page.get_by_role("status").first).to_contain_text("production is protected")
     ui.shot("review-saved")
     # Agents still get the old text; the entry page links to the open request.
     assert guarded.prompt_text(name, {"who": "Ada"}) == "Hello Ada"
@@ -225,24 +236,16 @@ def test_the_review_page_shows_what_the_author_typed_in_the_editor(
 ) -> None:
     name = published_prompt(guarded, "Hello {{ who }}")
     ui = editor_page
-    ui.sign_in(guarded.editor_token)
-    ui.goto(f"/ui/prompts/{name}/edit")
-    page = ui.page
-    fill_template(page, "msg-0-text", "Welcome, {{ who }}!")
-    page.get_by_label("Change note").fill("warmer welcome for new customers")
+    page = open_editor(ui, guarded, name)
     page.get_by_label("Request title (optional)").fill("Warmer welcome")
     page.get_by_label("Request description (optional)").fill("Support asked for it after the survey.")
-    page.get_by_role("button", name="Save version 2").click()
-    ui.check()
-    flash = page.get_by_role("status").first
-    match = re.search(r"change request #(\d+)", flash.inner_text())
-    assert match, flash.inner_text()
+    request_id = save_for_review(ui, page, "Welcome, {{ who }}!", "warmer welcome for new customers")
 
     other = reviewer_page
     other.sign_in(guarded.reviewer_token)
-    other.goto(f"/ui/reviews/{match.group(1)}")
+    other.goto(f"/ui/reviews/{request_id}")
     review = other.page
-    expect(review.get_by_role("heading", level=1)).to_have_text(f"#{match.group(1)} Warmer welcome")
+    expect(review.get_by_role("heading", level=1)).to_have_text(f"#{request_id} Warmer welcome")
     context = review.locator(".cr-context")
     expect(context.locator(".prose").first).to_have_text("Support asked for it after the survey.")
     expect(review.locator("#cr-change-note")).to_have_text("warmer welcome for new customers")
@@ -333,21 +336,14 @@ def test_publish_when_approved_serves_agents_on_the_approval(
 ) -> None:
     name = published_prompt(guarded, "Hello {{ who }}")
     ui = editor_page
-    ui.sign_in(guarded.editor_token)
-    ui.goto(f"/ui/prompts/{name}/edit")
-    page = ui.page
-    fill_template(page, "msg-0-text", "Greetings, {{ who }}.")
-    page.get_by_label("Change note").fill("formal")
+    page = open_editor(ui, guarded, name)
     page.get_by_label("Publish when approved").check()
-    page.get_by_role("button", name="Save version 2").click()
-    ui.check()
-    match = re.search(r"change request #(\d+)", page.get_by_role("status").first.inner_text())
-    assert match
+    request_id = save_for_review(ui, page, "Greetings, {{ who }}.", "formal")
     assert guarded.prompt_text(name, {"who": "Ada"}) == "Hello Ada"
 
     other = reviewer_page
     other.sign_in(guarded.reviewer_token)
-    other.goto(f"/ui/reviews/{match.group(1)}")
+    other.goto(f"/ui/reviews/{request_id}")
     review = other.page
     expect(review.locator(".meta")).to_contain_text("publish when approved")
     expect(review.locator("#approve-publishes")).to_contain_text("your approval publishes it")

@@ -18,12 +18,8 @@ except ImportError:  # pragma: no cover - depends on the machine
         raise
     pytest.skip("playwright is not installed (pip install -e '.[test]')", allow_module_level=True)
 
+from tests.factories import prompt_body
 from tests.ui.conftest import UiPage, UiServer, csrf_of, fill_template, sign_in
-
-
-def _prompt(name: str, team: str | None) -> dict[str, object]:
-    body: dict[str, object] = {"name": name, "arguments": [{"name": "who"}], "template": "Hi {{ who }}"}
-    return {**body, "team": team} if team else body
 
 
 def test_a_team_editor_sees_and_edits_only_global_and_own_entries(
@@ -46,7 +42,7 @@ def test_a_team_editor_sees_and_edits_only_global_and_own_entries(
     with ui_server.admin() as admin:
         assert admin.post("/api/v1/teams", json={"name": other}).status_code == 201
         for name, owner in ((ours, team), (theirs, other), (shared, None)):
-            made = admin.post("/api/v1/prompts", json=_prompt(name, owner))
+            made = admin.post("/api/v1/prompts", json=prompt_body(name, team=owner))
             assert made.status_code == 201, made.text
 
     # A token with viewer scope and the editor role in the team, through the tokens form.
@@ -147,7 +143,7 @@ def test_team_pages_are_for_admins_and_refuse_what_the_service_refuses(ui_server
     with ui_server.admin() as admin:
         for team in (empty, busy):
             assert admin.post("/api/v1/teams", json={"name": team}).status_code == 201
-        assert admin.post("/api/v1/prompts", json=_prompt(f"busy-{suffix}", busy)).status_code == 201
+        assert admin.post("/api/v1/prompts", json=prompt_body(f"busy-{suffix}", team=busy)).status_code == 201
     with httpx.Client(base_url=ui_server.url, timeout=30) as viewer:
         assert sign_in(viewer, ui_server.viewer_token).status_code == 303
         assert viewer.get("/ui/teams").status_code == 403

@@ -45,6 +45,8 @@ class ServerState:
     hits: collections.Counter[str] = field(default_factory=collections.Counter)
     #: Set when the streaming generator for ``?key=`` was closed (client went away).
     closed: dict[str, threading.Event] = field(default_factory=lambda: collections.defaultdict(threading.Event))
+    #: Set when the streaming generator for ``?key=`` sends its first line.
+    streaming: dict[str, threading.Event] = field(default_factory=lambda: collections.defaultdict(threading.Event))
 
 
 def _line(obj: Any) -> bytes:
@@ -112,6 +114,7 @@ def build_app(state: ServerState) -> ASGIApp:
         async def events() -> AsyncIterator[bytes]:
             try:
                 n = 0
+                state.streaming[key].set()
                 while True:
                     n += 1
                     yield _line({"progress": n, "message": "x" * 100})
