@@ -1,11 +1,11 @@
 FROM python:3.11-slim
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY registry ./registry
 COPY migrations ./migrations
 COPY seed_data ./seed_data
 COPY admin_ui ./admin_ui
-RUN pip install --no-cache-dir . && useradd --system --home /data registry && mkdir -p /data && chown registry /data
+RUN pip install --no-cache-dir -c constraints.txt . && useradd --system --home /data registry && mkdir -p /data && chown registry /data
 USER registry
 WORKDIR /data
 ENV REGISTRY_DATA_DIR=/data REGISTRY_HOST=0.0.0.0 PYTHONUNBUFFERED=1

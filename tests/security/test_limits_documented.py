@@ -1,5 +1,5 @@
-"""Every limit is a setting, and the README lists each with its default, so operators can find the
-name an error message gives them."""
+"""Every limit is a setting, and docs/limits.md (linked from the README) lists each with its default, so
+operators can find the name an error message gives them."""
 
 from __future__ import annotations
 
@@ -12,17 +12,17 @@ import pytest
 from registry.config import Settings
 from registry.limits import DEFAULT_LIMITS, LimitExceeded, Limits, env_name
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+LIMITS_DOC = (Path(__file__).resolve().parents[2] / "docs" / "limits.md").read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("name", [f.name for f in fields(Limits)])
-def test_readme_lists_each_limit_with_its_default(name: str) -> None:
+def test_the_limits_document_lists_each_limit_with_its_default(name: str) -> None:
     variable = env_name(name)
-    rows = [line for line in README.splitlines() if line.startswith("|") and f"`{variable}`" in line]
-    assert rows, f"README has no table row for {variable}"
+    rows = [line for line in LIMITS_DOC.splitlines() if line.startswith("|") and f"`{variable}`" in line]
+    assert rows, f"docs/limits.md has no table row for {variable}"
     default = getattr(DEFAULT_LIMITS, name)
     shown = re.sub(r"\.0$", "", str(default))
-    assert any(f"`{shown}`" in row for row in rows), f"README row for {variable} does not show its default {shown}"
+    assert any(f"`{shown}`" in row for row in rows), f"docs/limits.md row for {variable} does not show its default {shown}"
 
 
 def test_limits_come_from_the_environment() -> None:
