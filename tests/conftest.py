@@ -1,8 +1,9 @@
 """Shared fixtures: every database-backed test runs on SQLite and again on real PostgreSQL.
 
 PostgreSQL comes from ``REGISTRY_TEST_DATABASE_URL`` (CI sets it to the machine's server) or,
-where a Docker engine is available, from testcontainers. Each test gets its own schema, so tests
-never see each other's rows and migrations run from empty every time.
+where a Docker engine is available, from testcontainers. Each test gets a database of its own, a
+copy of one migrated once per session (``tests/databases.py``), so tests never see each other's
+rows or notifications and do not pay for the migrations each time.
 """
 
 from __future__ import annotations
@@ -13,22 +14,34 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 import pytest
 import uvicorn
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine
 
 from registry.app import create_app
 from registry.config import Settings
 from registry.db.engine import normalize_database_url
 from registry.runtime import Registry
 from registry.serving import bounded_heads
+from tests.databases import (
+    PostgresTemplate,
+    SqliteTemplate,
+    create_postgres_database,
+    drop_postgres_database,
+)
+from tests.markers import classify
 from tests.serve_process import ServerProcess
 from tests.thread_server import port_of, serving_in_thread
 
 ADMIN_TOKEN = "test-admin-token-" + secrets.token_hex(8)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (--dist loadgroup)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        classify(item)
 
 
 def _docker_available() -> bool:
@@ -58,20 +71,13 @@ def postgres_server_url() -> Iterator[str | None]:
 
 
 def _fresh_postgres_schema(server_url: str) -> tuple[str, str]:
-    schema = "t_" + secrets.token_hex(6)
-    engine = create_engine(server_url, isolation_level="AUTOCOMMIT")
-    with engine.connect() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    engine.dispose()
-    sep = "&" if "?" in server_url else "?"
-    return server_url + sep + "options=" + quote(f"-csearch_path={schema}"), schema
+    """A new, empty database on the server: its URL and name (the name is historical: tests once
+    got a schema each in one shared database; a database each keeps NOTIFY channels apart)."""
+    return create_postgres_database(server_url)
 
 
-def _drop_postgres_schema(server_url: str, schema: str) -> None:
-    engine = create_engine(server_url, isolation_level="AUTOCOMMIT")
-    with engine.connect() as conn:
-        conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-    engine.dispose()
+def _drop_postgres_schema(server_url: str, name: str) -> None:
+    drop_postgres_database(server_url, name)
 
 
 def require_postgres(server_url: str | None) -> str:
@@ -92,7 +98,7 @@ def replica_pair(
     b_env: dict[str, str] | None = None,
     make: Callable[..., ServerProcess] = ServerProcess,
 ) -> Iterator[tuple[ServerProcess, ServerProcess]]:
-    """Two registry processes on one fresh PostgreSQL schema, as behind a load balancer: the same
+    """Two registry processes on one fresh PostgreSQL database, as behind a load balancer: the same
     database, secret key and admin token. A starts (migrates, seeds the demo) before B."""
     url, schema = _fresh_postgres_schema(server_url)
     token = admin_token or "replica-admin-" + secrets.token_hex(6)
@@ -111,7 +117,7 @@ def replica_pair(
 
 @contextmanager
 def fresh_postgres_schema(server_url: str) -> Iterator[str]:
-    """The URL of a new, empty schema on the PostgreSQL server, dropped when the block ends."""
+    """The URL of a new, empty database on the PostgreSQL server, dropped when the block ends."""
     url, schema = _fresh_postgres_schema(server_url)
     try:
         yield url
@@ -121,23 +127,54 @@ def fresh_postgres_schema(server_url: str) -> Iterator[str]:
 
 @pytest.fixture
 def postgres_url(postgres_server_url: str | None) -> Iterator[str]:
-    """A fresh schema on PostgreSQL (skipped without one, failed under CI=true)."""
+    """A new, empty PostgreSQL database (skipped without a server, failed under CI=true)."""
     with fresh_postgres_schema(require_postgres(postgres_server_url)) as url:
         yield url
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path, postgres_server_url: str | None) -> Iterator[str]:
-    """An empty database: SQLite in a temp folder, then a fresh schema on PostgreSQL."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'registry.db'}"
-        return
+@pytest.fixture(scope="session")
+def postgres_template(postgres_server_url: str | None) -> Iterator[PostgresTemplate | None]:
+    """This session's migrated PostgreSQL template (made on first use), dropped at the end."""
     if postgres_server_url is None:
+        yield None
+        return
+    template = PostgresTemplate(postgres_server_url)
+    yield template
+    template.drop()
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> SqliteTemplate:
+    """This session's migrated SQLite file (made on first use)."""
+    return SqliteTemplate(tmp_path_factory.mktemp("sqlite-template"))
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    postgres_server_url: str | None,
+    postgres_template: PostgresTemplate | None,
+    sqlite_template: SqliteTemplate,
+) -> Iterator[str]:
+    """A database of the test's own at the current migration, with no rows: a copy of the session's
+    migrated template (SQLite in a temp folder, then PostgreSQL). Tests marked ``empty_database``
+    get an empty one instead (migrations from scratch, upgrades from old schemas)."""
+    empty = request.node.get_closest_marker("empty_database") is not None
+    if request.param == "sqlite":
+        path = tmp_path / "registry.db"
+        yield f"sqlite:///{path}" if empty else sqlite_template.copy_to(path)
+        return
+    if postgres_server_url is None or postgres_template is None:
         pytest.skip(
             "PostgreSQL not available: set REGISTRY_TEST_DATABASE_URL or run a Docker engine for testcontainers"
         )
-    with fresh_postgres_schema(postgres_server_url) as url:
+    server_url = postgres_server_url
+    url, name = create_postgres_database(server_url) if empty else postgres_template.clone()
+    try:
         yield url
+    finally:
+        drop_postgres_database(server_url, name)
 
 
 @pytest.fixture

@@ -18,6 +18,9 @@ from registry.db.engine import Database
 from registry.runtime import Registry
 from tests.conftest import LiveServer
 
+# Migrations from scratch and upgrades from old schemas: the database starts empty, not as a migrated copy.
+pytestmark = pytest.mark.empty_database
+
 TABLES = {"alembic_version", "api_tokens", "changes", "entries", "entry_versions", "labels"}
 
 

@@ -29,6 +29,9 @@ from registry.db.engine import Database
 from tests.interop.mcp_wire import StreamableHttpClient
 from tests.serve_process import ServerProcess, process_secret_key
 
+# The database starts empty (not a migrated copy): the test builds the 0007 schema and upgrades it.
+pytestmark = pytest.mark.empty_database
+
 NOW = datetime.now(UTC).replace(microsecond=0)
 T0 = NOW - timedelta(days=30)
 
