@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
+from registry.catalog.bundle_secrets import ExportSecrets
 from registry.catalog.errors import Invalid
 from registry.catalog.values import WriteOptions
 from registry.paths import seed_data_dir
@@ -67,7 +68,7 @@ def test_export_round_trip_is_exact(registry: Registry, tmp_path: Path) -> None:
     registry.bundles.apply_import(DEMO, actor="tester")
     before = counts(registry)
 
-    written_a = registry.bundles.export_bundle(tmp_path / "a")
+    written_a = registry.bundles.export_catalog(tmp_path / "a", secrets=ExportSecrets("mask")).files
     assert sorted(p.relative_to(tmp_path / "a").as_posix() for p in written_a) == sorted(
         f"{kind}s/{name}.yaml" for kind, name in DEMO_ENTRIES
     )
@@ -76,7 +77,7 @@ def test_export_round_trip_is_exact(registry: Registry, tmp_path: Path) -> None:
     assert {item.action for item in registry.bundles.apply_import(tmp_path / "a", actor="tester")} == {"unchanged"}
     assert counts(registry) == before
 
-    registry.bundles.export_bundle(tmp_path / "b")
+    registry.bundles.export_catalog(tmp_path / "b", secrets=ExportSecrets("mask"))
     a, b = tree(tmp_path / "a"), tree(tmp_path / "b")
     assert a == b
     # The single-message prompt is exported in the shorthand form a person would write.
@@ -88,19 +89,19 @@ def test_export_round_trip_is_exact(registry: Registry, tmp_path: Path) -> None:
 def test_export_imports_into_a_fresh_database_identically(registry: Registry, tmp_path: Path) -> None:
     """What one registry exports, another imports to the same definitions."""
     registry.bundles.apply_import(DEMO, actor="tester")
-    registry.bundles.export_bundle(tmp_path / "a")
+    registry.bundles.export_catalog(tmp_path / "a", secrets=ExportSecrets("mask"))
     with registry.db.engine.begin() as conn:
         for table in ("labels", "entry_versions", "entries", "changes"):
             conn.execute(text(f"DELETE FROM {table}"))
     done = registry.bundles.apply_import(tmp_path / "a", actor="tester")
     assert {item.action for item in done} == {"create"}
-    registry.bundles.export_bundle(tmp_path / "b")
+    registry.bundles.export_catalog(tmp_path / "b", secrets=ExportSecrets("mask"))
     assert tree(tmp_path / "a") == tree(tmp_path / "b")
 
 
 def test_import_updates_only_what_differs(registry: Registry, tmp_path: Path) -> None:
     registry.bundles.apply_import(DEMO, actor="tester")
-    registry.bundles.export_bundle(tmp_path / "a")
+    registry.bundles.export_catalog(tmp_path / "a", secrets=ExportSecrets("mask"))
     path = tmp_path / "a" / "prompts" / "summarize.yaml"
     path.write_text(path.read_text().replace("Summarize a piece of text concisely", "Summarize briefly"))
     before = counts(registry)

@@ -9,6 +9,7 @@ import httpx
 import pytest
 from sqlalchemy import select, text
 
+from registry.catalog.bundle_secrets import ExportSecrets
 from registry.catalog.secrets import MASK, PREFIX
 from registry.db.models import EntryVersion
 from registry.runtime import Registry
@@ -88,7 +89,7 @@ def test_every_view_is_masked(tool: httpx.Client, tmp_path: Path, registry: Regi
     assert diff["changed"] == ["webhook"]
     assert "-    X-Team: '********'" in diff["diff"].splitlines()
 
-    written = registry.bundles.export_bundle(tmp_path / "export")
+    written = registry.bundles.export_catalog(tmp_path / "export", secrets=ExportSecrets("mask")).files
     assert [p.relative_to(tmp_path / "export").as_posix() for p in written] == ["tools/deploy.yaml"]
     exported = written[0].read_text()
     assert_no_clear_values(exported)
@@ -182,7 +183,7 @@ def test_masked_value_without_a_stored_one_is_refused(tool: httpx.Client, regist
 
 
 def test_exported_masked_bundle_reimports_as_unchanged(tool: httpx.Client, registry: Registry, tmp_path: Path) -> None:
-    registry.bundles.export_bundle(tmp_path / "bundle")
+    registry.bundles.export_catalog(tmp_path / "bundle", secrets=ExportSecrets("mask"))
     plan = registry.bundles.plan_import(tmp_path / "bundle")
     assert [(item.kind, item.name, item.action) for item, _ in plan] == [("tool", "deploy", "unchanged")]
 

@@ -423,6 +423,25 @@ class ToolPatch(_Patch):
 # ------------------------------------------------------------------ entries
 
 
+def _entry_example(kind: str, spec: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    """An entry as the API shows it, for the OpenAPI examples: by default version 1 of ``spec``,
+    saved by ``ci-editor`` and served as ``latest`` and ``production``."""
+    example = {
+        "kind": kind,
+        "name": spec["name"],
+        "version": 1,
+        "latest_version": 1,
+        "labels": {"latest": 1, "production": 1},
+        "archived": False,
+        "author": "ci-editor",
+        "change_note": None,
+        "created_at": "2025-06-01T09:00:00+00:00",
+        "updated_at": "2025-06-01T09:00:00+00:00",
+        "spec": spec,
+    }
+    return {**example, **changes}
+
+
 class _EntryOut(BaseModel):
     name: EntryName
     version: int = Field(ge=1, description="the version shown")
@@ -449,24 +468,20 @@ class PromptEntry(_EntryOut):
     """One version of a prompt, with the entry's labels (write-only values masked)."""
 
     model_config = _examples(
-        {
-            "kind": "prompt",
-            "name": "release-notes",
-            "version": 2,
-            "latest_version": 2,
-            "labels": {"latest": 2, "production": 2},
-            "archived": False,
-            "author": "ci-editor",
-            "change_note": "shorter",
-            "created_at": "2025-06-01T09:00:00+00:00",
-            "updated_at": "2025-06-02T10:30:00+00:00",
-            "spec": {
+        _entry_example(
+            "prompt",
+            {
                 "name": "release-notes",
                 "tags": [],
                 "arguments": [{"name": "changes", "required": True}],
                 "messages": [{"role": "user", "content": {"type": "text", "text": "Short notes for {{ changes }}"}}],
             },
-        }
+            version=2,
+            latest_version=2,
+            labels={"latest": 2, "production": 2},
+            change_note="shorter",
+            updated_at="2025-06-02T10:30:00+00:00",
+        )
     )
 
     kind: Literal["prompt"]
@@ -477,19 +492,10 @@ class ResourceEntry(_EntryOut):
     """One version of a resource, with the entry's labels (header values masked)."""
 
     model_config = _examples(
-        {
-            "kind": "resource",
-            "name": "style-guide",
-            "version": 1,
-            "latest_version": 1,
-            "labels": {"latest": 1, "production": 1},
-            "archived": False,
-            "author": "ci-editor",
-            "change_note": None,
-            "created_at": "2025-06-01T09:00:00+00:00",
-            "updated_at": "2025-06-01T09:00:00+00:00",
-            "spec": {"name": "style-guide", "tags": [], "kind": "static", "uri": "docs://style-guide", "text": "..."},
-        }
+        _entry_example(
+            "resource",
+            {"name": "style-guide", "tags": [], "kind": "static", "uri": "docs://style-guide", "text": "..."},
+        )
     )
 
     kind: Literal["resource"]
@@ -500,24 +506,15 @@ class ToolEntry(_EntryOut):
     """One version of a tool, with the entry's labels (header values and secret masked: ``********``)."""
 
     model_config = _examples(
-        {
-            "kind": "tool",
-            "name": "shout",
-            "version": 1,
-            "latest_version": 1,
-            "labels": {"latest": 1, "production": 1},
-            "archived": False,
-            "author": "ci-editor",
-            "change_note": None,
-            "created_at": "2025-06-01T09:00:00+00:00",
-            "updated_at": "2025-06-01T09:00:00+00:00",
-            "spec": {
+        _entry_example(
+            "tool",
+            {
                 "name": "shout",
                 "tags": [],
                 "inputSchema": {"type": "object", "properties": {"message": {"type": "string"}}},
                 "webhook": {"url": "https://hooks.example.com/shout", "method": "POST", "headers": {}, "timeout_s": 30},
             },
-        }
+        )
     )
 
     kind: Literal["tool"]
@@ -559,28 +556,27 @@ class _Page(BaseModel):
     offset: int = Field(ge=0)
 
 
+def _page_example(item: dict[str, Any]) -> dict[str, Any]:
+    """A first page of one entry, for the OpenAPI examples."""
+    return {"items": [item], "total": 1, "total_exact": True, "limit": 50, "offset": 0}
+
+
 class PromptPage(_Page):
     """A page of prompts, by name."""
 
     model_config = _examples(
-        {
-            "items": [
-                {
-                    "name": "release-notes",
-                    "title": "Release notes",
-                    "description": "Draft release notes",
-                    "tags": ["writing"],
-                    "latest_version": 2,
-                    "labels": {"latest": 2, "production": 2},
-                    "archived": False,
-                    "updated_at": "2025-06-02T10:30:00+00:00",
-                }
-            ],
-            "total": 1,
-            "total_exact": True,
-            "limit": 50,
-            "offset": 0,
-        }
+        _page_example(
+            {
+                "name": "release-notes",
+                "title": "Release notes",
+                "description": "Draft release notes",
+                "tags": ["writing"],
+                "latest_version": 2,
+                "labels": {"latest": 2, "production": 2},
+                "archived": False,
+                "updated_at": "2025-06-02T10:30:00+00:00",
+            }
+        )
     )
     items: list[PromptSummary]
 
@@ -589,25 +585,19 @@ class ResourcePage(_Page):
     """A page of resources, by name."""
 
     model_config = _examples(
-        {
-            "items": [
-                {
-                    "name": "style-guide",
-                    "title": "Style guide",
-                    "description": None,
-                    "tags": [],
-                    "uri": "docs://style-guide",
-                    "latest_version": 1,
-                    "labels": {"latest": 1, "production": 1},
-                    "archived": False,
-                    "updated_at": "2025-06-01T09:00:00+00:00",
-                }
-            ],
-            "total": 1,
-            "total_exact": True,
-            "limit": 50,
-            "offset": 0,
-        }
+        _page_example(
+            {
+                "name": "style-guide",
+                "title": "Style guide",
+                "description": None,
+                "tags": [],
+                "uri": "docs://style-guide",
+                "latest_version": 1,
+                "labels": {"latest": 1, "production": 1},
+                "archived": False,
+                "updated_at": "2025-06-01T09:00:00+00:00",
+            }
+        )
     )
 
     items: list[ResourceSummary]
@@ -617,24 +607,18 @@ class ToolPage(_Page):
     """A page of tools, by name."""
 
     model_config = _examples(
-        {
-            "items": [
-                {
-                    "name": "shout",
-                    "title": None,
-                    "description": "Repeats a message back",
-                    "tags": ["demo"],
-                    "latest_version": 3,
-                    "labels": {"latest": 3, "production": 2, "staging": 3},
-                    "archived": False,
-                    "updated_at": "2025-06-03T11:00:00+00:00",
-                }
-            ],
-            "total": 1,
-            "total_exact": True,
-            "limit": 50,
-            "offset": 0,
-        }
+        _page_example(
+            {
+                "name": "shout",
+                "title": None,
+                "description": "Repeats a message back",
+                "tags": ["demo"],
+                "latest_version": 3,
+                "labels": {"latest": 3, "production": 2, "staging": 3},
+                "archived": False,
+                "updated_at": "2025-06-03T11:00:00+00:00",
+            }
+        )
     )
 
     items: list[ToolSummary]

@@ -1044,16 +1044,3 @@ class BundleService:
             _write_new_text(directory / README, _readme(source, mode, counts, result.variables))
             result.extras = [directory / MANIFEST, directory / README]
         return result
-
-    def export_bundle(
-        self,
-        directory: Path,
-        *,
-        label: str | None = None,
-        all_versions: bool = False,
-        secrets: ExportSecrets | None = None,
-    ) -> list[Path]:
-        """Write the catalog as a bundle; returns the entry files written. Without ``secrets``,
-        write-only values are masked (fit for a re-import into this same catalog only)."""
-        chosen = secrets if secrets is not None else ExportSecrets("mask")
-        return self.export_catalog(directory, label=label, all_versions=all_versions, secrets=chosen).files

@@ -557,11 +557,27 @@ class ChangeRequestService:
 
     def submit(self, request_id: int, *, actor: Actor | str, access: Access | None = None) -> dict[str, Any]:
         """A draft goes to review (its author, or an admin)."""
+        return self._by_author(
+            request_id, actor, access, "submits", ("draft",), "cr_submitted", "submitted for review", "in_review"
+        )
+
+    def _by_author(
+        self,
+        request_id: int,
+        actor: Actor | str,
+        access: Access | None,
+        verb: str,
+        allowed: tuple[str, ...],
+        action: str,
+        note: str,
+        state: str,
+    ) -> dict[str, Any]:
+        """A step only the request's author (or an admin) takes: from an ``allowed`` state to ``state``."""
         who = as_actor(actor)
 
         def authorize(request: ChangeRequest, team: str | None) -> None:
             if who.key != request.author_key and not _admin(access, team):
-                raise Forbidden(f"change request #{request_id}: only its author (or an admin) submits it")
+                raise Forbidden(f"change request #{request_id}: only its author (or an admin) {verb} it")
 
         _partial, diff, report = self._prepare(request_id, access=access, viewer=who, authorize=authorize)
         detail = self._transition(
@@ -569,11 +585,11 @@ class ChangeRequestService:
             access=access,
             actor=who,
             viewer=who,
-            allowed=("draft",),
-            action="cr_submitted",
-            note="submitted for review",
+            allowed=allowed,
+            action=action,
+            note=note,
             authorize=authorize,
-            change=lambda _s, _r: {"state": "in_review"},
+            change=lambda _s, _r: {"state": state},
         )
         return self._finish(detail, diff, report)
 
@@ -710,25 +726,9 @@ class ChangeRequestService:
 
     def withdraw(self, request_id: int, *, actor: Actor | str, access: Access | None = None) -> dict[str, Any]:
         """The author (or an admin) drops an open request."""
-        who = as_actor(actor)
-
-        def authorize(request: ChangeRequest, team: str | None) -> None:
-            if who.key != request.author_key and not _admin(access, team):
-                raise Forbidden(f"change request #{request_id}: only its author (or an admin) withdraws it")
-
-        _partial, diff, report = self._prepare(request_id, access=access, viewer=who, authorize=authorize)
-        detail = self._transition(
-            request_id,
-            access=access,
-            actor=who,
-            viewer=who,
-            allowed=OPEN_STATES,
-            action="cr_withdrawn",
-            note="withdrawn",
-            authorize=authorize,
-            change=lambda _s, _r: {"state": "withdrawn"},
+        return self._by_author(
+            request_id, actor, access, "withdraws", OPEN_STATES, "cr_withdrawn", "withdrawn", "withdrawn"
         )
-        return self._finish(detail, diff, report)
 
     def _move_in(
         self, session: Session, request: ChangeRequest, mover: Actor, note: str

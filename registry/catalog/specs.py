@@ -68,6 +68,21 @@ def _cap_count(value: Any, cap: int, limit: str, what: str) -> None:
         raise LimitExceeded(limit, f"{len(value)} {what}; at most {cap} are allowed")
 
 
+def _capped(*fields: str, limit: str, what: str | None = None, count: bool = False) -> Any:
+    """A field validator refusing, on writes only, a value longer than ``Limits.<limit>``: its
+    characters, or with ``count`` its items (then checked before they are validated, see
+    ``_cap_count``). ``what`` names the value in the error; None names the field."""
+    cap = _cap_count if count else _cap_chars
+
+    def check(value: Any, info: ValidationInfo) -> Any:
+        limits = write_limits(info)
+        if limits is not None:
+            cap(value, getattr(limits, limit), limit, what or str(info.field_name))
+        return value
+
+    return field_validator(*fields, mode="before" if count else "after")(check)
+
+
 #: Format characters that scripts need (Persian, Indic, emoji sequences) and that cannot reorder text.
 _JOINERS = frozenset("\u200c\u200d")
 
@@ -112,13 +127,6 @@ def _check_title(value: str | None, info: ValidationInfo, what: str = "title") -
     return value
 
 
-def _check_description(value: str | None, info: ValidationInfo) -> str | None:
-    limits = write_limits(info)
-    if limits is not None:
-        _cap_chars(value, limits.description_chars, "description_chars", "description")
-    return value
-
-
 Name = Annotated[str, Field(pattern=NAME_PATTERN, description="1-128 characters of [A-Za-z0-9_.-]")]
 Tag = Annotated[str, Field(pattern=TAG_PATTERN)]
 
@@ -146,10 +154,7 @@ class PromptArgument(_Model):
     def _title(cls, value: str | None, info: ValidationInfo) -> str | None:
         return _check_title(value, info, "argument title")
 
-    @field_validator("description")
-    @classmethod
-    def _description(cls, value: str | None, info: ValidationInfo) -> str | None:
-        return _check_description(value, info)
+    _description = _capped("description", limit="description_chars")
 
     @field_validator("enum", "default")
     @classmethod
@@ -172,20 +177,7 @@ class TextContent(_Model):
     #: A Jinja2 template (sandboxed) over the prompt's arguments.
     text: str
 
-    @field_validator("text")
-    @classmethod
-    def _size(cls, text: str, info: ValidationInfo) -> str:
-        limits = write_limits(info)
-        if limits is not None:
-            _cap_chars(text, limits.template_chars, "template_chars", "template text")
-        return text
-
-
-def _check_data(data: str, info: ValidationInfo) -> str:
-    limits = write_limits(info)
-    if limits is not None:
-        _cap_chars(data, limits.blob_chars, "blob_chars", "data")
-    return data
+    _size = _capped("text", limit="template_chars", what="template text")
 
 
 class ImageContent(_Model):
@@ -193,7 +185,7 @@ class ImageContent(_Model):
     data: str = Field(description="base64")
     mimeType: str
 
-    _data = field_validator("data")(_check_data)
+    _data = _capped("data", limit="blob_chars")
 
 
 class AudioContent(_Model):
@@ -201,7 +193,7 @@ class AudioContent(_Model):
     data: str = Field(description="base64")
     mimeType: str
 
-    _data = field_validator("data")(_check_data)
+    _data = _capped("data", limit="blob_chars")
 
 
 class ResourceRefContent(_Model):
@@ -210,13 +202,7 @@ class ResourceRefContent(_Model):
     type: Literal["resource"]
     uri: str
 
-    @field_validator("uri")
-    @classmethod
-    def _uri(cls, uri: str, info: ValidationInfo) -> str:
-        limits = write_limits(info)
-        if limits is not None:
-            _cap_chars(uri, limits.uri_chars, "uri_chars", "uri")
-        return uri
+    _uri = _capped("uri", limit="uri_chars")
 
 
 Content = Annotated[TextContent | ImageContent | AudioContent | ResourceRefContent, Field(discriminator="type")]
@@ -238,18 +224,9 @@ class _EntrySpec(_Model):
     def _title(cls, value: str | None, info: ValidationInfo) -> str | None:
         return _check_title(value, info)
 
-    @field_validator("description")
-    @classmethod
-    def _description(cls, value: str | None, info: ValidationInfo) -> str | None:
-        return _check_description(value, info)
+    _description = _capped("description", limit="description_chars")
 
-    @field_validator("tags", mode="before")
-    @classmethod
-    def _tag_count(cls, tags: Any, info: ValidationInfo) -> Any:
-        limits = write_limits(info)
-        if limits is not None:
-            _cap_count(tags, limits.tags, "tags", "tags")
-        return tags
+    _tag_count = _capped("tags", limit="tags", count=True)
 
     @field_validator("tags")
     @classmethod
@@ -281,21 +258,8 @@ class PromptSpec(_EntrySpec):
             data["messages"] = [{"role": "user", "content": {"type": "text", "text": data.pop("template")}}]
         return data
 
-    @field_validator("arguments", mode="before")
-    @classmethod
-    def _argument_count(cls, arguments: Any, info: ValidationInfo) -> Any:
-        limits = write_limits(info)
-        if limits is not None:
-            _cap_count(arguments, limits.prompt_arguments, "prompt_arguments", "arguments")
-        return arguments
-
-    @field_validator("messages", mode="before")
-    @classmethod
-    def _message_count(cls, messages: Any, info: ValidationInfo) -> Any:
-        limits = write_limits(info)
-        if limits is not None:
-            _cap_count(messages, limits.prompt_messages, "prompt_messages", "messages")
-        return messages
+    _argument_count = _capped("arguments", limit="prompt_arguments", count=True)
+    _message_count = _capped("messages", limit="prompt_messages", count=True)
 
     @field_validator("samples", mode="before")
     @classmethod
@@ -364,29 +328,9 @@ class ResourceSpec(_EntrySpec):
         _check_headers(headers, "resource")
         return headers
 
-    @field_validator("uri", "uriTemplate", "url")
-    @classmethod
-    def _uri_size(cls, value: str | None, info: ValidationInfo) -> str | None:
-        limits = write_limits(info)
-        if limits is not None:
-            _cap_chars(value, limits.uri_chars, "uri_chars", str(info.field_name))
-        return value
-
-    @field_validator("text")
-    @classmethod
-    def _text_size(cls, text: str | None, info: ValidationInfo) -> str | None:
-        limits = write_limits(info)
-        if limits is not None:
-            _cap_chars(text, limits.template_chars, "template_chars", "text")
-        return text
-
-    @field_validator("blob")
-    @classmethod
-    def _blob_size(cls, blob: str | None, info: ValidationInfo) -> str | None:
-        limits = write_limits(info)
-        if limits is not None:
-            _cap_chars(blob, limits.blob_chars, "blob_chars", "blob")
-        return blob
+    _uri_size = _capped("uri", "uriTemplate", "url", limit="uri_chars")
+    _text_size = _capped("text", limit="template_chars")
+    _blob_size = _capped("blob", limit="blob_chars")
 
     @model_validator(mode="after")
     def _kind_fields(self) -> ResourceSpec:
@@ -456,13 +400,7 @@ class WebhookSpec(_Model):
             raise ValueError("webhook url must be http(s):// (or builtin:// for the registry's own hooks)")
         return url
 
-    @field_validator("headers", mode="before")
-    @classmethod
-    def _header_count(cls, headers: Any, info: ValidationInfo) -> Any:
-        limits = write_limits(info)
-        if limits is not None:
-            _cap_count(headers, limits.webhook_headers, "webhook_headers", "webhook headers")
-        return headers
+    _header_count = _capped("headers", limit="webhook_headers", what="webhook headers", count=True)
 
     @field_validator("headers")
     @classmethod

@@ -54,6 +54,7 @@ from registry.catalog.service import CatalogService
 from registry.catalog.specs import is_label
 from registry.catalog.tool_calls import ToolTest, resolve_tool_test, run_tool_test
 from registry.catalog.values import EntryView
+from registry.catalog.web_sessions import SignedIn
 from registry.limits import Limits
 from registry.streaming import serve_until_disconnect
 from registry.ui.auth import Editor, EditorForm, UiForbidden
@@ -67,7 +68,6 @@ from registry.ui.schema_form import (
     read_fields,
     read_raw_json,
 )
-from registry.ui.sessions import SignedIn
 from registry.ui.views import View
 from registry.webhooks import IPNetwork, caller_key, parse_networks
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from registry.catalog.bundle_secrets import ExportSecrets
 from registry.catalog.errors import Invalid
 from registry.config import Settings
 from registry.runtime import Registry
@@ -101,14 +102,14 @@ def test_export_does_not_write_through_a_symlink(tmp_path: Path) -> None:
         (out / "prompts").mkdir(parents=True)
         (out / "prompts" / "summarize.yaml").symlink_to(victim)
         with pytest.raises(Invalid, match="symbolic link"):
-            registry.bundles.export_bundle(out)
+            registry.bundles.export_catalog(out, secrets=ExportSecrets("mask"))
         assert victim.read_text() == "precious\n"
 
         linked = tmp_path / "export2"
         linked.mkdir()
         (linked / "prompts").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
         with pytest.raises(Invalid, match="symbolic link"):
-            registry.bundles.export_bundle(linked)
+            registry.bundles.export_catalog(linked, secrets=ExportSecrets("mask"))
         assert not (tmp_path / "elsewhere").exists()
     finally:
         registry.close()

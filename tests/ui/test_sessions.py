@@ -1,4 +1,4 @@
-"""Web UI sessions (registry/ui/sessions.py) on SQLite and PostgreSQL: what opens one, what ends it."""
+"""Web UI sessions (registry/catalog/web_sessions.py) on SQLite and PostgreSQL: what opens one, what ends it."""
 
 from __future__ import annotations
 
