@@ -77,5 +77,4 @@ def require(scope: str) -> Callable[..., Principal]:
 
 #: Route parameters that authenticate the caller and demand a scope.
 ViewerPrincipal = Annotated[Principal, Depends(require("viewer"))]
-EditorPrincipal = Annotated[Principal, Depends(require("editor"))]
 AdminPrincipal = Annotated[Principal, Depends(require("admin"))]

@@ -175,8 +175,6 @@ _CONSUMING = frozenset(
 #: Filters not offered to templates (see the module docstring).
 _LEFT_OUT = frozenset({"urlize"})
 
-Estimate = Callable[..., int]
-
 
 def _size(value: Any, budget: RenderBudget) -> int:
     return text_size(value, budget.max_chars)

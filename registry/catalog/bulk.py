@@ -706,10 +706,6 @@ def labels_of(session: Session, entry_ids: Iterable[int]) -> dict[int, dict[str,
     return found
 
 
-def count_entries(session: Session) -> int:
-    return session.scalar(select(func.count()).select_from(_ENTRIES)) or 0
-
-
 def iter_served(session: Session, kind: str, label: str | None) -> Iterator[tuple[str, dict[str, Any]]]:
     """(name, stored spec) of every live entry of ``kind``, in name order: the version ``label``
     serves (entries without that label are left out), or the newest version when ``label`` is None.

@@ -64,8 +64,6 @@ __all__ = [
     "template_variables",
 ]
 
-MAX_OUTPUT_CHARS = DEFAULT_LIMITS.render_output_chars
-MAX_RENDER_SECONDS = DEFAULT_LIMITS.render_seconds
 #: Exponents and products beyond this many result bits are refused.
 MAX_POWER_BITS = MAX_INT_BITS
 

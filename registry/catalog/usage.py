@@ -41,7 +41,6 @@ log = logging.getLogger("registry.usage")
 
 #: ``method`` of a use, by MCP method.
 GET, READ, CALL = "get", "read", "call"
-METHODS = (GET, READ, CALL)
 #: Which method uses which kind of entry.
 METHOD_BY_KIND = {"prompt": GET, "resource": READ, "tool": CALL}
 #: How long a stopping process may spend writing its last counts (seconds).

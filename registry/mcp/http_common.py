@@ -50,7 +50,6 @@ _LABEL = re.compile(LABEL_PATTERN)
 
 StreamT = TypeVar("StreamT", bound="PassWritable")
 
-RawHeaders = list[tuple[bytes, bytes]]
 _JSON_CONTENT = (b"content-type", b"application/json")
 
 

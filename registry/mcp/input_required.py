@@ -247,10 +247,6 @@ def out_of_time(what: str) -> dict[str, Any]:
     return error_result(f"{what} did not finish within {MAX_TOTAL_S:g} s of asking for input; the call was stopped")
 
 
-def is_input(answer: WebhookAnswer) -> bool:
-    return isinstance(answer, InputRequired)
-
-
 #: ``await step(input_responses, state)``: one webhook call (None, None on the first).
 Step = Callable[[dict[str, Any] | None, str | None], Awaitable[WebhookAnswer]]
 #: ``await spend(request_state, expires)``: record a state as used (False: it already was), in

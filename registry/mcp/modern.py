@@ -29,7 +29,6 @@ from registry.mcp.protocol import (
     MISSING_REQUIRED_CLIENT_CAPABILITY,
     MODERN_VERSIONS,
     PARSE_ERROR,
-    SUPPORTED_VERSIONS,
     UNSUPPORTED_PROTOCOL_VERSION,
     JsonRpcError,
     Message,
@@ -60,12 +59,6 @@ _SENTINEL = re.compile(r"^=\?base64\?(?P<payload>.*)\?=$", re.DOTALL)
 _OWS = " \t"
 
 
-def is_modern_version_header(version: str | None) -> bool:
-    """A request whose ``MCP-Protocol-Version`` header names no session-era version is modern
-    (an unknown one too: it must reach the ladder to be told which versions are served)."""
-    return version is not None and version not in SUPPORTED_VERSIONS
-
-
 def has_modern_meta(message: Message) -> bool:
     """The stdio signal (and HTTP's, when the header is missing): ``_meta`` names a protocol
     version and the method is not ``initialize`` (which always opens the session era)."""
@@ -90,15 +83,6 @@ def decode_header_value(value: str) -> str | None:
         return raw.decode("utf-8")
     except (binascii.Error, ValueError):  # UnicodeDecodeError included
         return None
-
-
-def encode_header_value(value: str) -> str:
-    """How a client sends ``value`` in an MCP header (for tests and tools): as-is when it is plain
-    visible ASCII without surrounding whitespace, else in the base64 sentinel form."""
-    plain = value and all(0x20 <= ord(c) <= 0x7E for c in value) and value == value.strip(_OWS)
-    if plain and not _SENTINEL.match(value):
-        return value
-    return "=?base64?" + base64.b64encode(value.encode()).decode("ascii") + "?="
 
 
 def check_meta(message: Message) -> dict[str, Any]:

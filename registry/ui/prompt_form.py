@@ -29,9 +29,6 @@ from registry.limits import Limits
 from registry.ui.editor import Draft, apply_row_op, read_rows
 from registry.ui.editor import session_access as _access
 
-ROLES = ("user", "assistant")
-#: Message content types the form offers (audio like image: a MIME type and base64 data).
-CONTENT_TYPES = (("text", "Text template"), ("image", "Image"), ("audio", "Audio"), ("resource", "Embedded resource"))
 #: Sample values for the preview: ``sample-<argument name>``.
 SAMPLE_PREFIX = "sample-"
 #: The hidden field saying what the page's preview inputs were drawn for (``fields_shape``).

@@ -36,7 +36,6 @@ from registry.limits import Limits, env_name
 from registry.ui.editor import Draft, apply_row_op, read_rows
 from registry.ui.editor import session_access as _access
 
-METHODS = ("POST", "PUT")
 #: The annotation hints, each "not said" / yes / no (``None`` is not ``False``: both are kept).
 HINTS = (
     ("readOnlyHint", "Read-only", "It does not change anything."),

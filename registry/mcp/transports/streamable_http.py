@@ -121,7 +121,7 @@ class StreamableHttpTransport:
             # Absent, the version is taken to be 2025-03-26 (spec); a session-era value keeps the
             # session path; anything else is a stateless request (an unknown version is told so there).
             version = headers.get(VERSION_HEADER)
-            if version is not None and version not in SUPPORTED_VERSIONS:  # modern.is_modern_version_header, inlined
+            if version is not None and version not in SUPPORTED_VERSIONS:
                 await self._modern(scope, receive, send, headers, principal)
                 return
             method = scope["method"]
