@@ -205,10 +205,6 @@ class Settings:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})  # type: ignore[arg-type]
 
     @property
-    def max_body_bytes(self) -> int:
-        return self.limits.body_bytes
-
-    @property
     def effective_database_url(self) -> str:
         if self.database_url:
             return self.database_url

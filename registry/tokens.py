@@ -94,7 +94,7 @@ class Principal:
     label: str | None = None
     #: When the token stops being accepted (UTC); None: never.
     expires_at: datetime | None = None
-    #: Team memberships as sorted (team, role) pairs (hashable; ``team_roles`` as a dict).
+    #: Team memberships as sorted (team, role) pairs (hashable).
     teams: tuple[tuple[str, str], ...] = ()
     #: A single-sign-on user's subject (the configured user claim); None for a token.
     user: str | None = None
@@ -106,10 +106,6 @@ class Principal:
     def is_admin(self) -> bool:
         """Admins see and may do everything, in every team."""
         return "admin" in self.scopes
-
-    @property
-    def team_roles(self) -> dict[str, str]:
-        return dict(self.teams)
 
     @functools.cached_property
     def visible_teams(self) -> frozenset[str] | None:

@@ -166,7 +166,6 @@ class AuditVerification(BaseModel):
 _NAME = "a name, as stored (exact match)"
 
 
-#: An RFC 3339 date-time (JSON Schema's ``date-time``): a date, ``T``, a time, a zone.
 @router.get(
     "/audit",
     summary="The audit trail: every change and governance event, newest (or oldest) first, filtered",

@@ -19,7 +19,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from registry.api.deps import SettingsDep
 from registry.api.problems import documented
 from registry.catalog.errors import NotFound
-from registry.config import Settings
 from registry.oidc import MCP_METADATA_PATH, METADATA_PATH, public_base
 
 router = APIRouter()
@@ -49,7 +48,26 @@ class ProtectedResource(BaseModel):
     resource_name: str
 
 
-def _document(request: Request, settings: Settings) -> ProtectedResource:
+@router.get(
+    METADATA_PATH,
+    tags=["oauth"],
+    summary="Protected-resource metadata at the root (RFC 9728; single sign-on only)",
+    operation_id="getResourceMetadata",
+    response_model=ProtectedResource,
+    responses=documented(404),
+    include_in_schema=False,
+)
+@router.get(
+    MCP_METADATA_PATH,
+    tags=["oauth"],
+    summary="Protected-resource metadata of the MCP endpoint (RFC 9728; single sign-on only)",
+    operation_id="getMcpResourceMetadata",
+    response_model=ProtectedResource,
+    responses=documented(404),
+    include_in_schema=False,
+)
+def resource_metadata(request: Request, settings: SettingsDep) -> ProtectedResource:
+    """The same document at both paths (see the module docstring)."""
     if not settings.oidc_issuer:
         raise NotFound("single sign-on is not configured on this server (REGISTRY_OIDC_ISSUER), so it has no metadata")
     if not settings.oidc_bearer_enabled:
@@ -65,29 +83,3 @@ def _document(request: Request, settings: Settings) -> ProtectedResource:
         scopes_supported=settings.oidc_scopes.split(),
         resource_name="mcp-registry",
     )
-
-
-@router.get(
-    MCP_METADATA_PATH,
-    tags=["oauth"],
-    summary="Protected-resource metadata of the MCP endpoint (RFC 9728; single sign-on only)",
-    operation_id="getMcpResourceMetadata",
-    response_model=ProtectedResource,
-    responses=documented(404),
-    include_in_schema=False,
-)
-def mcp_resource_metadata(request: Request, settings: SettingsDep) -> ProtectedResource:
-    return _document(request, settings)
-
-
-@router.get(
-    METADATA_PATH,
-    tags=["oauth"],
-    summary="Protected-resource metadata at the root (RFC 9728; single sign-on only)",
-    operation_id="getResourceMetadata",
-    response_model=ProtectedResource,
-    responses=documented(404),
-    include_in_schema=False,
-)
-def resource_metadata(request: Request, settings: SettingsDep) -> ProtectedResource:
-    return _document(request, settings)

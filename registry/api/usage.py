@@ -145,7 +145,6 @@ class EntryUsage(BaseModel):
     more_versions: bool = Field(description="more than 1,000 versions were used: the oldest are left out")
 
 
-#: RFC 3339's date-time (what the schema's ``format: date-time`` means): a zone is required.
 router = APIRouter(tags=["usage"])
 
 

@@ -41,7 +41,6 @@ def test_settings_carry_the_limits(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REGISTRY_LIMIT_SUBSCRIPTIONS", "7")
     settings = Settings.from_env()
     assert settings.limits.subscriptions == 7
-    assert settings.max_body_bytes == settings.limits.body_bytes
 
 
 def test_a_refusal_names_its_setting() -> None:
