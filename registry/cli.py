@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import json
 import logging
@@ -11,7 +12,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
     from registry.catalog.bundle_secrets import ExportSecrets, ImportSecrets
     from registry.catalog.bundles import BundleService, ImportPlanItem
-    from registry.db.engine import Database
+    from registry.catalog.reports import AuditService
     from registry.runtime import Registry
     from registry.workers import WorkerSlot
 
@@ -506,9 +507,12 @@ def cmd_token_create(args: argparse.Namespace) -> int:
     return 0
 
 
-def _audited_database(args: argparse.Namespace, command: str) -> Database:
-    """The existing database, opened read-only with the audit key; refused unless at this
-    version's migration (an older one is chained differently: ``db upgrade`` brings it up)."""
+@contextlib.contextmanager
+def _audit_trail(args: argparse.Namespace, command: str) -> Iterator[AuditService]:
+    """The audit trail of the existing database, opened read-only with the audit key (and closed
+    after); refused unless at this version's migration (an older one is chained differently:
+    ``db upgrade`` brings it up)."""
+    from registry.catalog.reports import AuditService
     from registry.catalog.secrets import SecretBox, audit_key
     from registry.db import migrate
     from registry.db.engine import Database
@@ -533,14 +537,16 @@ def _audited_database(args: argparse.Namespace, command: str) -> Database:
             f"{command}: the database at {where} is not at this version's migration; run `mcp-registry db upgrade` "
             "first (this command never migrates)"
         )
-    return db
+    try:
+        yield AuditService(db)
+    finally:
+        db.dispose()
 
 
 def cmd_audit_verify(args: argparse.Namespace) -> int:
     """Exit 0 when the chain is intact and the tables agree with it (and, with ``--anchor``, the
     anchored row is still there), 1 naming every difference."""
     from registry.catalog.audit_verify import Anchor
-    from registry.catalog.reports import AuditService
 
     anchor = None
     if args.anchor is not None:
@@ -548,11 +554,8 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
             anchor = Anchor.parse(json.loads(Path(args.anchor).read_text()))
         except (OSError, ValueError) as exc:
             raise CliError(f"audit verify: cannot read the anchor {args.anchor}: {exc}") from None
-    db = _audited_database(args, "audit verify")
-    try:
-        report = AuditService(db).verify(anchor)
-    finally:
-        db.dispose()
+    with _audit_trail(args, "audit verify") as audit:
+        report = audit.verify(anchor)
     print(report.summary())
     for difference in report.differences:
         print(f"  {difference.table}: {difference.message}")
@@ -583,13 +586,8 @@ def cmd_audit_key(args: argparse.Namespace) -> int:
 
 def cmd_audit_head(args: argparse.Namespace) -> int:
     """Print the chain's head as JSON: keep it elsewhere, and pass it to ``audit verify --anchor``."""
-    from registry.catalog.reports import AuditService
-
-    db = _audited_database(args, "audit head")
-    try:
-        head = AuditService(db).head()
-    finally:
-        db.dispose()
+    with _audit_trail(args, "audit head") as audit:
+        head = audit.head()
     if head is None:
         raise CliError("audit head: the change log is empty")
     print(json.dumps(head.as_dict()))
@@ -599,14 +597,10 @@ def cmd_audit_head(args: argparse.Namespace) -> int:
 def cmd_audit_list(args: argparse.Namespace) -> int:
     """The newest changes (or oldest, with --oldest), one line each, filtered like the API."""
     from registry.catalog.audit_log import AuditFilter
-    from registry.catalog.reports import AuditService
 
     where = AuditFilter(actor=args.actor, team=args.team, kind=args.kind, name=args.name, action=args.action)
-    db = _audited_database(args, "audit list")
-    try:
-        page = AuditService(db).page(where, order="oldest" if args.oldest else "newest", limit=args.limit)
-    finally:
-        db.dispose()
+    with _audit_trail(args, "audit list") as audit:
+        page = audit.page(where, order="oldest" if args.oldest else "newest", limit=args.limit)
     for row in page.items:
         who = row["actor"] + (f" (token {row['token_id']})" if row["token_id"] is not None else "")
         who += f" (user {row['user']})" if row["user"] else ""

@@ -76,8 +76,17 @@ def _accepts(headers: dict[str, str]) -> tuple[bool, bool]:
     return _parse_accept(accept)
 
 
-def _content_type(headers: dict[str, str]) -> str:
-    return headers.get("content-type", "application/json").split(";")[0].strip().lower()
+def _post_media(headers: dict[str, str]) -> tuple[bool, bool]:
+    """A POST's ``_accepts``, once its Accept allows an answer (else 406) and its body is JSON
+    (else 415; a missing Content-Type is taken as JSON)."""
+    accepts_json, accepts_sse = _accepts(headers)
+    if not (accepts_json or accepts_sse):
+        raise HttpError(
+            406, INVALID_REQUEST, "Not Acceptable: Accept must include application/json or text/event-stream"
+        )
+    if headers.get("content-type", "application/json").split(";")[0].strip().lower() != "application/json":
+        raise HttpError(415, INVALID_REQUEST, "Unsupported Media Type: send application/json")
+    return accepts_json, accepts_sse
 
 
 @functools.lru_cache(maxsize=64)
@@ -166,13 +175,7 @@ class StreamableHttpTransport:
     async def _post(
         self, scope: Scope, receive: Receive, send: SendFn, headers: dict[str, str], principal: Principal
     ) -> None:
-        accepts_json, accepts_sse = _accepts(headers)
-        if not (accepts_json or accepts_sse):
-            raise HttpError(
-                406, INVALID_REQUEST, "Not Acceptable: Accept must include application/json or text/event-stream"
-            )
-        if _content_type(headers) != "application/json":
-            raise HttpError(415, INVALID_REQUEST, "Unsupported Media Type: send application/json")
+        accepts_json, accepts_sse = _post_media(headers)
         # Size, JSON structure and batch length are bounded here, each before the next step runs.
         limits = self.settings.limits
         batch, items = await read_messages(receive, headers, limits)
@@ -341,13 +344,7 @@ class StreamableHttpTransport:
             raise HttpError(
                 405, INVALID_REQUEST, "Method Not Allowed: protocol 2026-07-28 uses POST only", {"Allow": "POST"}
             )
-        accepts_json, accepts_sse = _accepts(headers)
-        if not (accepts_json or accepts_sse):
-            raise HttpError(
-                406, INVALID_REQUEST, "Not Acceptable: Accept must include application/json or text/event-stream"
-            )
-        if _content_type(headers) != "application/json":
-            raise HttpError(415, INVALID_REQUEST, "Unsupported Media Type: send application/json")
+        accepts_json, accepts_sse = _post_media(headers)
         batch, items = await read_messages(receive, headers, self.settings.limits)
         if batch:
             raise HttpError(400, INVALID_REQUEST, "Bad Request: protocol 2026-07-28 has no JSON-RPC batches")
