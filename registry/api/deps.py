@@ -7,7 +7,8 @@ fishing it out of the app, and a test or a new front end can swap a service in o
 
 from __future__ import annotations
 
-from typing import Annotated
+from operator import attrgetter
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
@@ -26,69 +27,35 @@ from registry.tokens import TokenService
 
 
 def get_registry(request: Request) -> Registry:
+    """The registry of the app serving ``request``, for code handed a request rather than a dependency."""
     return registry_of(request.app)
 
 
-RegistryDep = Annotated[Registry, Depends(get_registry)]
+def _part(path: str) -> Any:
+    """A dependency giving the registry's part at ``path`` (``"settings.limits"``). Async, so FastAPI calls it
+    on the event loop instead of handing a one-line getter to its thread pool."""
+    read = attrgetter(path)
+
+    async def provide(request: Request) -> Any:
+        return read(registry_of(request.app))
+
+    return Depends(provide)
 
 
-def get_settings(registry: RegistryDep) -> Settings:
-    return registry.settings
+async def _registry(request: Request) -> Registry:
+    return registry_of(request.app)
 
 
-def get_limits(registry: RegistryDep) -> Limits:
-    return registry.settings.limits
-
-
-def get_catalog(registry: RegistryDep) -> CatalogService:
-    return registry.catalog
-
-
-def get_reviews(registry: RegistryDep) -> ChangeRequestService:
-    return registry.reviews
-
-
-def get_protection(registry: RegistryDep) -> ProtectionPolicy:
-    return registry.protection
-
-
-def get_tokens(registry: RegistryDep) -> TokenService:
-    return registry.tokens
-
-
-def get_teams(registry: RegistryDep) -> TeamService:
-    return registry.teams
-
-
-def get_audit(registry: RegistryDep) -> AuditService:
-    return registry.audit
-
-
-def get_usage(registry: RegistryDep) -> UsageService:
-    return registry.usage
-
-
-def get_watchers(registry: RegistryDep) -> EntryWatchers:
-    return registry.watchers
-
-
-def get_web_sessions(registry: RegistryDep) -> UiSessionStore:
-    return registry.web_sessions
-
-
-def get_uploads(registry: RegistryDep) -> UploadStore:
-    return registry.uploads
-
-
-SettingsDep = Annotated[Settings, Depends(get_settings)]
-LimitsDep = Annotated[Limits, Depends(get_limits)]
-WebSessionsDep = Annotated[UiSessionStore, Depends(get_web_sessions)]
-UploadsDep = Annotated[UploadStore, Depends(get_uploads)]
-CatalogDep = Annotated[CatalogService, Depends(get_catalog)]
-ReviewsDep = Annotated[ChangeRequestService, Depends(get_reviews)]
-ProtectionDep = Annotated[ProtectionPolicy, Depends(get_protection)]
-TokensDep = Annotated[TokenService, Depends(get_tokens)]
-TeamsDep = Annotated[TeamService, Depends(get_teams)]
-WatchersDep = Annotated[EntryWatchers, Depends(get_watchers)]
-AuditDep = Annotated[AuditService, Depends(get_audit)]
-UsageDep = Annotated[UsageService, Depends(get_usage)]
+RegistryDep = Annotated[Registry, Depends(_registry)]
+SettingsDep = Annotated[Settings, _part("settings")]
+LimitsDep = Annotated[Limits, _part("settings.limits")]
+CatalogDep = Annotated[CatalogService, _part("catalog")]
+ReviewsDep = Annotated[ChangeRequestService, _part("reviews")]
+ProtectionDep = Annotated[ProtectionPolicy, _part("protection")]
+TokensDep = Annotated[TokenService, _part("tokens")]
+TeamsDep = Annotated[TeamService, _part("teams")]
+AuditDep = Annotated[AuditService, _part("audit")]
+UsageDep = Annotated[UsageService, _part("usage")]
+WatchersDep = Annotated[EntryWatchers, _part("watchers")]
+WebSessionsDep = Annotated[UiSessionStore, _part("web_sessions")]
+UploadsDep = Annotated[UploadStore, _part("uploads")]
