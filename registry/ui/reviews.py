@@ -12,6 +12,7 @@ Every POST carries the session's CSRF token; everything works without JavaScript
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -219,15 +220,14 @@ async def approve(posted: SessionForm, pages: ReviewPagesDep, request_id: Reques
     override = form_field(fields, "override_checks") == "1"
     comment = form_field(fields, "comment")
 
-    def step() -> dict[str, Any]:
-        return pages.reviews.approve(
-            request_id,
-            actor=ui.principal.actor(),
-            access=ui.principal,
-            comment=comment or None,
-            override_checks=override,
-        )
-
+    step = functools.partial(
+        pages.reviews.approve,
+        request_id,
+        actor=ui.principal.actor(),
+        access=ui.principal,
+        comment=comment or None,
+        override_checks=override,
+    )
     done = "Approved, overriding the failing checks." if override else "Approved."
     return await pages.act(ui, request_id, step, done, outcome=_approval_outcome)
 
@@ -237,9 +237,9 @@ async def reject(posted: SessionForm, pages: ReviewPagesDep, request_id: Request
     ui, fields = posted
     comment = form_field(fields, "comment")
 
-    def step() -> dict[str, Any]:
-        return pages.reviews.reject(request_id, actor=ui.principal.actor(), access=ui.principal, comment=comment)
-
+    step = functools.partial(
+        pages.reviews.reject, request_id, actor=ui.principal.actor(), access=ui.principal, comment=comment
+    )
     return await pages.act(ui, request_id, step, "Rejected.")
 
 
@@ -249,15 +249,14 @@ async def publish(posted: SessionForm, pages: ReviewPagesDep, request_id: Reques
     reason = form_field(fields, "override_reason")
     emergency = form_field(fields, "emergency") == "1"
 
-    def step() -> dict[str, Any]:
-        return pages.reviews.publish(
-            request_id,
-            actor=ui.principal.actor(),
-            access=ui.principal,
-            # An emergency form with an empty reason is refused as such, not taken as a plain publish.
-            override_reason=reason if emergency else None,
-        )
-
+    step = functools.partial(
+        pages.reviews.publish,
+        request_id,
+        actor=ui.principal.actor(),
+        access=ui.principal,
+        # An emergency form with an empty reason is refused as such, not taken as a plain publish.
+        override_reason=reason if emergency else None,
+    )
     done = "Published as an emergency override." if emergency else "Published: agents are served it now."
     return await pages.act(ui, request_id, step, done)
 
@@ -265,20 +264,14 @@ async def publish(posted: SessionForm, pages: ReviewPagesDep, request_id: Reques
 @router.post("/reviews/{request_id}/withdraw")
 async def withdraw(posted: SessionForm, pages: ReviewPagesDep, request_id: RequestId) -> Response:
     ui, _fields = posted
-
-    def step() -> dict[str, Any]:
-        return pages.reviews.withdraw(request_id, actor=ui.principal.actor(), access=ui.principal)
-
+    step = functools.partial(pages.reviews.withdraw, request_id, actor=ui.principal.actor(), access=ui.principal)
     return await pages.act(ui, request_id, step, "Withdrawn.")
 
 
 @router.post("/reviews/{request_id}/submit")
 async def submit(posted: SessionForm, pages: ReviewPagesDep, request_id: RequestId) -> Response:
     ui, _fields = posted
-
-    def step() -> dict[str, Any]:
-        return pages.reviews.submit(request_id, actor=ui.principal.actor(), access=ui.principal)
-
+    step = functools.partial(pages.reviews.submit, request_id, actor=ui.principal.actor(), access=ui.principal)
     return await pages.act(ui, request_id, step, "Submitted for review.")
 
 
