@@ -29,7 +29,8 @@ from tests.databases import (
     PostgresTemplate,
     SqliteTemplate,
     create_postgres_database,
-    drop_postgres_database,
+    drop_retired,
+    retire_postgres_database,
 )
 from tests.markers import classify
 from tests.serve_process import ServerProcess
@@ -60,6 +61,7 @@ def postgres_server_url() -> Iterator[str | None]:
     url = os.environ.get("REGISTRY_TEST_DATABASE_URL")
     if url:
         yield normalize_database_url(url)
+        drop_retired()  # the tests' databases, kept until now (see retire_postgres_database)
         return
     if _docker_available():
         from testcontainers.postgres import PostgresContainer
@@ -77,7 +79,7 @@ def _fresh_postgres_schema(server_url: str) -> tuple[str, str]:
 
 
 def _drop_postgres_schema(server_url: str, name: str) -> None:
-    drop_postgres_database(server_url, name)
+    retire_postgres_database(server_url, name)
 
 
 def require_postgres(server_url: str | None) -> str:
@@ -174,7 +176,7 @@ def database_url(
     try:
         yield url
     finally:
-        drop_postgres_database(server_url, name)
+        retire_postgres_database(server_url, name)
 
 
 @pytest.fixture
