@@ -203,7 +203,7 @@ def cmd_stdio(args: argparse.Namespace) -> int:
         # ... and to the stateless era's subscriptions/listen streams.
         transport.listen = notifier.listeners = ListenService(settings.limits)
         transport.listen.start()
-        feed = ChangeFeed(registry.db, notifier.dispatch)
+        feed = ChangeFeed(registry.db, notifier.dispatch, settings.change_poll_s)
         await feed.start()
         loop = asyncio.get_running_loop()
         # Until stdin closes (the host's way to stop its child) or SIGTERM (the host's next step).

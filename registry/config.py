@@ -148,6 +148,8 @@ class Settings:
     usage_flush_s: float = 10.0
     #: How often new MCP sessions made during a burst are written (their rows, batched).
     session_flush_s: float = 0.2
+    #: How often a process reads the change log unpoked: the backstop for a missed NOTIFY or sibling poke.
+    change_poll_s: float = 2.0
     #: ``serve``: processes serving the one port (each a full replica; 1: a single process, no supervisor).
     workers: int = 1
     #: Seconds a stopping server (SIGTERM) gives running requests to finish (uvicorn's graceful
@@ -197,6 +199,7 @@ class Settings:
             usage_enabled=_env_bool("REGISTRY_USAGE", True) is not False,
             usage_flush_s=float(os.environ.get("REGISTRY_USAGE_FLUSH_S", "10")),
             session_flush_s=min(0.5, max(0.01, float(os.environ.get("REGISTRY_SESSION_FLUSH_S", "0.2")))),
+            change_poll_s=_positive("REGISTRY_CHANGE_POLL_S", 2.0),
             workers=int(os.environ.get("REGISTRY_WORKERS", "1") or "1"),
             shutdown_grace_s=_positive("REGISTRY_SHUTDOWN_GRACE_S", 10.0),
         )

@@ -27,6 +27,9 @@ from tests.waiting import wait_until
 WORKER_INFO = re.compile(r'registry_worker_info\{pid="(\d+)",worker="(\d+)"\} 1\.0')
 STREAMS_OPEN = re.compile(r'mcp_streams_open\{worker="(\d+)"\} (\d+)\.0')
 
+#: The workers' change-log poll (REGISTRY_CHANGE_POLL_S): longer than any wait in this module.
+UNPOLLED_S = 3600
+
 
 def worker_pids(supervisor_pid: int) -> set[int]:
     """The supervisor's child processes (its workers), from /proc."""
@@ -82,7 +85,14 @@ def workers(
     if request.param == "postgresql":
         server_url = require_postgres(postgres_server_url)
         url, schema = _fresh_postgres_schema(server_url)
-    server = ServerProcess(folder / "data", database_url=url, args=["--workers", "2", "--seed", "demo"])
+    # The change log's backstop poll is pushed out of every test's reach: what reaches a worker here came
+    # through a sibling's poke (SQLite) or NOTIFY (PostgreSQL).
+    server = ServerProcess(
+        folder / "data",
+        database_url=url,
+        args=["--workers", "2", "--seed", "demo"],
+        env={"REGISTRY_CHANGE_POLL_S": str(UNPOLLED_S)},
+    )
     try:
         with server:
             yield server
@@ -140,16 +150,13 @@ def test_an_edit_through_one_worker_reaches_a_stream_on_the_other(workers: Serve
                 "template": "Hi {{ who }}",
                 "arguments": [{"name": "who", "required": True}],
             }
-            started = time.monotonic()
             assert other.post("/api/v1/prompts", json=body).status_code == 201
-            event = listener.next(timeout=10)
-            lag = time.monotonic() - started
+            # SQLite: the committing worker pokes its sibling; PostgreSQL: NOTIFY. The poll would come
+            # only after UNPOLLED_S, far past this wait.
+            event = listener.next(timeout=30)
         finally:
             other.close()
         assert event.json() == {"jsonrpc": "2.0", "method": "notifications/prompts/list_changed"}
-        # SQLite: the committing worker pokes its sibling directly (no 2 s poll); PostgreSQL: NOTIFY.
-        assert lag < 1.0, f"the other worker's stream heard of the change after {lag:.3f}s"
-        print(f"edit on worker != {streaming[0]} reached the stream after {lag * 1000:.1f} ms")
         answer = session.request("prompts/get", {"name": "workers-probe", "arguments": {"who": "x"}})
         assert answer["result"]["messages"][0]["content"]["text"] == "Hi x"
     finally:

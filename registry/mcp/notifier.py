@@ -150,14 +150,18 @@ def _where(task: asyncio.Task[Any]) -> str:
 
 
 class ChangeFeed:
-    POLL_S = 2.0
     #: How long ``stop`` waits for the follower and the listener to end.
     STOP_S = 1.0
 
     def __init__(
-        self, db: Database, on_changes: Callable[[list[ChangeEvent], Callable[[int], None]], Awaitable[None]]
+        self,
+        db: Database,
+        on_changes: Callable[[list[ChangeEvent], Callable[[int], None]], Awaitable[None]],
+        poll_s: float = 2.0,
     ) -> None:
         self.db = db
+        #: How long the feed waits for a poke before it reads the change log anyway.
+        self.poll_s = poll_s
         self.on_changes = on_changes
         #: The id of the last change dispatched; streams opened now see live everything after it.
         self.position = 0
@@ -249,7 +253,7 @@ class ChangeFeed:
         return events
 
     async def _woken_or_polled(self) -> None:
-        """Until poked, or ``POLL_S`` passed.
+        """Until poked, or ``poll_s`` passed.
 
         Not ``asyncio.wait_for``: on Python 3.11 it drops a cancellation that arrives in the loop
         turn in which the wait ends (CPython gh-86296, fixed in 3.12 only), and ``_follow`` then
@@ -258,7 +262,7 @@ class ChangeFeed:
         tells its own cancellation from the caller's.
         """
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self.POLL_S):
+            async with asyncio.timeout(self.poll_s):
                 await self._wake.wait()
 
     async def _follow(self) -> None:

@@ -67,7 +67,7 @@ class McpRuntime:
         self.notifier = Notifier(self.hub, registry.db, self.server.snapshots.apply)
         self.notifier.listeners = self.listen
         self.notifier.lag_observer = self._observe_lag
-        self.feed = ChangeFeed(registry.db, self._dispatch)
+        self.feed = ChangeFeed(registry.db, self._dispatch, settings.change_poll_s)
         self.feed.extra_channels[SESSION_END_CHANNEL] = self._session_ended_elsewhere
         self.feed.extra_channels[TOKEN_REVOKED_CHANNEL] = self._token_revoked_elsewhere
         # A token whose teams changed is treated alike: forgotten, its streams closed.
