@@ -21,6 +21,9 @@ from tests.serve_process import ServerProcess, mcp_registry_command
 DEMO = seed_data_dir() / "demo"
 DEMO_FILES = sorted(f"{p.parent.name}/{p.name}" for p in DEMO.glob("*/*.yaml"))
 
+#: The CLI creates and migrates its own databases: every test here starts from an empty one.
+pytestmark = pytest.mark.empty_database
+
 
 @pytest.fixture(autouse=True)
 def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -156,7 +159,7 @@ def test_token_create_with_team_memberships(cli: Cli, database_url: str, tmp_pat
         assert code == 0 and "payments: editor, support: viewer" in err
         principal = registry.tokens.authenticate(out.strip())
         assert principal is not None
-        assert principal.team_roles == {"payments": "editor", "support": "viewer"}
+        assert dict(principal.teams) == {"payments": "editor", "support": "viewer"}
         assert principal.sees("payments") and principal.sees(None) and not principal.sees("billing")
         code, _, err = cli("token", "create", "--name", "x", "--scope", "agent", "--team", "payments:owner")
         assert code == 2 and "invalid role 'owner'" in err
