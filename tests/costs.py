@@ -44,13 +44,23 @@ def measured(*, memory: bool = False) -> Iterator[Cost]:
             tracemalloc.stop()
 
 
-def process_cpu_seconds(pid: int) -> float:
-    """User and system CPU time another process (a server under test) has spent so far, from
-    /proc: the server's share of a request, whatever else the machine is doing."""
-    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+def _cpu_seconds(stat_path: str) -> float:
+    with open(stat_path, encoding="ascii") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
     # After the command name: state is field 3, utime 14 and stime 15 (1-based, man 5 proc).
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User and system CPU time another process (a server under test) has spent so far, from
+    /proc: the server's share of a request, whatever else the machine is doing."""
+    return _cpu_seconds(f"/proc/{pid}/stat")
+
+
+def main_thread_cpu_seconds(pid: int) -> float:
+    """CPU time of a process's main thread alone: a server's event loop (uvicorn runs it there),
+    so what it did itself, apart from the worker threads that take the heavy work."""
+    return _cpu_seconds(f"/proc/{pid}/task/{pid}/stat")
 
 
 @contextmanager

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -15,11 +16,24 @@ from tests.serve_process import ServerProcess
 ROOT = Path(__file__).resolve().parent.parent
 
 
+#: What building the wheel reads; the copy leaves out what running the suite writes meanwhile.
+SOURCES = ("pyproject.toml", "README.md", "registry", "migrations", "seed_data", "admin_ui")
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel, built from a copy of the sources: tests running alongside write bytecode into
+    migrations/ (Alembic imports the revisions), and a build listing ``**/*`` there once tried to copy
+    a ``.pyc`` that Python had just renamed into place (ENOENT)."""
+    source = tmp_path_factory.mktemp("source")
+    for name in SOURCES:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(ROOT / name, source / name)
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(source)],
         check=True,
         timeout=300,
     )

@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.costs import main_thread_cpu_seconds
 from tests.interop.mcp_wire import StreamableHttpClient
 from tests.serve_process import ServerProcess, rss_bytes
 from tests.waiting import wait_until
@@ -28,26 +29,51 @@ MiB = 1024 * 1024
 PEAK_BOUND = 48 * MiB
 
 
+@dataclass
+class Probe:
+    """One probe's answer: how long it took, and how much CPU the server's event-loop thread spent
+    meanwhile (None when the probe's target is not a process of ours, nginx say)."""
+
+    seconds: float
+    loop_cpu_seconds: float | None
+
+
 class ResponsivenessProbe:
     """Asks the server something cheap every ``interval`` seconds from a background thread and
     records how long each answer took. Use as a context manager around the attack.
 
     ``assert_responsive`` demands that probes kept being answered while the attack ran, none of
-    them failing and none slower than ``worst_s``: a blocked event loop shows up as answers of
-    seconds. Not a median under 100 ms (the issue's bar): on a machine shared with the rest of the
-    suite the wall clock counts other processes' turns, so that bar is the benchmarks' to measure;
-    what an attack costs the server is bounded in CPU time and memory by the tests themselves.
+    them failing, and none slower than ``worst_s`` because the server's event loop was busy: a loop
+    doing an attack's work shows as answers of seconds *and* seconds of CPU on the loop's thread.
+    On a machine shared with the rest of the suite an answer can also be slow because the server
+    was not given a core; such a probe (its loop thread idle meanwhile) is told apart, not failed.
+    Not a median under 100 ms (the issue's bar): that is the benchmarks' to measure; what an attack
+    costs the server is bounded in CPU time and memory by the tests themselves.
     """
 
-    def __init__(self, ask: Callable[[httpx.Client], None], base_url: str, interval: float = 0.05) -> None:
+    #: A slow probe whose loop thread ran less than this much CPU meanwhile waited for a core, not
+    #: for the loop (the loop's own share of a probe is a millisecond or two).
+    IDLE_LOOP_CPU_S = 0.25
+
+    def __init__(
+        self, ask: Callable[[httpx.Client], None], target: str | ServerProcess, interval: float = 0.05
+    ) -> None:
         self.ask = ask
-        self.base_url = base_url
+        self.base_url = target if isinstance(target, str) else target.url
+        self._loop_pid = None if isinstance(target, str) else target.pid
         self.interval = interval
-        self.latencies: list[float] = []
+        self.probes: list[Probe] = []
         self.failures: list[str] = []
         self._stop = threading.Event()
         self._warm = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @property
+    def latencies(self) -> list[float]:
+        return [probe.seconds for probe in self.probes]
+
+    def _loop_cpu(self) -> float | None:
+        return None if self._loop_pid is None else main_thread_cpu_seconds(self._loop_pid)
 
     def _run(self) -> None:
         with httpx.Client(base_url=self.base_url, timeout=30) as http:
@@ -58,10 +84,14 @@ class ResponsivenessProbe:
                 self.failures.append(f"warm-up: {type(exc).__name__}: {exc}")
             self._warm.set()
             while not self._stop.is_set():
+                loop_cpu = self._loop_cpu()
                 started = time.perf_counter()
                 try:
                     self.ask(http)
-                    self.latencies.append(time.perf_counter() - started)
+                    seconds = time.perf_counter() - started
+                    after = self._loop_cpu()
+                    spent = None if loop_cpu is None or after is None else after - loop_cpu
+                    self.probes.append(Probe(seconds, spent))
                 except Exception as exc:  # recorded, asserted on below
                     self.failures.append(f"{type(exc).__name__}: {exc}")
                 self._stop.wait(self.interval)
@@ -74,21 +104,30 @@ class ResponsivenessProbe:
     def __exit__(self, *exc: object) -> None:
         # At least one probe must have been under way while the attack ran (a quick attack ends
         # before the first one returns): wait for it before stopping.
-        wait_until(lambda: self.latencies or self.failures, "a probe during the attack", timeout=60, interval=0.01)
+        wait_until(lambda: self.probes or self.failures, "a probe during the attack", timeout=60, interval=0.01)
         self._stop.set()
         self._thread.join(timeout=60)
 
     def wait_for_more(self, count: int = 3) -> None:
         """Return once ``count`` more probes have been answered (or failed): the probe is seen
         to keep working after the attack, too."""
-        seen = len(self.latencies) + len(self.failures)
-        wait_until(lambda: len(self.latencies) + len(self.failures) >= seen + count, f"{count} more probes")
+        seen = len(self.probes) + len(self.failures)
+        wait_until(lambda: len(self.probes) + len(self.failures) >= seen + count, f"{count} more probes")
 
     def assert_responsive(self, *, worst_s: float = 2.0, min_probes: int = 1) -> None:
         assert not self.failures, f"probes failed while the attack ran: {self.failures[:3]}"
-        assert len(self.latencies) >= min_probes, f"only {len(self.latencies)} probes answered during the attack"
-        worst = max(self.latencies)
-        assert worst <= worst_s, f"slowest probe took {worst * 1000:.0f} ms during the attack (event loop blocked?)"
+        assert len(self.probes) >= min_probes, f"only {len(self.probes)} probes answered during the attack"
+        blocked = [
+            probe
+            for probe in self.probes
+            if probe.seconds > worst_s
+            and (probe.loop_cpu_seconds is None or probe.loop_cpu_seconds >= self.IDLE_LOOP_CPU_S)
+        ]
+        assert not blocked, "event loop blocked? " + "; ".join(
+            f"a probe took {probe.seconds * 1000:.0f} ms"
+            + ("" if probe.loop_cpu_seconds is None else f", {probe.loop_cpu_seconds:.2f} s of it on the loop's thread")
+            for probe in blocked[:3]
+        )
 
 
 class PeakRss:
@@ -197,9 +236,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 @pytest.fixture
 def healthz_probe(server: ServerProcess) -> ResponsivenessProbe:
-    return ResponsivenessProbe(ask_healthz, server.url)
+    return ResponsivenessProbe(ask_healthz, server)
 
 
 @pytest.fixture
 def prompts_get_probe(server: ServerProcess) -> ResponsivenessProbe:
-    return ResponsivenessProbe(prompts_get_asker(), server.url)
+    return ResponsivenessProbe(prompts_get_asker(), server)

@@ -147,7 +147,7 @@ def test_prompt_arguments_do_not_leak_across_agents_or_labels(server: ServerProc
             moved = admin.put(f"{path}/labels/staging", json={"version": 1})
             assert moved.status_code == 200, moved.text
     rss_before = server.rss()
-    with ResponsivenessProbe(ask_healthz, server.url) as probe:
+    with ResponsivenessProbe(ask_healthz, server) as probe:
         victim = connect(server, victim_token)
         summarize(victim, SECRET)
         read = victim.request("resources/read", {"uri": "sprint://secret-team-x/current"})
@@ -180,7 +180,7 @@ def test_undeclared_argument_flood_is_refused_and_memory_stays_bounded(server: S
     client = connect(server)
     names = {f"extra_argument_{i:06d}": "x" for i in range(80_000)}
     rss_before = server.rss()
-    with ResponsivenessProbe(ask_healthz, server.url) as probe:
+    with ResponsivenessProbe(ask_healthz, server) as probe:
         for _ in range(6):
             answer = client.request("prompts/get", {"name": "summarize", "arguments": {"text": "t", **names}})
             assert "error" in answer, "undeclared arguments were accepted"
@@ -203,7 +203,7 @@ def test_completion_history_of_one_caller_is_bounded(server: ServerProcess) -> N
     limits = Limits()
     client = connect(server)
     rss_before = server.rss()
-    with ResponsivenessProbe(ask_healthz, server.url) as probe:
+    with ResponsivenessProbe(ask_healthz, server) as probe:
         for i in range(120):
             summarize(client, f"value-{i:04d}-" + "y" * 150)
     probe.assert_responsive()
@@ -261,7 +261,7 @@ def test_agents_may_only_pick_allowed_labels(server: ServerProcess) -> None:
     labelless, _ = agent_token(server)
     pinned, _ = agent_token(server, label="dev")
     editor, _ = agent_token(server, scopes=("editor",))
-    with ResponsivenessProbe(ask_healthz, server.url) as probe:
+    with ResponsivenessProbe(ask_healthz, server) as probe:
         for token in (None, labelless):
             refused = _initialize_status(server, token, "dev")
             assert refused.status_code == 403, refused.text
@@ -291,7 +291,7 @@ def test_expired_tokens_are_refused_everywhere(server: ServerProcess) -> None:
     client = connect(server, agent)  # verified now: in the server's 5 s token cache from here
     with server.client(viewer) as api:
         assert api.get("/api/v1/changes").status_code == 200
-    with ResponsivenessProbe(ask_healthz, server.url) as probe:
+    with ResponsivenessProbe(ask_healthz, server) as probe:
         time.sleep(2.5)
         answer = client.post({"jsonrpc": "2.0", "id": 5, "method": "ping"})
         assert answer.status_code == 401, answer.text
@@ -349,7 +349,7 @@ def test_revoking_a_token_closes_its_streams_at_once(server: ServerProcess) -> N
     bystander_stream = open_get_stream(server.url, bystander_token, bystander)
     rss_before = server.rss()
     try:
-        with ResponsivenessProbe(ask_healthz, server.url) as probe:
+        with ResponsivenessProbe(ask_healthz, server) as probe:
             with server.admin() as admin:
                 revoked_at = time.monotonic()
                 assert admin.delete(f"/api/v1/tokens/{token_id}").status_code == 200
@@ -386,7 +386,7 @@ def test_revoking_through_one_replica_closes_streams_on_another(
     stream = open_get_stream(b.url, token, session)
     rss_before = b.rss()
     try:
-        with ResponsivenessProbe(ask_healthz, b.url) as probe:
+        with ResponsivenessProbe(ask_healthz, b) as probe:
             with a.admin() as admin:
                 revoked_at = time.monotonic()
                 assert admin.delete(f"/api/v1/tokens/{token_id}").status_code == 200

@@ -60,7 +60,7 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 @pytest.fixture
 def small_probe(small: ServerProcess) -> ResponsivenessProbe:
-    return ResponsivenessProbe(ask_healthz, small.url)
+    return ResponsivenessProbe(ask_healthz, small)
 
 
 def prompt(**fields: Any) -> dict[str, Any]:

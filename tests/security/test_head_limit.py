@@ -74,7 +74,7 @@ def small_heads(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc
 
 
 def test_a_64_mb_header_value_is_refused_while_others_are_served(server: ServerProcess) -> None:
-    with PeakRss(server) as rss, ResponsivenessProbe(ask_healthz, server.url) as probe:
+    with PeakRss(server) as rss, ResponsivenessProbe(ask_healthz, server) as probe:
         flood = flood_head("127.0.0.1", server.port, start=START + b"X-Huge: ", piece=b"a" * 65536, total=64 * MiB)
     assert flood.sent < 16 * MiB, f"the server took {flood.sent / MiB:.0f} MiB of one head"
     assert flood.status in (None, 431), flood.answer[:200]  # the 431 may be cut off by the reset
@@ -84,7 +84,7 @@ def test_a_64_mb_header_value_is_refused_while_others_are_served(server: ServerP
 
 def test_200_mb_of_small_headers_are_refused_while_others_are_served(server: ServerProcess) -> None:
     piece = b"X-Small: 1\r\n" * 5000
-    with PeakRss(server) as rss, ResponsivenessProbe(ask_healthz, server.url) as probe:
+    with PeakRss(server) as rss, ResponsivenessProbe(ask_healthz, server) as probe:
         flood = flood_head("127.0.0.1", server.port, start=START, piece=piece, total=200 * MiB)
     assert flood.sent < 16 * MiB, f"the server took {flood.sent / MiB:.0f} MiB of one head"
     assert flood.status in (None, 431), flood.answer[:200]
@@ -188,7 +188,7 @@ def test_trailer_floods_are_cut_off_before_authentication(
     server: ServerProcess, start: bytes, piece: bytes, total: int
 ) -> None:
     """No token: the answer (401) does not wait for the body, and what follows is still bounded."""
-    with PeakRss(server) as rss, ResponsivenessProbe(ask_healthz, server.url) as probe:
+    with PeakRss(server) as rss, ResponsivenessProbe(ask_healthz, server) as probe:
         flood = flood_head("127.0.0.1", server.port, start=CHUNKED + start, piece=piece, total=total)
     assert flood.sent < 16 * MiB, f"the server took {flood.sent / MiB:.0f} MiB of trailers"
     probe.assert_responsive()

@@ -213,7 +213,7 @@ class Attack:
 
 def _attack(server: ServerProcess, run: Callable[[], dict[str, Any]]) -> Attack:
     before = server.rss()
-    with ResponsivenessProbe(ask_healthz, server.url) as probe:
+    with ResponsivenessProbe(ask_healthz, server) as probe:
         started = time.monotonic()
         answer = run()
         seconds = time.monotonic() - started
@@ -428,7 +428,7 @@ def test_site_local_ipv6_destinations_are_refused(server: ServerProcess, kind: s
         else {"name": "site-local-res", "kind": "http", "uri": "upstream://site-local", "url": url}
     )
     before = server.rss()
-    with ResponsivenessProbe(ask_healthz, server.url) as probe, server.admin() as admin:
+    with ResponsivenessProbe(ask_healthz, server) as probe, server.admin() as admin:
         refused = admin.post(f"/api/v1/{kind}", json=body)
         probe.wait_for_more()
     probe.assert_responsive(min_probes=1)

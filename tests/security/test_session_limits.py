@@ -49,7 +49,7 @@ def test_huge_client_info_and_capabilities_are_refused(server: ServerProcess) ->
     with httpx.Client(base_url=server.url, timeout=30) as http:
         StreamableHttpClient(http).initialize()  # warm up: the first session's row and caches
         db_before, rss_before = database_bytes(server.data_dir), server.rss()
-        with ResponsivenessProbe(ask_healthz, server.url) as probe:
+        with ResponsivenessProbe(ask_healthz, server) as probe:
             for _ in range(3):
                 for attack in attacks:
                     response = http.post(
@@ -79,7 +79,7 @@ def test_subscription_flood_is_capped(server: ServerProcess) -> None:
         client.initialize()
         rss_before = server.rss()
         refusals: list[str] = []
-        with ResponsivenessProbe(ask_healthz, server.url) as probe:
+        with ResponsivenessProbe(ask_healthz, server) as probe:
             for i in range(limits.subscriptions + 20):
                 answer = client.request("resources/subscribe", {"uri": f"sprint://team-{i:05d}/current"}, i + 1)
                 if "error" in answer:

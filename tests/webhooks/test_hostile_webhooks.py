@@ -143,7 +143,7 @@ def test_a_trailer_flood_and_an_endless_trailer_end_the_call_with_a_clear_tool_e
             create_tool(registry, "trailers" + path.replace("/", "-"), hostile.url(path))
         before = registry.rss()
         results: list[dict[str, Any]] = []
-        with ResponsivenessProbe(healthz_and_rss, registry.url, interval=0.02) as probe:
+        with ResponsivenessProbe(healthz_and_rss, registry, interval=0.02) as probe:
             # Each attack ends at once: keep attacking until /healthz has been asked ten times.
             while len(probe.latencies) < 10 and len(results) < 10_000:
                 results += [call_tool(client, "trailers" + path.replace("/", "-")) for path in attacks]
