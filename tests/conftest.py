@@ -32,6 +32,7 @@ from tests.databases import (
     drop_retired,
     retire_postgres_database,
 )
+from tests.http import TLS
 from tests.markers import classify
 from tests.serve_process import ServerProcess
 from tests.thread_server import port_of, serving_in_thread
@@ -230,7 +231,7 @@ class LiveServer:
 
     def client(self, token: str | None = ADMIN_TOKEN) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30, verify=TLS)
 
 
 def start_live_server(settings: Settings, **overrides: Any) -> tuple[Registry, LiveServer]:

@@ -22,6 +22,7 @@ from typing import IO, Any, Self
 
 import httpx
 
+from tests.http import TLS
 from tests.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -152,7 +153,7 @@ class ManagedProcess:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.log_tail()}")
             try:
-                status = httpx.get(self.url + path, timeout=1.0).status_code
+                status = httpx.get(self.url + path, timeout=1.0, verify=TLS).status_code
             except httpx.HTTPError:
                 return False
             return self.ready_status is None or status == self.ready_status
@@ -317,7 +318,7 @@ class ServerProcess(ManagedProcess):
         """An HTTP client for this server: with ``admin``, carrying the admin token."""
         value = self.admin_token if admin else token
         headers = {"Authorization": f"Bearer {value}"} if value else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        return httpx.Client(base_url=self.url, headers=headers, timeout=timeout, verify=TLS)
 
     def admin(self, timeout: float = 30.0) -> httpx.Client:
         return self.client(admin=True, timeout=timeout)

@@ -8,6 +8,7 @@ import time
 
 import httpx
 
+from tests.http import TLS
 from tests.interop.mcp_wire import SseEvent, iter_sse
 
 
@@ -20,7 +21,7 @@ class StreamListener:
             headers["Last-Event-ID"] = last_event_id
         self.events: queue.Queue[SseEvent] = queue.Queue()
         self.status: int | None = None
-        self._client = httpx.Client(base_url=base_url, timeout=httpx.Timeout(10, read=60))
+        self._client = httpx.Client(base_url=base_url, timeout=httpx.Timeout(10, read=60), verify=TLS)
         self._stop = threading.Event()
         #: Set when the server ended the stream (or it failed).
         self.ended = threading.Event()

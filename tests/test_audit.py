@@ -21,6 +21,7 @@ from registry.db.audit import Actor
 from registry.db.changelog import append_change, append_event
 from registry.db.models import Team
 from tests.conftest import LiveServer, run_cli
+from tests.http import TLS
 from tests.interop.mcp_wire import StreamableHttpClient
 from tests.stream_listener import StreamListener
 from tests.waiting import wait_until
@@ -55,7 +56,7 @@ def test_governance_events_notify_no_agent_live_or_replayed(
     with live_server.client() as admin:
         created = admin.post("/api/v1/prompts", json={"name": "quiet", **PROMPT})
         assert created.status_code == 201, created.text
-        client = StreamableHttpClient(httpx.Client(base_url=live_server.url, timeout=15))
+        client = StreamableHttpClient(httpx.Client(base_url=live_server.url, timeout=15, verify=TLS))
         client.initialize("2025-11-25")
         assert client.session_id is not None
         listener = StreamListener(live_server.url, client.session_id)
@@ -105,7 +106,7 @@ def test_governance_events_notify_no_agent_live_or_replayed(
 
 
 def client_list(server: LiveServer) -> dict[str, str]:
-    client = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=15))
+    client = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=15, verify=TLS))
     try:
         client.initialize("2025-11-25")
         prompts = client.request("prompts/list", {})["result"]["prompts"]

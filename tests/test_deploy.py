@@ -30,6 +30,7 @@ import yaml
 from registry.config import Settings
 from registry.limits import Limits, env_name
 from tests.certs import write_self_signed
+from tests.http import TLS
 from tests.security.conftest import MiB, PeakRss, ResponsivenessProbe, ask_healthz, flood_head
 from tests.serve_process import ServerProcess, free_port
 from tests.waiting import wait_until
@@ -391,11 +392,11 @@ def test_through_nginx_over_http(tmp_path: Path, replica: ServerProcess) -> None
     try:
         base = f"http://127.0.0.1:{nginx.http_port}"
         spoof = {"X-Forwarded-For": "203.0.113.9", "X-Forwarded-Proto": "https"}
-        assert httpx.get(base + "/readyz", headers=spoof, timeout=10).status_code == 200
-        redirect = httpx.get(base + "/ui", headers=spoof, timeout=10)
+        assert httpx.get(base + "/readyz", headers=spoof, timeout=10, verify=TLS).status_code == 200
+        redirect = httpx.get(base + "/ui", headers=spoof, timeout=10, verify=TLS)
         assert redirect.status_code == 307
         assert redirect.headers["location"].startswith("http://"), redirect.headers["location"]
-        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {replica.admin_token}"}) as api:
+        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {replica.admin_token}"}, verify=TLS) as api:
             assert api.get("/api/v1/prompts").status_code == 200
         log = replica.log_tail(20_000)
         assert '"GET /ui HTTP/1.1" 307' in log
@@ -420,7 +421,7 @@ def test_through_nginx_over_https(tmp_path: Path, replica: ServerProcess) -> Non
             redirect = client.get(https + "/ui")
             assert redirect.status_code == 307
             assert redirect.headers["location"].startswith("https://"), redirect.headers["location"]
-        plain = httpx.post(f"http://localhost:{nginx.http_port}/mcp", json={}, timeout=10)
+        plain = httpx.post(f"http://localhost:{nginx.http_port}/mcp", json={}, timeout=10, verify=TLS)
         assert plain.status_code == 308
         assert plain.headers["location"] == f"https://localhost:{nginx.https_port}/mcp"
     finally:
@@ -474,7 +475,7 @@ def test_replica_ignores_forwarded_headers_unless_told_whom_to_trust(tmp_path: P
         server = ServerProcess(tmp_path / f"s-{trusted}", env=env, args=["--access-log"], log_level="info")
         server.start()
         try:
-            location = httpx.get(server.url + "/ui", headers=spoof, timeout=10).headers["location"]
+            location = httpx.get(server.url + "/ui", headers=spoof, timeout=10, verify=TLS).headers["location"]
             assert location.startswith("https://" if believed else "http://"), (trusted, location)
             assert ("203.0.113.9" in server.log_tail(20_000)) == believed, trusted
         finally:

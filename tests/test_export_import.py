@@ -29,6 +29,7 @@ from registry.config import Settings
 from registry.db.engine import normalize_database_url
 from registry.runtime import Registry
 from registry.webhooks import verify
+from tests.http import TLS
 from tests.interop.mcp_wire import StreamableHttpClient
 from tests.serve_process import ServerProcess
 from tests.webhooks.conftest import WebhookServer, webhook_server
@@ -164,7 +165,7 @@ def target_postgres(postgres_url: str) -> str:
 
 def _call(server: ServerProcess, label: str | None, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     path = "/mcp" + (f"?label={label}" if label else "")
-    with httpx.Client(base_url=server.url, timeout=30) as http:
+    with httpx.Client(base_url=server.url, timeout=30, verify=TLS) as http:
         client = StreamableHttpClient(http, path=path)
         client.initialize("2025-11-25")
         answer = client.request(name, arguments, request_id=7)

@@ -24,6 +24,7 @@ from registry.config import Settings
 from registry.db.models import Change, ChangeRequest, ProtectedLabel
 from registry.runtime import Registry
 from tests.conftest import LiveServer
+from tests.http import TLS
 from tests.serve_process import ServerProcess, mcp_registry_command
 from tests.ui.conftest import CSRF, sign_in
 
@@ -106,7 +107,7 @@ def test_production_protected_in_the_database_holds_on_every_path(settings: Sett
             assert created.status_code == 201 and created.json()["held_labels"] == ["production"]
             assert production_of(registry, "summarize") == 1
 
-        with httpx.Client(base_url=server.url, timeout=60) as ui:
+        with httpx.Client(base_url=server.url, timeout=60, verify=TLS) as ui:
             # 2. The web UI: the promote form is refused; a bundle upload plans review and opens requests.
             assert sign_in(ui, str(settings.admin_token)).status_code == 303
             csrf = CSRF.search(ui.get("/ui/bundles").text)

@@ -33,6 +33,7 @@ from registry.db.engine import Database, DatabaseUnavailable
 from registry.db.models import ChangeRequestReview
 from registry.runtime import Registry
 from tests.conftest import _drop_postgres_schema, _fresh_postgres_schema, require_postgres
+from tests.http import TLS
 from tests.interop.mcp_wire import SseEvent, StreamableHttpClient, iter_sse, open_session, served_prompt_text
 from tests.oidc_issuer import TestIssuer
 from tests.serve_process import ServerProcess, issue_token
@@ -149,7 +150,7 @@ class GetStream:
         self.events: queue.Queue[SseEvent] = queue.Queue()
         headers = {**client.headers(), "Accept": "text/event-stream"}
         headers.pop("Content-Type", None)
-        self._http = httpx.Client(base_url=s.server.url, timeout=httpx.Timeout(10, read=60))
+        self._http = httpx.Client(base_url=s.server.url, timeout=httpx.Timeout(10, read=60), verify=TLS)
         self._opened = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(headers,), daemon=True)
         self._thread.start()
@@ -582,7 +583,7 @@ def test_approving_twice_records_one_approval(setup: Setup) -> None:
 @contextmanager
 def _ui(s: Setup, token: str) -> Iterator[httpx.Client]:
     """A browser-like client of the web UI, signed in with ``token`` (redirects followed)."""
-    with httpx.Client(base_url=s.server.url, timeout=30, follow_redirects=True) as browser:
+    with httpx.Client(base_url=s.server.url, timeout=30, follow_redirects=True, verify=TLS) as browser:
         form = browser.get("/ui/signin")
         nonce = re.search(r'name="signin_nonce" value="([^"]+)"', form.text)
         assert nonce

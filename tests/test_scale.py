@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from tests.http import TLS
 from tests.interop.mcp_wire import StreamableHttpClient, response_messages
 from tests.serve_process import ServerProcess, mcp_registry_command
 from tests.waiting import wait_until
@@ -83,7 +84,7 @@ def _cli(*args: str, database_url: str, folder: Path) -> str:
 
 
 def _client(url: str) -> StreamableHttpClient:
-    client = StreamableHttpClient(httpx.Client(base_url=url, timeout=30))
+    client = StreamableHttpClient(httpx.Client(base_url=url, timeout=30, verify=TLS))
     client.initialize()
     return client
 

@@ -28,6 +28,7 @@ from registry.config import Settings, SettingsError
 from registry.oidc import ID_TOKEN, NO_AUDIENCE, OidcVerifier
 from registry.runtime import Registry
 from registry.tokens import TokenRejected, TokenService
+from tests.http import TLS
 from tests.interop.mcp_wire import StreamableHttpClient
 from tests.oidc_issuer import TestIssuer
 from tests.serve_process import ServerProcess, free_port
@@ -83,7 +84,7 @@ def bearer(token: str) -> dict[str, str]:
 
 def mcp_client(server: ServerProcess, token: str | None) -> StreamableHttpClient:
     headers = bearer(token) if token else {}
-    return StreamableHttpClient(httpx.Client(base_url=server.url, timeout=30), extra_headers=headers)
+    return StreamableHttpClient(httpx.Client(base_url=server.url, timeout=30, verify=TLS), extra_headers=headers)
 
 
 # ------------------------------------------------------------------ accepted
@@ -301,7 +302,7 @@ def test_a_rotated_key_is_accepted_without_a_restart(server: ServerProcess, issu
 
 
 def test_protected_resource_metadata(server: ServerProcess, issuer: TestIssuer) -> None:
-    with httpx.Client(base_url=server.url, timeout=30) as http:
+    with httpx.Client(base_url=server.url, timeout=30, verify=TLS) as http:
         for path in ("/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"):
             answer = http.get(path)
             assert answer.status_code == 200, answer.text
@@ -325,7 +326,7 @@ def test_protected_resource_metadata(server: ServerProcess, issuer: TestIssuer) 
 
 
 def test_no_metadata_without_single_sign_on(live_server: Any) -> None:
-    with httpx.Client(base_url=live_server.url, timeout=30) as http:
+    with httpx.Client(base_url=live_server.url, timeout=30, verify=TLS) as http:
         answer = http.get("/.well-known/oauth-protected-resource/mcp")
         assert answer.status_code == 404
         assert "REGISTRY_OIDC_ISSUER" in answer.json()["detail"]
@@ -345,7 +346,7 @@ def _start(http: httpx.Client, next_path: str = "/ui/prompts") -> httpx.Response
 
 
 def test_the_ui_signs_in_through_the_issuer(server: ServerProcess, issuer: TestIssuer) -> None:
-    with httpx.Client(base_url=server.url, timeout=30) as http:
+    with httpx.Client(base_url=server.url, timeout=30, verify=TLS) as http:
         page = http.get("/ui/signin")
         assert "Sign in with single sign-on" in page.text
         started = http.get("/ui/sso/start", params={"next": "/ui/prompts"})
@@ -374,7 +375,7 @@ def test_the_ui_signs_in_through_the_issuer(server: ServerProcess, issuer: TestI
 
 
 def test_a_tampered_state_is_refused(server: ServerProcess) -> None:
-    with httpx.Client(base_url=server.url, timeout=30) as http:
+    with httpx.Client(base_url=server.url, timeout=30, verify=TLS) as http:
         back = _start(http)
         parts = urlsplit(back.headers["location"])
         query = {k: v[0] for k, v in parse_qs(parts.query).items()}
@@ -387,9 +388,9 @@ def test_a_tampered_state_is_refused(server: ServerProcess) -> None:
 def test_a_flow_cookie_from_elsewhere_is_refused(server: ServerProcess) -> None:
     """An answer brought to a browser that did not start the sign-in (login CSRF), or whose flow
     cookie was altered, opens no session."""
-    with httpx.Client(base_url=server.url, timeout=30) as attacker:
+    with httpx.Client(base_url=server.url, timeout=30, verify=TLS) as attacker:
         back = _start(attacker)
-    with httpx.Client(base_url=server.url, timeout=30) as victim:
+    with httpx.Client(base_url=server.url, timeout=30, verify=TLS) as victim:
         answer = victim.get(back.headers["location"])
         assert answer.status_code == 400 and "Start it again" in answer.text
         victim.cookies.set("mcpr_ui_sso", "eyJzdGF0ZSI6IngifQ.AAAA", path="/ui/sso")
@@ -400,7 +401,7 @@ def test_a_flow_cookie_from_elsewhere_is_refused(server: ServerProcess) -> None:
 def test_the_issuer_refusing_is_shown(server: ServerProcess, issuer: TestIssuer) -> None:
     issuer.deny = "access_denied"
     try:
-        with httpx.Client(base_url=server.url, timeout=30) as http:
+        with httpx.Client(base_url=server.url, timeout=30, verify=TLS) as http:
             back = _start(http)
             answer = http.get(back.headers["location"])
     finally:
@@ -413,7 +414,7 @@ def test_an_agent_role_cannot_open_the_ui(server: ServerProcess, issuer: TestIss
     saved = dict(issuer.user)
     issuer.user["registry_role"] = "agent"
     try:
-        with httpx.Client(base_url=server.url, timeout=30) as http:
+        with httpx.Client(base_url=server.url, timeout=30, verify=TLS) as http:
             back = _start(http)
             answer = http.get(back.headers["location"])
     finally:
@@ -424,7 +425,7 @@ def test_an_agent_role_cannot_open_the_ui(server: ServerProcess, issuer: TestIss
 
 def test_a_pasted_access_token_signs_in_until_it_expires(server: ServerProcess, issuer: TestIssuer) -> None:
     nonce = re.compile(r'name="signin_nonce" value="([^"]+)"')
-    with httpx.Client(base_url=server.url, timeout=30) as http:
+    with httpx.Client(base_url=server.url, timeout=30, verify=TLS) as http:
         form = http.get("/ui/signin")
         match = nonce.search(form.text)
         assert match
@@ -594,11 +595,11 @@ def test_without_an_audience_no_bearer_jwt_opens_the_api_or_mcp(
             client.http.close()
         assert refused.status_code == 401, refused.text
         assert refused.json()["error"]["message"] == f"Unauthorized: {NO_AUDIENCE}"
-    with httpx.Client(base_url=ui_only_server.url, timeout=30) as http:
+    with httpx.Client(base_url=ui_only_server.url, timeout=30, verify=TLS) as http:
         metadata = http.get("/.well-known/oauth-protected-resource/mcp")
     assert metadata.status_code == 404 and "REGISTRY_OIDC_AUDIENCE" in metadata.json()["detail"]
     # The web UI's sign-in (which verifies the ID token as such) still works there.
-    with httpx.Client(base_url=ui_only_server.url, timeout=30) as http:
+    with httpx.Client(base_url=ui_only_server.url, timeout=30, verify=TLS) as http:
         back = _start(http)
         done = http.get(back.headers["location"])
         assert done.status_code == 303, done.text
@@ -649,7 +650,7 @@ def test_single_sign_on_for_the_ui_needs_the_public_url(
     finally:
         registry.close()
     # With it, the redirect is the configured address whatever Host the request names.
-    with httpx.Client(base_url=server.url, timeout=30) as http:
+    with httpx.Client(base_url=server.url, timeout=30, verify=TLS) as http:
         started = http.get("/ui/sso/start", headers={"Host": "attacker.example"})
     assert started.status_code == 303, started.text
     query = {k: v[0] for k, v in parse_qs(urlsplit(started.headers["location"]).query).items()}

@@ -21,6 +21,7 @@ from registry.db.models import ApiToken
 from registry.runtime import Registry
 from tests.conftest import LiveServer
 from tests.factories import prompt_body
+from tests.http import TLS
 from tests.interop.mcp_wire import open_session
 from tests.ui.conftest import sign_in
 
@@ -137,7 +138,7 @@ def test_a_web_ui_request_notes_the_tokens_use_without_a_write_per_request(
         return value
 
     assert last_used() is None
-    with httpx.Client(base_url=live_server.url, timeout=30) as browser:
+    with httpx.Client(base_url=live_server.url, timeout=30, verify=TLS) as browser:
         assert sign_in(browser, made["token"]).status_code == 303
         signed_in_at = last_used()
         assert signed_in_at is not None, "a sign-in is a use"

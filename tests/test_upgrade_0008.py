@@ -26,6 +26,7 @@ import sqlalchemy as sa
 from registry.cli import main
 from registry.db import migrate
 from registry.db.engine import Database
+from tests.http import TLS
 from tests.interop.mcp_wire import StreamableHttpClient
 from tests.serve_process import ServerProcess, process_secret_key
 
@@ -399,7 +400,7 @@ def _client(server: ServerProcess, token: str) -> httpx.Client:
 
 def _mcp(server: ServerProcess, token: str | None = None) -> StreamableHttpClient:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    client = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=30), extra_headers=headers)
+    client = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=30, verify=TLS), extra_headers=headers)
     client.initialize()
     return client
 
@@ -456,7 +457,7 @@ def test_an_upgraded_database_keeps_entries_tokens_sessions_and_history(
 
     # The MCP session the old agent had open carries on (no new initialize).
     resumed = StreamableHttpClient(
-        httpx.Client(base_url=server.url, timeout=30),
+        httpx.Client(base_url=server.url, timeout=30, verify=TLS),
         session_id=old.mcp_session,
         protocol_version="2025-11-25",
         extra_headers={"Authorization": f"Bearer {tokens['agent']}"},
@@ -468,7 +469,9 @@ def test_an_upgraded_database_keeps_entries_tokens_sessions_and_history(
         resumed.http.close()
 
     # The signed-in web UI session carries on.
-    with httpx.Client(base_url=server.url, timeout=30, cookies={"mcpr_ui_session": old.ui_secret}) as browser:
+    with httpx.Client(
+        base_url=server.url, timeout=30, cookies={"mcpr_ui_session": old.ui_secret}, verify=TLS
+    ) as browser:
         home = browser.get("/ui/", follow_redirects=False)
         assert home.status_code == 200, (home.status_code, home.headers.get("location"))
         assert "old-admin" in home.text
@@ -493,6 +496,7 @@ def test_an_upgraded_database_keeps_entries_tokens_sessions_and_history(
             json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}},
             headers={"Authorization": f"Bearer {tokens[refused]}", "Accept": "application/json, text/event-stream"},
             timeout=30,
+            verify=TLS,
         )
         assert answer.status_code == 401, (refused, answer.text)
 

@@ -23,6 +23,7 @@ from registry.db.engine import Database, normalize_database_url
 from registry.db.migrate import upgrade
 from tests.conftest import _drop_postgres_schema, _fresh_postgres_schema, require_postgres
 from tests.factories import prompt_body, tool_body
+from tests.http import TLS
 from tests.interop.mcp_wire import StreamableHttpClient
 from tests.serve_process import ServerProcess, issue_token
 from tests.ui.conftest import sign_in
@@ -69,7 +70,7 @@ def _token(admin: httpx.Client, name: str, scopes: list[str], **extra: Any) -> t
 
 
 def _mcp(server: ServerProcess, token: str) -> StreamableHttpClient:
-    http = httpx.Client(base_url=server.url, timeout=30, headers={"Authorization": f"Bearer {token}"})
+    http = httpx.Client(base_url=server.url, timeout=30, headers={"Authorization": f"Bearer {token}"}, verify=TLS)
     client = StreamableHttpClient(http)
     client.initialize("2025-11-25")
     return client
@@ -204,7 +205,7 @@ def test_uses_are_counted_per_version_agent_and_method(served: ServerProcess, we
         assert admin.get("/api/v1/prompts/no-such-prompt/usage").status_code == 404
 
         # The web UI shows the same: the overview and the entry's usage page.
-    with httpx.Client(base_url=served.url, timeout=30) as browser:
+    with httpx.Client(base_url=served.url, timeout=30, verify=TLS) as browser:
         assert sign_in(browser, served.admin_token).status_code == 303
         overview = browser.get("/ui/usage?window=7d")
         assert overview.status_code == 200, overview.text
@@ -257,7 +258,7 @@ def test_counts_are_written_on_sigterm(tmp_path: Path, database_url: str) -> Non
     """A flush interval of an hour: only the shutdown can have written them."""
     env = {"REGISTRY_USAGE_FLUSH_S": "3600"}
     with ServerProcess(tmp_path / "data", database_url=database_url, env=env, args=["--seed", "demo"]) as server:
-        client = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=30))
+        client = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=30, verify=TLS))
         client.initialize("2025-11-25")
         for _ in range(5):
             assert "result" in client.request("prompts/get", {"name": "summarize", "arguments": {"text": "x"}})
@@ -269,7 +270,7 @@ def test_counts_are_written_on_sigterm(tmp_path: Path, database_url: str) -> Non
 def test_nothing_is_counted_when_usage_is_off(tmp_path: Path, database_url: str) -> None:
     env = {"REGISTRY_USAGE": "false", "REGISTRY_USAGE_FLUSH_S": "0.1"}
     with ServerProcess(tmp_path / "data", database_url=database_url, env=env, args=["--seed", "demo"]) as server:
-        client = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=30))
+        client = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=30, verify=TLS))
         client.initialize("2025-11-25")
         for _ in range(3):
             assert "result" in client.request("prompts/get", {"name": "summarize", "arguments": {"text": "x"}})

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from registry.cli import main
+from tests.http import TLS
 from tests.interop.mcp_wire import StreamableHttpClient
 from tests.serve_process import ServerProcess
 from tests.stream_listener import StreamListener
@@ -56,7 +57,11 @@ def single_connection(server: ServerProcess) -> httpx.Client:
     """An admin client that keeps one connection: every request reaches the same worker."""
     limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
     return httpx.Client(
-        base_url=server.url, headers={"Authorization": f"Bearer {server.admin_token}"}, limits=limits, timeout=15
+        base_url=server.url,
+        headers={"Authorization": f"Bearer {server.admin_token}"},
+        limits=limits,
+        timeout=15,
+        verify=TLS,
     )
 
 
@@ -110,8 +115,8 @@ def test_two_workers_answer_on_one_port(workers: ServerProcess) -> None:
     for _pid, text in seen.values():  # every sample of a worker carries its number
         samples = [line for line in text.splitlines() if line and not line.startswith("#")]
         assert samples and all('worker="' in line for line in samples)
-    assert httpx.get(workers.url + "/healthz").status_code == 200
-    assert httpx.get(workers.url + "/readyz").json() == {"status": "ok", "detail": "ok"}
+    assert httpx.get(workers.url + "/healthz", verify=TLS).status_code == 200
+    assert httpx.get(workers.url + "/readyz", verify=TLS).json() == {"status": "ok", "detail": "ok"}
 
 
 def test_migrate_and_seed_ran_once(workers: ServerProcess) -> None:
@@ -128,7 +133,7 @@ def test_migrate_and_seed_ran_once(workers: ServerProcess) -> None:
 
 
 def test_an_edit_through_one_worker_reaches_a_stream_on_the_other(workers: ServerProcess) -> None:
-    session = StreamableHttpClient(httpx.Client(base_url=workers.url, timeout=15))
+    session = StreamableHttpClient(httpx.Client(base_url=workers.url, timeout=15, verify=TLS))
     session.initialize("2025-11-25")
     assert session.session_id
     listener = StreamListener(workers.url, session.session_id)

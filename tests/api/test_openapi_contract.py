@@ -28,6 +28,7 @@ from openapi_spec_validator import validate as validate_openapi
 from registry.api.models import INT32_MAX, INT64_MAX
 from registry.config import Settings
 from registry.limits import Limits
+from tests.http import TLS
 from tests.serve_process import ServerProcess
 
 HERE = Path(__file__).resolve().parent
@@ -54,7 +55,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 @pytest.fixture(scope="module")
 def document(served: ServerProcess) -> dict[str, Any]:
-    response = httpx.get(served.url + "/openapi.json", timeout=30)
+    response = httpx.get(served.url + "/openapi.json", timeout=30, verify=TLS)
     assert response.status_code == 200, response.text
     doc: dict[str, Any] = response.json()
     return doc

@@ -13,6 +13,7 @@ import httpx
 from registry.config import Settings
 from registry.webhooks import verify
 from tests.conftest import LiveServer, start_live_server
+from tests.http import TLS
 from tests.interop.mcp_wire import StreamableHttpClient
 from tests.webhooks.conftest import WebhookServer
 
@@ -39,7 +40,7 @@ def run(server: LiveServer, name: str, arguments: Any, **body: Any) -> dict[str,
 
 
 def agent_call(server: LiveServer, name: str, arguments: Any) -> dict[str, Any]:
-    client = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=30))
+    client = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=30, verify=TLS))
     client.initialize("2025-11-25")
     result: dict[str, Any] = client.request("tools/call", {"name": name, "arguments": arguments})["result"]
     return result

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from tests.conftest import _drop_postgres_schema, _fresh_postgres_schema
+from tests.http import TLS
 from tests.serve_process import ServerProcess
 
 TRIALS = 8
@@ -80,7 +81,7 @@ def test_two_postgres_processes_start_together_on_an_empty_schema(
     try:
         _start_together(servers)
         assert _demo_prompts(servers[0]) == _demo_prompts(servers[1])
-        assert httpx.get(servers[1].url + "/readyz", timeout=5).status_code == 200
+        assert httpx.get(servers[1].url + "/readyz", timeout=5, verify=TLS).status_code == 200
     finally:
         for server in servers:
             server.stop()

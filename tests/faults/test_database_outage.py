@@ -29,6 +29,7 @@ import pytest
 
 from registry.db.engine import AVAILABILITY_HOLD_S
 from tests.faults.pg_cluster import PgCluster, skip_unless_available
+from tests.http import TLS
 from tests.interop.mcp_wire import StreamableHttpClient
 from tests.serve_process import ServerProcess
 from tests.stream_listener import StreamListener
@@ -91,7 +92,7 @@ def _timed(call: Callable[[], T]) -> tuple[T, float]:
 
 
 def _mcp(server: ServerProcess, session_id: str | None = None, timeout: float = 15.0) -> StreamableHttpClient:
-    client = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=timeout))
+    client = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=timeout, verify=TLS))
     if session_id is not None:
         client.session_id = session_id
         client.protocol_version = PROTOCOL
@@ -154,7 +155,7 @@ def test_stopped_database_answers_503_problem_or_rpc_error_not_plain_500(replica
             _assert_problem_503(client.get("/metrics"), "/metrics")
         with a.admin() as client:  # a token this replica verified recently: the handler itself needs the DB
             _assert_problem_503(client.get("/api/v1/prompts"), "admin API GET (handler)")
-        ready = httpx.get(a.url + "/readyz", timeout=5)
+        ready = httpx.get(a.url + "/readyz", timeout=5, verify=TLS)
         assert ready.status_code == 503 and ready.json()["status"] == "unavailable", ready.text
 
         with _mcp(a).http as http:
@@ -186,7 +187,7 @@ def test_a_request_on_a_session_this_replica_never_saw_is_answered_with_its_id(r
     headers["MCP-Protocol-Version"] = PROTOCOL
     replicas.cluster.stop()
     try:
-        with httpx.Client(base_url=b.url, timeout=15) as http:
+        with httpx.Client(base_url=b.url, timeout=15, verify=TLS) as http:
             for request_id in (41, "call-42"):
                 response = http.post("/mcp", json=_tools_list(request_id), headers=headers)
                 answer = _assert_rpc_503(response, "request on a session B never saw")
@@ -259,7 +260,7 @@ def test_frozen_database_answers_503_within_seconds(replicas: Replicas) -> None:
             return client.get("/metrics")
 
     def initialize() -> httpx.Response:
-        with httpx.Client(base_url=a.url, timeout=10) as http:
+        with httpx.Client(base_url=a.url, timeout=10, verify=TLS) as http:
             return http.post("/mcp", json=_initialize_message(), headers={"Accept": "application/json"})
 
     replicas.cluster.freeze()
@@ -273,7 +274,7 @@ def test_frozen_database_answers_503_within_seconds(replicas: Replicas) -> None:
         assert seconds < 3.0, f"admin GET took {seconds:.2f}s with the database frozen (target: about 2 s)"
 
         time.sleep(AVAILABILITY_HOLD_S + 0.5)  # past the remembered failure: a fresh check
-        ready, seconds = _timed(lambda: httpx.get(a.url + "/readyz", timeout=10))
+        ready, seconds = _timed(lambda: httpx.get(a.url + "/readyz", timeout=10, verify=TLS))
         assert ready.status_code == 503, ready.text
         print(f"frozen database: /readyz 503 in {seconds:.2f}s")
         # Its own bound (0.8 s) answered, not a connect that ran out its time.
@@ -301,7 +302,7 @@ def test_frozen_database_answers_503_within_seconds(replicas: Replicas) -> None:
         # A fresh check waits out the connect timeout against a frozen server: a quicker answer
         # is the remembered failure.
         assert seconds < CONNECT_TIMEOUT_S, f"admin GET right after a failed check took {seconds:.2f}s"
-        ready, seconds = _timed(lambda: httpx.get(a.url + "/readyz", timeout=10))
+        ready, seconds = _timed(lambda: httpx.get(a.url + "/readyz", timeout=10, verify=TLS))
         assert ready.status_code == 503 and seconds < CONNECT_TIMEOUT_S, (ready.status_code, seconds)
     finally:
         replicas.restore()

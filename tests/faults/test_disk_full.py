@@ -46,6 +46,7 @@ from registry.db.engine import is_unavailable
 from registry.runtime import Registry
 from tests.conftest import ADMIN_TOKEN, LiveServer
 from tests.faults.pg_cluster import PG_USER, PgCluster, skip_unless_available
+from tests.http import TLS
 from tests.interop.mcp_wire import StreamableHttpClient, article_initialize, open_session
 from tests.ui.conftest import csrf_of, sign_in
 
@@ -126,7 +127,7 @@ def test_a_full_database_refuses_writes_with_503_says_so_and_keeps_serving_reads
     capped: CappedServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     server = capped.server
-    with server.client() as api, httpx.Client(base_url=server.url, timeout=30) as browser:
+    with server.client() as api, httpx.Client(base_url=server.url, timeout=30, verify=TLS) as browser:
         assert api.post("/api/v1/prompts", json={"name": "before", "template": "kept as it was"}).status_code == 201
         assert sign_in(browser, ADMIN_TOKEN).status_code == 303
         csrf = csrf_of(browser, "/ui/prompts/-/new")
@@ -146,7 +147,7 @@ def test_a_full_database_refuses_writes_with_503_says_so_and_keeps_serving_reads
         assert page.status_code == 503, page.text[:500]
         assert "text/html" in page.headers["content-type"] and FULL in page.text
         # MCP initialize storing its session row: JSON-RPC -32003 with the request's id.
-        fresh = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=30))
+        fresh = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=30, verify=TLS))
         answer = fresh.post(_big_initialize())
         assert answer.status_code == 503, answer.text
         assert answer.headers["content-type"].startswith("application/json")

@@ -20,6 +20,7 @@ import pytest
 from sqlalchemy import text
 
 from tests.conftest import ADMIN_TOKEN, LiveServer
+from tests.http import TLS
 from tests.interop.mcp_wire import StreamableHttpClient, article_initialize
 
 _SQLITE_TRIGGER = """
@@ -37,7 +38,7 @@ _POSTGRES_TRIGGER = [
 
 def _initialize(server: LiveServer, path: str = "/mcp") -> httpx.Response:
     headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-    with httpx.Client(base_url=server.url, timeout=30) as http:
+    with httpx.Client(base_url=server.url, timeout=30, verify=TLS) as http:
         return StreamableHttpClient(http, path=path, extra_headers=headers).post(article_initialize("2025-11-25"))
 
 

@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 from registry.mcp.protocol import META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION
+from tests.http import TLS
 from tests.interop.mcp_wire import ACCEPT_BOTH, StreamableHttpClient, response_messages
 from tests.serve_process import ServerProcess
 from tests.waiting import wait_until
@@ -50,7 +51,7 @@ def server(tmp_path: Path, webhook_server: WebhookServer) -> Iterator[ServerProc
 
 
 def _session_call(server: ServerProcess, name: str, request_id: int, progress: bool) -> Callable[[], httpx.Response]:
-    client = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=30))
+    client = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=30, verify=TLS))
     client.initialize("2025-11-25")
     params: dict[str, Any] = {"name": name, "arguments": {}}
     if progress:
@@ -76,7 +77,7 @@ def _modern_call(server: ServerProcess, name: str, request_id: str, progress: bo
         "Mcp-Method": "tools/call",
         "Mcp-Name": name,
     }
-    return lambda: httpx.post(server.url + "/mcp", content=json.dumps(message), headers=headers, timeout=30)
+    return lambda: httpx.post(server.url + "/mcp", content=json.dumps(message), headers=headers, timeout=30, verify=TLS)
 
 
 def test_sigterm_answers_running_tool_calls_with_a_json_rpc_error_carrying_their_id(

@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from tests.http import TLS
 from tests.interop.mcp_wire import SseEvent, StreamableHttpClient, iter_sse
 from tests.replica_pairs import replicas_fixture
 from tests.serve_process import ServerProcess
@@ -60,7 +61,7 @@ def _change_id(event_id: str | None) -> int:
 
 
 def _open_session(server: ServerProcess) -> StreamableHttpClient:
-    client = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=30))
+    client = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=30, verify=TLS))
     client.initialize(PROTOCOL)
     assert client.session_id
     return client
@@ -146,7 +147,7 @@ class StalledReader:
     everything that was delivered up to the server's close."""
 
     def __init__(self, base_url: str, session_id: str) -> None:
-        self.client = httpx.Client(base_url=base_url, timeout=httpx.Timeout(10, read=30))
+        self.client = httpx.Client(base_url=base_url, timeout=httpx.Timeout(10, read=30), verify=TLS)
         headers = {"Accept": "text/event-stream", "Mcp-Session-Id": session_id, "MCP-Protocol-Version": PROTOCOL}
         self._context = self.client.stream("GET", "/mcp", headers=headers)
         self.response = self._context.__enter__()

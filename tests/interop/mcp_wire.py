@@ -20,6 +20,8 @@ from typing import Any
 
 import httpx
 
+from tests.http import TLS
+
 ACCEPT_BOTH = "application/json, text/event-stream"
 
 # ------------------------------------------------------------------ the article, verbatim
@@ -287,7 +289,7 @@ class StreamableHttpClient:
 def open_session(base_url: str, token: str | None = None) -> StreamableHttpClient:
     """An initialized Streamable HTTP session on ``base_url`` (anonymous, or with ``token``)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    client = StreamableHttpClient(httpx.Client(base_url=base_url, timeout=30), extra_headers=headers)
+    client = StreamableHttpClient(httpx.Client(base_url=base_url, timeout=30, verify=TLS), extra_headers=headers)
     client.initialize()
     return client
 

@@ -19,6 +19,7 @@ import pytest
 from registry.catalog.values import WriteOptions
 from registry.runtime import Registry
 from tests.conftest import LiveServer
+from tests.http import TLS
 from tests.interop.mcp_wire import (
     INITIALIZED,
     StdioProcess,
@@ -105,7 +106,7 @@ def test_article_walk_streamable_http_sse_only_accept(server: LiveServer, versio
 @pytest.mark.parametrize("version", VERSIONS)
 def test_article_walk_legacy_sse(server: LiveServer, version: str) -> None:
     with (
-        httpx.Client(base_url=server.url, timeout=httpx.Timeout(30.0)) as http,
+        httpx.Client(base_url=server.url, timeout=httpx.Timeout(30.0), verify=TLS) as http,
         http.stream("GET", "/sse", headers={"Accept": "text/event-stream"}) as stream,
     ):
         assert stream.status_code == 200
@@ -211,7 +212,7 @@ def test_stdio_serves_the_label_it_is_given(staging_prompt: Registry, database_u
 
 def test_legacy_sse_label_query_parameter(staging_prompt: Registry, server: LiveServer) -> None:
     with (
-        httpx.Client(base_url=server.url, timeout=httpx.Timeout(30.0)) as http,
+        httpx.Client(base_url=server.url, timeout=httpx.Timeout(30.0), verify=TLS) as http,
         http.stream("GET", "/sse?label=staging", headers={"Accept": "text/event-stream"}) as stream,
     ):
         events = iter_sse(stream.iter_lines())

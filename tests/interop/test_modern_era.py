@@ -31,6 +31,7 @@ from registry.mcp.protocol import (
 )
 from registry.runtime import Registry
 from tests.conftest import LiveServer, start_live_server
+from tests.http import TLS
 from tests.interop.mcp_wire import (
     ACCEPT_BOTH,
     StdioProcess,
@@ -244,7 +245,7 @@ def test_duplicated_mcp_header_is_header_mismatch(server: LiveServer) -> None:
         (b"mcp-method", b"tools/list"),
         (b"Mcp-Method", b"tools/list"),
     ]
-    with httpx.Client(base_url=server.url, timeout=30) as client:
+    with httpx.Client(base_url=server.url, timeout=30, verify=TLS) as client:
         response = client.post("/mcp", content=json.dumps(message), headers=raw)
     assert_error(response, 400, -32020, 9)
 

@@ -21,6 +21,7 @@ from registry.config import Settings
 from registry.limits import Limits
 from registry.runtime import Registry
 from tests.conftest import LiveServer
+from tests.http import TLS
 from tests.interop.mcp_wire import ACCEPT_BOTH, StreamableHttpClient, article_initialize, iter_sse
 
 PING = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
@@ -372,7 +373,7 @@ def test_logging_set_level(mcp: StreamableHttpClient) -> None:
 
 def test_get_stream_opens_with_a_priming_event(mcp: StreamableHttpClient, server: LiveServer) -> None:
     with (
-        httpx.Client(base_url=server.url, timeout=httpx.Timeout(5.0)) as http,
+        httpx.Client(base_url=server.url, timeout=httpx.Timeout(5.0), verify=TLS) as http,
         http.stream("GET", "/mcp", headers={**mcp.headers(), "Accept": "text/event-stream"}) as stream,
     ):
         assert stream.status_code == 200
@@ -388,7 +389,7 @@ def test_get_stream_without_priming_on_older_protocol(http: httpx.Client, server
     client = StreamableHttpClient(http)
     client.initialize("2025-06-18")
     with (
-        httpx.Client(base_url=server.url, timeout=httpx.Timeout(5.0)) as stream_http,
+        httpx.Client(base_url=server.url, timeout=httpx.Timeout(5.0), verify=TLS) as stream_http,
         stream_http.stream("GET", "/mcp", headers={**client.headers(), "Accept": "text/event-stream"}) as stream,
     ):
         assert stream.status_code == 200
@@ -402,7 +403,7 @@ def test_get_stream_needs_sse_accept(mcp: StreamableHttpClient) -> None:
 
 def test_get_stream_carries_list_changed(mcp: StreamableHttpClient, server: LiveServer, api: httpx.Client) -> None:
     with (
-        httpx.Client(base_url=server.url, timeout=httpx.Timeout(10.0)) as http,
+        httpx.Client(base_url=server.url, timeout=httpx.Timeout(10.0), verify=TLS) as http,
         http.stream("GET", "/mcp", headers={**mcp.headers(), "Accept": "text/event-stream"}) as stream,
     ):
         events = iter_sse(stream.iter_lines())
@@ -450,7 +451,7 @@ def test_authentication_required_when_anonymous_agents_are_off(
     labelled: Registry, make_server: Callable[..., LiveServer]
 ) -> None:
     locked = make_server(anonymous_agents=False)
-    with httpx.Client(base_url=locked.url, timeout=30) as http:
+    with httpx.Client(base_url=locked.url, timeout=30, verify=TLS) as http:
         anonymous = StreamableHttpClient(http).post(article_initialize("2025-11-25"))
         assert anonymous.status_code == 401
         assert anonymous.headers["www-authenticate"].startswith("Bearer")
@@ -465,7 +466,7 @@ def test_agent_tokens_are_served_their_label(labelled: Registry, make_server: Ca
     staging_token, _ = labelled.tokens.create("a", ["agent"], label="staging")
     production_token, _ = labelled.tokens.create("b", ["agent"])
     locked = make_server(anonymous_agents=False)
-    with httpx.Client(base_url=locked.url, timeout=30) as http:
+    with httpx.Client(base_url=locked.url, timeout=30, verify=TLS) as http:
         staging = StreamableHttpClient(http, extra_headers={"Authorization": f"Bearer {staging_token}"})
         staging.initialize("2025-11-25")
         production = StreamableHttpClient(http, extra_headers={"Authorization": f"Bearer {production_token}"})
@@ -491,7 +492,7 @@ def test_a_session_belongs_to_its_token(labelled: Registry, make_server: Callabl
     first_token, _ = labelled.tokens.create("first", ["agent"])
     second_token, _ = labelled.tokens.create("second", ["agent"])
     locked = make_server(anonymous_agents=False)
-    with httpx.Client(base_url=locked.url, timeout=30) as http:
+    with httpx.Client(base_url=locked.url, timeout=30, verify=TLS) as http:
         owner = StreamableHttpClient(http, extra_headers={"Authorization": f"Bearer {first_token}"})
         owner.initialize("2025-11-25")
         thief = StreamableHttpClient(

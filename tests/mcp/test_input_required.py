@@ -32,6 +32,7 @@ from registry.mcp.spent_states import SpentStates, state_digest
 from registry.runtime import Registry
 from tests.conftest import LiveServer, start_live_server
 from tests.factories import tool_body
+from tests.http import TLS
 from tests.interop.mcp_wire import (
     ACCEPT_BOTH,
     StdioProcess,
@@ -118,7 +119,7 @@ def _create_tool(server: LiveServer, name: str, url: str) -> None:
 
 
 def _session(server: LiveServer, capabilities: dict[str, Any]) -> StreamableHttpClient:
-    client = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=30))
+    client = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=30, verify=TLS))
     client.initialize("2025-11-25", capabilities=capabilities)
     return client
 
@@ -215,7 +216,7 @@ def _modern(
         "Mcp-Method": "tools/call",
         "Mcp-Name": name,
     }
-    return httpx.post(server.url + "/mcp", content=json.dumps(body), headers=headers, timeout=30)
+    return httpx.post(server.url + "/mcp", content=json.dumps(body), headers=headers, timeout=30, verify=TLS)
 
 
 def _result(response: httpx.Response) -> dict[str, Any]:

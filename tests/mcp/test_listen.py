@@ -35,6 +35,7 @@ from registry.mcp.runtime import McpRuntime
 from registry.mcp.sessions import ClientState
 from registry.runtime import Registry
 from tests.conftest import ADMIN_TOKEN, LiveServer
+from tests.http import TLS
 from tests.interop.mcp_wire import ACCEPT_BOTH, iter_sse
 from tests.mcp.asgi_peer import AsgiPeer
 from tests.oidc_issuer import TestIssuer
@@ -414,7 +415,7 @@ class Listens:
             headers["Authorization"] = f"Bearer {token}"
         transport = httpx.HTTPTransport(local_address=source)
         client = self.held.enter_context(
-            httpx.Client(base_url=self.url, transport=transport, timeout=httpx.Timeout(15, read=15))
+            httpx.Client(base_url=self.url, transport=transport, timeout=httpx.Timeout(15, read=15), verify=TLS)
         )
         message = _listen_message(next(self.ids))
         response = self.held.enter_context(client.stream("POST", "/mcp", json=message, headers=headers))

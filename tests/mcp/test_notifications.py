@@ -17,6 +17,7 @@ from registry.config import Settings
 from registry.mcp.streams import ClientStream, StreamHub
 from registry.runtime import Registry
 from tests.conftest import ADMIN_TOKEN, LiveServer
+from tests.http import TLS
 from tests.interop.mcp_wire import StreamableHttpClient
 from tests.serve_process import ServerProcess
 from tests.stream_listener import StreamListener
@@ -25,7 +26,7 @@ LIST_CHANGED = {"jsonrpc": "2.0", "method": "notifications/prompts/list_changed"
 
 
 def _session(server: LiveServer, path: str = "/mcp") -> StreamableHttpClient:
-    client = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=15), path=path)
+    client = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=15, verify=TLS), path=path)
     client.initialize("2025-11-25")
     return client
 
@@ -364,7 +365,7 @@ def test_sigterm_closes_streams_and_exits(tmp_path: Path) -> None:
     server = ServerProcess(tmp_path / "data", admin_token=ADMIN_TOKEN, name="sigterm")
     try:
         server.start(wait="/healthz", timeout=30)
-        client = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=15))
+        client = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=15, verify=TLS))
         client.initialize("2025-11-25")
         assert client.session_id is not None
         listener = StreamListener(server.url, client.session_id)
@@ -380,7 +381,7 @@ def test_sigterm_closes_streams_and_exits(tmp_path: Path) -> None:
 
 
 def test_metrics(demo_server: LiveServer) -> None:
-    assert httpx.get(demo_server.url + "/metrics").status_code == 401
+    assert httpx.get(demo_server.url + "/metrics", verify=TLS).status_code == 401
     client = _session(demo_server)
     listener = _listen(demo_server, client)
     try:

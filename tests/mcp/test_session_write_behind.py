@@ -33,6 +33,7 @@ from sqlalchemy import create_engine, text
 from registry.db.models import McpSession
 from registry.mcp.sessions import STREAMABLE_HTTP, Session, SessionBacklogFull, SessionStore
 from tests.conftest import replica_pair, require_postgres
+from tests.http import TLS
 from tests.interop.mcp_wire import StreamableHttpClient
 from tests.serve_process import ServerProcess
 from tests.waiting import wait_until_async
@@ -44,7 +45,7 @@ RESOURCE_URI = "registry://prompts"  # any URI: subscriptions are stored as give
 
 
 def _client(server: ServerProcess, session_id: str | None = None) -> StreamableHttpClient:
-    client = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=15))
+    client = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=15, verify=TLS))
     if session_id is not None:
         client.session_id = session_id
         client.protocol_version = PROTOCOL
@@ -70,7 +71,7 @@ def _written_behind_burst(server: ServerProcess, after: Any = None, attempts: in
     """A burst with rows still pending right after it (retried a few times: a flush may fall in
     between), then ``after(ids)`` at once. Returns the ids and what ``after`` returned."""
     n = SessionStore.BUSY_RATE * 2
-    with httpx.Client(base_url=server.url, timeout=15) as http:
+    with httpx.Client(base_url=server.url, timeout=15, verify=TLS) as http:
         for _ in range(attempts):
             ids = _burst(server, http, n)
             if _pending_rows(server) > 0:
@@ -137,7 +138,7 @@ def test_a_burst_survives_a_sigterm_restart_with_its_state(server: ServerProcess
 
 def test_ending_a_session_not_written_yet(server: ServerProcess, database_url: str) -> None:
     def end_last(ids: list[str]) -> int:
-        with httpx.Client(base_url=server.url, timeout=15) as http:
+        with httpx.Client(base_url=server.url, timeout=15, verify=TLS) as http:
             headers = {"Mcp-Session-Id": ids[-1], "MCP-Protocol-Version": PROTOCOL}
             return http.delete("/mcp", headers=headers).status_code
 

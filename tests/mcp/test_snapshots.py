@@ -45,6 +45,7 @@ from registry.mcp.snapshot import CatalogSnapshot, SnapshotCache
 from registry.runtime import Registry
 from tests.conftest import LiveServer
 from tests.factories import prompt_body, tool_body
+from tests.http import TLS
 from tests.interop.mcp_wire import StreamableHttpClient
 
 ACTOR = "test"
@@ -539,7 +540,7 @@ def large_server(registry: Registry) -> Iterator[LiveServer]:
 
 
 def _mcp(server: LiveServer) -> StreamableHttpClient:
-    client = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=30))
+    client = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=30, verify=TLS))
     client.initialize("2025-11-25")
     return client
 

@@ -44,6 +44,7 @@ from registry.mcp.snapshot import LISTS, CatalogSnapshot, SnapshotCache
 from registry.runtime import Registry
 from tests.conftest import _drop_postgres_schema, _fresh_postgres_schema, replica_pair, require_postgres
 from tests.factories import tool_body
+from tests.http import TLS
 from tests.interop.mcp_wire import ACCEPT_BOTH, SseEvent, StreamableHttpClient, iter_sse, response_messages
 from tests.serve_process import ServerProcess
 
@@ -167,7 +168,7 @@ class EventReader:
     def __init__(self, base_url: str, method: str, path: str, headers: dict[str, str], body: Any = None) -> None:
         self.events: queue.Queue[SseEvent] = queue.Queue()
         self.status: int | None = None
-        self._client = httpx.Client(base_url=base_url, timeout=httpx.Timeout(10, read=120))
+        self._client = httpx.Client(base_url=base_url, timeout=httpx.Timeout(10, read=120), verify=TLS)
         content = json.dumps(body) if body is not None else None
         self._thread = threading.Thread(target=self._run, args=(method, path, headers, content), daemon=True)
         self._thread.start()
@@ -271,7 +272,7 @@ class SessionAgent:
     def __init__(self, world: World, agent: str) -> None:
         self.world = world
         self.agent = agent
-        http = httpx.Client(base_url=world.server.url, headers=world.headers(agent), timeout=30)
+        http = httpx.Client(base_url=world.server.url, headers=world.headers(agent), timeout=30, verify=TLS)
         self.client = StreamableHttpClient(http)
         self.client.initialize("2025-11-25")
         self.stream: Notes | None = None
@@ -314,7 +315,7 @@ class LegacyAgent:
         assert reader.status == 200 and first.event == "endpoint", (reader.status, first)
         self.endpoint = first.data
         self.stream = Notes(reader)
-        self.http = httpx.Client(base_url=world.server.url, headers=self.headers, timeout=30)
+        self.http = httpx.Client(base_url=world.server.url, headers=self.headers, timeout=30, verify=TLS)
         self._ids = 0
         init = self.rpc(
             "initialize",
@@ -353,7 +354,7 @@ def modern_post(
     }
     if method in NAME_FIELDS:
         headers["Mcp-Name"] = params[NAME_FIELDS[method]]
-    with httpx.Client(base_url=world.server.url, timeout=30) as http:
+    with httpx.Client(base_url=world.server.url, timeout=30, verify=TLS) as http:
         return http.post("/mcp", content=json.dumps(message), headers=headers)
 
 

@@ -14,6 +14,7 @@ from registry.config import Settings
 from registry.webhooks import verify
 from tests.conftest import LiveServer, start_live_server
 from tests.factories import tool_body
+from tests.http import TLS
 from tests.interop.mcp_wire import StreamableHttpClient, parse_sse_body
 from tests.webhooks.conftest import WebhookServer
 
@@ -24,7 +25,7 @@ def _create(server: LiveServer, kind: str, body: dict[str, Any]) -> httpx.Respon
 
 
 def _session(server: LiveServer) -> StreamableHttpClient:
-    client = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=30))
+    client = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=30, verify=TLS))
     client.initialize("2025-11-25")
     return client
 

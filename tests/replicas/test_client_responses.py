@@ -16,6 +16,7 @@ import httpx
 
 from registry.mcp.client_requests import MAX_FORWARD_BYTES
 from tests.factories import tool_body
+from tests.http import TLS
 from tests.interop.mcp_wire import StreamableHttpClient, iter_sse
 from tests.replica_pairs import replicas_fixture
 from tests.serve_process import ServerProcess
@@ -31,7 +32,7 @@ def _add_tool(a: ServerProcess, _b: ServerProcess) -> None:
         properties={"message": {"type": "string"}},
         description="Asks the user for a name and an email address",
     )
-    with httpx.Client(base_url=a.url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=15) as admin:
+    with httpx.Client(base_url=a.url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=15, verify=TLS) as admin:
         assert admin.post("/api/v1/tools", json=tool).status_code == 201
 
 
@@ -39,7 +40,7 @@ replicas = replicas_fixture("client-responses", admin_token=ADMIN, setup=_add_to
 
 
 def _client(replica: ServerProcess, session_id: str | None = None) -> StreamableHttpClient:
-    client = StreamableHttpClient(httpx.Client(base_url=replica.url, timeout=30))
+    client = StreamableHttpClient(httpx.Client(base_url=replica.url, timeout=30, verify=TLS))
     if session_id:
         client.session_id = session_id
         client.protocol_version = "2025-11-25"

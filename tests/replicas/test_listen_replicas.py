@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from registry.mcp.protocol import META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, META_SUBSCRIPTION_ID
+from tests.http import TLS
 from tests.interop.mcp_wire import ACCEPT_BOTH, iter_sse
 from tests.replica_pairs import replicas_fixture
 from tests.serve_process import ServerProcess
@@ -32,7 +33,7 @@ class Listener:
     def __init__(self, base_url: str, request_id: Any, notifications: dict[str, Any]) -> None:
         self.messages: queue.Queue[dict[str, Any]] = queue.Queue()
         self.status: int | None = None
-        self._client = httpx.Client(base_url=base_url, timeout=httpx.Timeout(15, read=None))
+        self._client = httpx.Client(base_url=base_url, timeout=httpx.Timeout(15, read=None), verify=TLS)
         body = {
             "jsonrpc": "2.0",
             "id": request_id,
@@ -79,7 +80,7 @@ class Listener:
 
 
 def _redescribe(base_url: str, kind: str, name: str, text: str) -> None:
-    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=15) as admin:
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=15, verify=TLS) as admin:
         spec = admin.get(f"/api/v1/{kind}s/{name}").json()["spec"]
         spec["description"] = text
         response = admin.put(f"/api/v1/{kind}s/{name}", json=spec)

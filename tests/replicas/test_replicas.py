@@ -15,6 +15,7 @@ import time
 
 import httpx
 
+from tests.http import TLS
 from tests.interop.mcp_wire import StreamableHttpClient, run_article_walk
 from tests.replica_pairs import replicas_fixture
 from tests.serve_process import ServerProcess, free_port
@@ -28,7 +29,7 @@ class Replica(ServerProcess):
     """One registry process of the pair (see ``replica_pair``), with a raw MCP client at hand."""
 
     def mcp(self, session_id: str | None = None) -> StreamableHttpClient:
-        client = StreamableHttpClient(httpx.Client(base_url=self.url, timeout=15))
+        client = StreamableHttpClient(httpx.Client(base_url=self.url, timeout=15, verify=TLS))
         client.session_id = session_id
         client.protocol_version = "2025-11-25" if session_id else None
         return client
@@ -48,7 +49,7 @@ def _edit_probe(base_url: str, text: str) -> None:
     # A new connection per request: through the balancer, consecutive requests hit different replicas.
     no_reuse = httpx.Limits(max_keepalive_connections=0)
     with httpx.Client(
-        base_url=base_url, headers={"Authorization": f"Bearer {ADMIN}"}, limits=no_reuse, timeout=15
+        base_url=base_url, headers={"Authorization": f"Bearer {ADMIN}"}, limits=no_reuse, timeout=15, verify=TLS
     ) as admin:
         response = admin.put(f"/api/v1/prompts/{PROBE}", json=body)
         if response.status_code == 404:
@@ -143,7 +144,7 @@ def test_a_tokens_teams_changed_on_one_replica_apply_at_once_on_the_other(replic
     a, b = replicas
     suffix = secrets.token_hex(3)
     team, prompt = f"rteam-{suffix}", f"rprompt-{suffix}"
-    with httpx.Client(base_url=b.url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=15) as admin:
+    with httpx.Client(base_url=b.url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=15, verify=TLS) as admin:
         assert admin.post("/api/v1/teams", json={"name": team}).status_code == 201
         made = admin.post("/api/v1/prompts", json={"name": prompt, "template": "Hi", "team": team})
         assert made.status_code == 201, made.text
@@ -226,7 +227,7 @@ def test_everything_works_through_a_round_robin_balancer(replicas: tuple[Replica
     try:
         # A new connection per request, so consecutive requests land on alternating replicas.
         no_reuse = httpx.Limits(max_keepalive_connections=0)
-        client = StreamableHttpClient(httpx.Client(base_url=balancer.url, timeout=15, limits=no_reuse))
+        client = StreamableHttpClient(httpx.Client(base_url=balancer.url, timeout=15, limits=no_reuse, verify=TLS))
         run_article_walk(client.rpc, "2025-11-25")
         assert client.session_id is not None
         listener = StreamListener(balancer.url, client.session_id)

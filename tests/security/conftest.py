@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from tests.costs import main_thread_cpu_seconds
+from tests.http import TLS
 from tests.interop.mcp_wire import StreamableHttpClient
 from tests.serve_process import ServerProcess, rss_bytes
 from tests.waiting import wait_until
@@ -76,7 +77,7 @@ class ResponsivenessProbe:
         return None if self._loop_pid is None else main_thread_cpu_seconds(self._loop_pid)
 
     def _run(self) -> None:
-        with httpx.Client(base_url=self.base_url, timeout=30) as http:
+        with httpx.Client(base_url=self.base_url, timeout=30, verify=TLS) as http:
             # A first, unrecorded probe opens connections and sessions before the attack starts.
             try:
                 self.ask(http)

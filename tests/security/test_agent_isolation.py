@@ -27,6 +27,7 @@ from registry.mcp.completions import CompletionHistory
 from registry.mcp.sessions import ClientState, Session
 from registry.runtime import Registry
 from tests.conftest import replica_pair, require_postgres
+from tests.http import TLS
 from tests.interop.mcp_wire import StreamableHttpClient, iter_sse
 from tests.security.conftest import MiB, ResponsivenessProbe, ask_healthz
 from tests.serve_process import ServerProcess
@@ -91,7 +92,7 @@ class GetStream:
         self.ended = threading.Event()
         self.ended_at: float | None = None
         self.status: int | None = None
-        self._client = httpx.Client(base_url=base_url, timeout=httpx.Timeout(10, read=60))
+        self._client = httpx.Client(base_url=base_url, timeout=httpx.Timeout(10, read=60), verify=TLS)
         self._thread = threading.Thread(target=self._run, args=(path, headers), daemon=True)
         self._thread.start()
 

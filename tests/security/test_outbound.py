@@ -25,6 +25,7 @@ import pytest
 
 from registry.catalog.sealing import origin
 from tests.factories import tool_body
+from tests.http import TLS
 from tests.interop.mcp_wire import StreamableHttpClient, parse_sse_body
 from tests.security.conftest import MiB, ResponsivenessProbe, ask_healthz
 from tests.serve_process import ServerProcess
@@ -190,7 +191,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 
 def _session(server: ServerProcess, timeout: float = 60.0) -> StreamableHttpClient:
-    client = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=timeout))
+    client = StreamableHttpClient(httpx.Client(base_url=server.url, timeout=timeout, verify=TLS))
     client.initialize("2025-11-25")
     return client
 

@@ -20,6 +20,7 @@ from registry.catalog.schemas import UnsafePattern, check_patterns, safe_validat
 from registry.catalog.uritemplates import UriTemplate
 from registry.limits import DEFAULT_LIMITS
 from tests.costs import measured_in
+from tests.http import TLS
 from tests.interop.mcp_wire import StreamableHttpClient
 from tests.security.conftest import MiB, ResponsivenessProbe
 from tests.serve_process import ServerProcess
@@ -56,7 +57,7 @@ def entries(server: ServerProcess) -> None:
 
 @pytest.fixture
 def mcp(server: ServerProcess, entries: None) -> Iterator[StreamableHttpClient]:
-    with httpx.Client(base_url=server.url, timeout=120) as http:
+    with httpx.Client(base_url=server.url, timeout=120, verify=TLS) as http:
         client = StreamableHttpClient(http)
         client.initialize("2025-11-25")
         yield client

@@ -22,6 +22,7 @@ import pytest
 
 from registry.boundedjson import JsonStructureError, exact_dumps, exact_loads, loads
 from registry.limits import DEFAULT_LIMITS, Limits
+from tests.http import TLS
 from tests.interop.mcp_wire import (
     StdioProcess,
     StreamableHttpClient,
@@ -122,7 +123,7 @@ def test_admin_api_answers_401_before_reading_the_body(
         assert json.loads(body)["status"] == 401
         # A 200 MB chunked body, streamed to the end: answered 401, and none of it is held.
         started = time.monotonic()
-        with httpx.Client(base_url=server.url, timeout=60) as http:
+        with httpx.Client(base_url=server.url, timeout=60, verify=TLS) as http:
             response = http.post(
                 "/api/v1/prompts", content=_generated_body(200 * MiB), headers={"Content-Type": "application/json"}
             )
@@ -160,7 +161,7 @@ def test_admin_api_refuses_an_oversized_body_while_it_streams(
 
 
 def _open_legacy_session(server: ServerProcess) -> tuple[httpx.Client, Any, Iterator[Any], str]:
-    http = httpx.Client(base_url=server.url, timeout=30)
+    http = httpx.Client(base_url=server.url, timeout=30, verify=TLS)
     stream_cm = http.stream("GET", "/sse", headers={"Accept": "text/event-stream"})
     stream = stream_cm.__enter__()
     assert stream.status_code == 200
@@ -207,7 +208,7 @@ def test_batches_over_the_cap_are_refused(server: ServerProcess, prompts_get_pro
     cap = DEFAULT_LIMITS.batch_messages
     batch = [{"jsonrpc": "2.0", "id": n, "method": "ping"} for n in range(cap + 1)]
     before = server.rss()
-    with prompts_get_probe, httpx.Client(base_url=server.url, timeout=30) as http:
+    with prompts_get_probe, httpx.Client(base_url=server.url, timeout=30, verify=TLS) as http:
         client = StreamableHttpClient(http)
         client.initialize("2025-03-26")  # a protocol version that has batches
         within = client.post(batch[:cap])
@@ -228,7 +229,7 @@ def test_oversized_method_names_are_refused_without_echo(
 ) -> None:
     name = "n" * 10_000
     before = server.rss()
-    with prompts_get_probe, httpx.Client(base_url=server.url, timeout=30) as http:
+    with prompts_get_probe, httpx.Client(base_url=server.url, timeout=30, verify=TLS) as http:
         client = StreamableHttpClient(http)
         client.initialize()
         response = client.post({"jsonrpc": "2.0", "id": 7, "method": name})

@@ -21,6 +21,7 @@ from registry.mcp.protocol import Message
 from registry.mcp.server import McpServer, RequestContext
 from registry.mcp.sessions import ClientState
 from registry.runtime import Registry
+from tests.http import TLS
 from tests.interop.mcp_wire import StreamableHttpClient
 from tests.security.conftest import MiB, ResponsivenessProbe, ask_healthz
 from tests.serve_process import ServerProcess
@@ -46,7 +47,7 @@ def test_huge_client_info_and_capabilities_are_refused(server: ServerProcess) ->
         initialize_message(clientInfo={"name": "attacker", "version": "1", "padding": blob}),
         initialize_message(capabilities={"experimental": {"padding": blob}}),
     ]
-    with httpx.Client(base_url=server.url, timeout=30) as http:
+    with httpx.Client(base_url=server.url, timeout=30, verify=TLS) as http:
         StreamableHttpClient(http).initialize()  # warm up: the first session's row and caches
         db_before, rss_before = database_bytes(server.data_dir), server.rss()
         with ResponsivenessProbe(ask_healthz, server) as probe:
@@ -74,7 +75,7 @@ def test_huge_client_info_and_capabilities_are_refused(server: ServerProcess) ->
 
 def test_subscription_flood_is_capped(server: ServerProcess) -> None:
     limits = Limits()
-    with httpx.Client(base_url=server.url, timeout=30) as http:
+    with httpx.Client(base_url=server.url, timeout=30, verify=TLS) as http:
         client = StreamableHttpClient(http)
         client.initialize()
         rss_before = server.rss()

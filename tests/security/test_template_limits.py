@@ -27,6 +27,7 @@ import pytest
 
 from registry.limits import DEFAULT_LIMITS
 from tests.costs import measured_in
+from tests.http import TLS
 from tests.interop.mcp_wire import StreamableHttpClient, response_messages
 from tests.security.conftest import MiB, PeakRss, ResponsivenessProbe, ask_healthz, prompts_get_asker
 from tests.serve_process import ServerProcess
@@ -106,7 +107,7 @@ def roomy_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
 
 
 def mcp_client(server: ServerProcess) -> Iterator[StreamableHttpClient]:
-    with httpx.Client(base_url=server.url, timeout=120) as http:
+    with httpx.Client(base_url=server.url, timeout=120, verify=TLS) as http:
         client = StreamableHttpClient(http)
         client.initialize("2025-11-25")
         yield client
@@ -244,7 +245,7 @@ def test_a_batch_of_slow_prompts_does_not_block_the_server(server: ServerProcess
         {"jsonrpc": "2.0", "id": n, "method": "prompts/get", "params": {"name": "slow", "arguments": {}}}
         for n in range(5)
     ]
-    with httpx.Client(base_url=server.url, timeout=120) as http:
+    with httpx.Client(base_url=server.url, timeout=120, verify=TLS) as http:
         client = StreamableHttpClient(http)
         client.initialize("2025-03-26")
         with (
@@ -273,7 +274,7 @@ def test_heavy_renders_are_bounded_in_number_and_light_ones_are_not_held_up(serv
     answers: list[dict[str, Any]] = []
 
     def call_slow() -> None:
-        with httpx.Client(base_url=server.url, timeout=60) as http:
+        with httpx.Client(base_url=server.url, timeout=60, verify=TLS) as http:
             client = StreamableHttpClient(http)
             client.initialize("2025-11-25")
             answers.append(get_prompt(client, "slow"))

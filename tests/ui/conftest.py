@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.http import TLS
 from tests.interop.mcp_wire import StreamableHttpClient, list_all, open_session, served_prompt_text
 from tests.serve_process import ServerProcess, issue_token
 
@@ -205,7 +206,7 @@ def csrf_of(http: httpx.Client, path: str) -> str:
 @pytest.fixture
 def editor(ui_server: UiServer) -> Iterator[httpx.Client]:
     """An HTTP client signed in with the editor token."""
-    with httpx.Client(base_url=ui_server.url, timeout=30) as http:
+    with httpx.Client(base_url=ui_server.url, timeout=30, verify=TLS) as http:
         assert sign_in(http, ui_server.editor_token).status_code == 303
         yield http
 

@@ -21,13 +21,14 @@ except ImportError:  # pragma: no cover - depends on the machine
         raise
     pytest.skip("playwright is not installed (pip install -e '.[test]')", allow_module_level=True)
 
+from tests.http import TLS
 from tests.interop.mcp_wire import StreamableHttpClient
 from tests.ui.conftest import UiPage
 
 
 def test_the_agents_page_lists_connected_clients(ui: UiPage) -> None:
     name = f"browser-agent-{secrets.token_hex(3)}"
-    client = StreamableHttpClient(httpx.Client(base_url=ui.server.url, timeout=30))
+    client = StreamableHttpClient(httpx.Client(base_url=ui.server.url, timeout=30, verify=TLS))
     client.initialize(clientInfo={"name": name, "version": "4.5.6"})
     try:
         ui.sign_in(ui.server.viewer_token)

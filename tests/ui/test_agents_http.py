@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.http import TLS
 from tests.interop.mcp_wire import SseEvent, StreamableHttpClient, iter_sse
 from tests.replica_pairs import replicas_fixture
 from tests.serve_process import ServerProcess
@@ -26,7 +27,7 @@ from tests.ui.conftest import UiServer, sign_in
 
 def open_streamable(base_url: str, name: str, version: str, token: str | None = None) -> StreamableHttpClient:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    client = StreamableHttpClient(httpx.Client(base_url=base_url, timeout=30), extra_headers=headers)
+    client = StreamableHttpClient(httpx.Client(base_url=base_url, timeout=30, verify=TLS), extra_headers=headers)
     client.initialize("2025-06-18", clientInfo={"name": name, "version": version})
     return client
 
@@ -36,7 +37,7 @@ class LegacySseSession:
 
     def __init__(self, base_url: str, path: str = "/sse", token: str | None = None) -> None:
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.http = httpx.Client(base_url=base_url, timeout=httpx.Timeout(10, read=60))
+        self.http = httpx.Client(base_url=base_url, timeout=httpx.Timeout(10, read=60), verify=TLS)
         self.events: queue.Queue[SseEvent | None] = queue.Queue()
         self._path = path
         self._stream: httpx.Response | None = None
@@ -109,7 +110,9 @@ def agent_rows(page: str) -> dict[str, str]:
 
 
 def api_agents(base_url: str, token: str) -> dict[str, dict[str, Any]]:
-    answer = httpx.get(base_url + "/api/v1/agents", params={"limit": 500}, headers={"Authorization": f"Bearer {token}"})
+    answer = httpx.get(
+        base_url + "/api/v1/agents", params={"limit": 500}, headers={"Authorization": f"Bearer {token}"}, verify=TLS
+    )
     assert answer.status_code == 200, answer.text
     body = answer.json()
     assert body["total"] >= len(body["items"])
@@ -118,7 +121,7 @@ def api_agents(base_url: str, token: str) -> dict[str, dict[str, Any]]:
 
 @pytest.fixture
 def viewer(ui_server: UiServer) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=ui_server.url, timeout=30) as http:
+    with httpx.Client(base_url=ui_server.url, timeout=30, verify=TLS) as http:
         assert sign_in(http, ui_server.viewer_token).status_code == 303
         yield http
 
@@ -181,7 +184,7 @@ def test_open_sessions_are_listed_with_client_protocol_transport_label_and_token
         assert re.search(r"\d+ MCP sessions are open now", home.text)
 
         # An HTTP+SSE session's id does not open a Streamable HTTP session (its row is a listing only).
-        borrowed = StreamableHttpClient(httpx.Client(base_url=ui_server.url, timeout=30))
+        borrowed = StreamableHttpClient(httpx.Client(base_url=ui_server.url, timeout=30, verify=TLS))
         borrowed.session_id, borrowed.protocol_version = legacy.session_id, "2024-11-05"
         assert borrowed.post({"jsonrpc": "2.0", "id": 5, "method": "ping"}).status_code == 404
         borrowed.http.close()
@@ -218,18 +221,18 @@ def test_a_revoked_tokens_sessions_are_not_listed(ui_server: UiServer, viewer: h
 
 
 def test_the_api_needs_a_viewer_token_and_bounds_its_limit(ui_server: UiServer) -> None:
-    assert httpx.get(ui_server.url + "/api/v1/agents").status_code == 401
+    assert httpx.get(ui_server.url + "/api/v1/agents", verify=TLS).status_code == 401
     with ui_server.admin() as admin:
         created = admin.post("/api/v1/tokens", json={"name": "agents-agent-only", "scopes": ["agent"]})
         agent_only = created.json()["token"]
-    refused = httpx.get(ui_server.url + "/api/v1/agents", headers={"Authorization": f"Bearer {agent_only}"})
+    refused = httpx.get(ui_server.url + "/api/v1/agents", headers={"Authorization": f"Bearer {agent_only}"}, verify=TLS)
     assert refused.status_code == 403
     viewer = {"Authorization": f"Bearer {ui_server.viewer_token}"}
-    too_many = httpx.get(ui_server.url + "/api/v1/agents", params={"limit": 501}, headers=viewer)
+    too_many = httpx.get(ui_server.url + "/api/v1/agents", params={"limit": 501}, headers=viewer, verify=TLS)
     assert too_many.status_code == 422 and too_many.headers["content-type"].startswith("application/problem+json")
-    one = httpx.get(ui_server.url + "/api/v1/agents", params={"limit": 1}, headers=viewer).json()
+    one = httpx.get(ui_server.url + "/api/v1/agents", params={"limit": 1}, headers=viewer, verify=TLS).json()
     assert one["limit"] == 1 and len(one["items"]) <= 1
-    document = httpx.get(ui_server.url + "/openapi.json").json()
+    document = httpx.get(ui_server.url + "/openapi.json", verify=TLS).json()
     operation = document["paths"]["/api/v1/agents"]["get"]
     assert operation["responses"]["200"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/AgentList"
@@ -237,7 +240,7 @@ def test_the_api_needs_a_viewer_token_and_bounds_its_limit(ui_server: UiServer) 
 
 
 def test_the_agents_page_needs_a_session(ui_server: UiServer) -> None:
-    with httpx.Client(base_url=ui_server.url) as http:
+    with httpx.Client(base_url=ui_server.url, verify=TLS) as http:
         page = http.get("/ui/agents")
         assert page.status_code == 303 and page.headers["location"].startswith("/ui/signin")
 
@@ -257,7 +260,7 @@ def test_a_session_opened_on_one_replica_is_listed_by_the_other(
     legacy = LegacySseSession(a.url)
     try:
         legacy.initialize(f"replica-sse-{tag}", "3.1")
-        with httpx.Client(base_url=b.url, timeout=30) as http:
+        with httpx.Client(base_url=b.url, timeout=30, verify=TLS) as http:
             assert sign_in(http, b.admin_token).status_code == 303
             rows = agent_rows(http.get("/ui/agents").text)
         assert "Streamable HTTP" in rows[f"replica-http-{tag}"], rows

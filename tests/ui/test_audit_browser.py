@@ -18,6 +18,7 @@ except ImportError:  # pragma: no cover - depends on the machine
         raise
     pytest.skip("playwright is not installed (pip install -e '.[test]')", allow_module_level=True)
 
+from tests.http import TLS
 from tests.ui.conftest import UiPage
 
 
@@ -25,7 +26,7 @@ def test_an_admin_filters_the_audit_trail_and_verifies_the_chain(ui: UiPage) -> 
     name = f"audit-browser-{secrets.token_hex(3)}"
     prompt = {"name": name, "arguments": [{"name": "who", "required": True}], "template": "Hi {{ who }}"}
     headers = {"Authorization": f"Bearer {ui.server.editor_token}"}
-    with httpx.Client(base_url=ui.server.url, headers=headers, timeout=30) as editor:
+    with httpx.Client(base_url=ui.server.url, headers=headers, timeout=30, verify=TLS) as editor:
         assert editor.post("/api/v1/prompts", json=prompt).status_code == 201
         assert editor.put(f"/api/v1/prompts/{name}/labels/staging", json={"version": 1}).status_code == 200
 
@@ -58,7 +59,7 @@ def test_a_viewer_reads_the_trail_without_a_verify_button(ui: UiPage) -> None:
     ui.goto("/ui/audit")
     expect(ui.page.get_by_role("heading", level=1)).to_have_text("Audit trail")
     expect(ui.page.get_by_role("button", name="Verify chain")).to_have_count(0)
-    with httpx.Client(base_url=ui.server.url, timeout=30) as anonymous:
+    with httpx.Client(base_url=ui.server.url, timeout=30, verify=TLS) as anonymous:
         # Verifying is an admin's: the form post without a session goes to the sign-in page.
         refused = anonymous.post("/ui/audit/verify", data={"csrf_token": "x"}, follow_redirects=False)
         assert refused.status_code in (303, 307), refused.status_code

@@ -20,6 +20,7 @@ except ImportError:  # pragma: no cover - depends on the machine
         raise
     pytest.skip("playwright is not installed (pip install -e '.[test]')", allow_module_level=True)
 
+from tests.http import TLS
 from tests.ui.conftest import UiPage, UiServer
 
 DEMO_PROMPTS = ("bug-analysis-report", "code-review", "incident-postmortem", "summarize")
@@ -256,7 +257,7 @@ def test_token_created_shown_once_works_on_mcp_then_revoked(ui: UiPage, ui_serve
     ui.page.get_by_role("button", name="Revoke ui-agent").click()
     ui.check()
     expect(ui.page.get_by_role("status")).to_contain_text("revoked")
-    with httpx.Client(base_url=ui_server.url, timeout=30) as http:
+    with httpx.Client(base_url=ui_server.url, timeout=30, verify=TLS) as http:
         refused = http.post(
             "/mcp",
             json={

@@ -20,6 +20,7 @@ import yaml
 
 from registry.limits import Limits
 from registry.ui.security import CONTENT_SECURITY_POLICY
+from tests.http import TLS
 from tests.ui.conftest import CSRF, UiServer, sign_in
 
 LIMITS = Limits()  # the test server runs with the defaults
@@ -66,14 +67,14 @@ def main_text(page: httpx.Response) -> str:
 
 @pytest.fixture
 def admin_ui(ui_server: UiServer) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=ui_server.url, timeout=60) as http:
+    with httpx.Client(base_url=ui_server.url, timeout=60, verify=TLS) as http:
         assert sign_in(http, ui_server.admin_token).status_code == 303
         yield http
 
 
 @pytest.fixture
 def viewer_ui(ui_server: UiServer) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=ui_server.url, timeout=60) as http:
+    with httpx.Client(base_url=ui_server.url, timeout=60, verify=TLS) as http:
         assert sign_in(http, ui_server.viewer_token).status_code == 303
         yield http
 
@@ -428,7 +429,7 @@ def test_an_upload_belongs_to_the_session_that_made_it(ui_server: UiServer, admi
     location, plan = plan_of(
         admin_ui, upload(admin_ui, zip_of({f"prompts/{name}.yaml": prompt_yaml(name, "Hi {{ who }}")}))
     )
-    with httpx.Client(base_url=ui_server.url, timeout=30) as other:
+    with httpx.Client(base_url=ui_server.url, timeout=30, verify=TLS) as other:
         assert sign_in(other, ui_server.admin_token).status_code == 303
         assert other.get(location).status_code == 404
         stolen = other.post(

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from tests.conftest import ADMIN_TOKEN, LiveServer
+from tests.http import TLS
 from tests.ui.conftest import csrf_of, sign_in
 from tests.waiting import wait_until
 
@@ -68,7 +69,7 @@ def send_part_and_leave(server: LiveServer, path: str, headers: dict[str, str], 
 
 
 def test_leaving_during_a_live_check_logs_no_traceback(live_server: LiveServer, server_log: Records) -> None:
-    with httpx.Client(base_url=live_server.url, timeout=30) as http:
+    with httpx.Client(base_url=live_server.url, timeout=30, verify=TLS) as http:
         assert sign_in(http, ADMIN_TOKEN).status_code == 303
         csrf = csrf_of(http, "/ui/prompts/-/new")
         cookies = "; ".join(f"{name}={value}" for name, value in http.cookies.items())
@@ -85,7 +86,7 @@ def test_leaving_during_a_live_check_logs_no_traceback(live_server: LiveServer, 
     )
     assert not server_log.tracebacks(), server_log.messages()
     # The server carries on: the next check is answered as usual.
-    with httpx.Client(base_url=live_server.url, timeout=30) as http:
+    with httpx.Client(base_url=live_server.url, timeout=30, verify=TLS) as http:
         assert sign_in(http, ADMIN_TOKEN).status_code == 303
         csrf = csrf_of(http, "/ui/prompts/-/new")
         answer = http.post("/ui/prompts/-/check", data={"csrf_token": csrf, "name": "whole"})

@@ -21,6 +21,7 @@ except ImportError:  # pragma: no cover - depends on the machine
         raise
     pytest.skip("playwright is not installed (pip install -e '.[test]')", allow_module_level=True)
 
+from tests.http import TLS
 from tests.interop.mcp_wire import iter_sse
 from tests.ui.conftest import UiPage, UiServer, fill_template
 from tests.waiting import wait_until
@@ -37,7 +38,7 @@ def mcp_listener(server: UiServer) -> Iterator[list[dict[str, Any]]]:
     def listen() -> None:
         headers = {**client.headers(), "Accept": "text/event-stream"}
         with (
-            httpx.Client(base_url=server.url, timeout=httpx.Timeout(5, read=None)) as http,
+            httpx.Client(base_url=server.url, timeout=httpx.Timeout(5, read=None), verify=TLS) as http,
             http.stream("GET", "/mcp", headers=headers) as stream,
         ):
             assert stream.status_code == 200

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from registry.ui.security import CONTENT_SECURITY_POLICY
+from tests.http import TLS
 from tests.ui.conftest import CSRF, UiServer, csrf_of, sign_in
 
 BASE = re.compile(r'name="base_version" value="(\d+)"')
@@ -136,7 +137,7 @@ def test_an_ended_session_leaves_the_editor_page_and_sends_a_save_back_to_it(ui_
     record = ui_server.issue(who, ["editor"])
     name = ui_server.create_prompt("Hello {{ who }}")
     editor_path = f"/ui/prompts/{name}/edit"
-    with httpx.Client(base_url=ui_server.url, timeout=30) as http:
+    with httpx.Client(base_url=ui_server.url, timeout=30, verify=TLS) as http:
         assert sign_in(http, record["token"]).status_code == 303
         page = http.get(editor_path)
         # Drafts are kept under the person's name, never a secret of theirs.
@@ -306,7 +307,7 @@ def test_viewers_get_no_editor_and_forged_posts_are_refused(ui_server: UiServer,
     form = prompt_form("", text="forged {{ who }}", arguments=[{"name": "who"}], base_version="1", op="save")
     no_csrf = editor.post(f"/ui/prompts/{name}/edit", data=form)
     assert no_csrf.status_code == 403
-    with httpx.Client(base_url=ui_server.url, timeout=30) as viewer:
+    with httpx.Client(base_url=ui_server.url, timeout=30, verify=TLS) as viewer:
         assert sign_in(viewer, ui_server.viewer_token).status_code == 303
         entry_page = viewer.get(f"/ui/prompts/{name}")
         assert f"/ui/prompts/{name}/edit" not in entry_page.text and "/-/new" not in viewer.get("/ui/prompts").text
@@ -358,7 +359,7 @@ def test_an_open_event_stream_does_not_hold_up_shutdown(tmp_path: Any) -> None:
 
     with (
         ServerProcess(tmp_path / "data", name="ui-sse-shutdown") as process,
-        httpx.Client(base_url=process.url, timeout=30) as http,
+        httpx.Client(base_url=process.url, timeout=30, verify=TLS) as http,
     ):
         assert sign_in(http, process.admin_token).status_code == 303
         opened = threading.Event()
@@ -390,7 +391,7 @@ def test_a_save_through_one_replica_reaches_a_page_open_on_the_other(
     server_url = require_postgres(postgres_server_url)
     with (
         replica_pair(server_url, tmp_path_factory.mktemp("editor-replicas")) as (a, b),
-        httpx.Client(base_url=b.url, timeout=30) as on_b,
+        httpx.Client(base_url=b.url, timeout=30, verify=TLS) as on_b,
     ):
         assert sign_in(on_b, b.admin_token).status_code == 303
         events: list[str] = []

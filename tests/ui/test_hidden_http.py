@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from tests.http import TLS
 from tests.serve_process import issue_token
 from tests.ui.conftest import UiServer, sign_in
 
@@ -56,14 +57,14 @@ def test_restoring_a_version_is_refused_where_the_person_may_not_edit(
     with ui_server.admin() as admin:
         # An editor of global entries who only reads the team's.
         member = issue_token(admin, f"reader-{secrets.token_hex(3)}", ["editor"], teams={team: "viewer"})
-    with httpx.Client(base_url=ui_server.url, timeout=30) as http:
+    with httpx.Client(base_url=ui_server.url, timeout=30, verify=TLS) as http:
         assert sign_in(http, member["token"]).status_code == 303
         assert http.get(f"/ui/prompts/{name}?version=1").status_code == 200
         confirm = http.get(f"/ui/prompts/{name}/versions/1/restore")
         assert confirm.status_code == 403, confirm.text[:500]
         assert "needs the editor role on team" in confirm.text
         assert 'action="/ui/prompts/' not in confirm.text
-    with httpx.Client(base_url=ui_server.url, timeout=30) as http:
+    with httpx.Client(base_url=ui_server.url, timeout=30, verify=TLS) as http:
         assert sign_in(http, ui_server.editor_token).status_code == 303
         # Not a member at all: as if there were no such prompt.
         assert http.get(f"/ui/prompts/{name}/versions/1/restore").status_code == 404

@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from registry.ui.security import CONTENT_SECURITY_POLICY
+from tests.http import TLS
 from tests.ui.conftest import CSRF, NONCE, UiServer, sign_in
 
 
@@ -40,7 +41,7 @@ def test_every_page_has_a_strict_csp_and_no_inline_script_or_style(editor: httpx
 
 
 def test_api_reference_assets_stay_where_docs_and_redoc_load_them(ui_server: UiServer) -> None:
-    with httpx.Client(base_url=ui_server.url) as http:
+    with httpx.Client(base_url=ui_server.url, verify=TLS) as http:
         for path in (
             "/ui/vendor/swagger-ui/swagger-ui.css",
             "/ui/vendor/redoc/redoc.standalone.js",
@@ -52,12 +53,12 @@ def test_api_reference_assets_stay_where_docs_and_redoc_load_them(ui_server: UiS
 
 
 def test_sign_in_sets_an_httponly_samesite_cookie_secure_behind_https(ui_server: UiServer) -> None:
-    with httpx.Client(base_url=ui_server.url) as http:
+    with httpx.Client(base_url=ui_server.url, verify=TLS) as http:
         answer = sign_in(http, ui_server.viewer_token)
         cookie = answer.headers["set-cookie"].lower()
         assert "httponly" in cookie and "samesite=lax" in cookie and "path=/ui" in cookie
         assert "secure" not in cookie
-    with httpx.Client(base_url=ui_server.url) as http:
+    with httpx.Client(base_url=ui_server.url, verify=TLS) as http:
         # The server trusts X-Forwarded-Proto from loopback (REGISTRY_FORWARDED_ALLOW_IPS in conftest).
         https = {"X-Forwarded-Proto": "https"}
         form = http.get("/ui/signin", headers=https)
@@ -74,7 +75,7 @@ def test_sign_in_sets_an_httponly_samesite_cookie_secure_behind_https(ui_server:
 
 
 def test_the_sign_in_form_has_its_own_csrf_token(ui_server: UiServer) -> None:
-    with httpx.Client(base_url=ui_server.url) as http:
+    with httpx.Client(base_url=ui_server.url, verify=TLS) as http:
         forged = http.post("/ui/signin", data={"token": ui_server.admin_token, "next": "/ui/"})
         assert forged.status_code == 400
         assert "mcpr_ui_session" not in forged.headers.get("set-cookie", "")
@@ -83,7 +84,7 @@ def test_the_sign_in_form_has_its_own_csrf_token(ui_server: UiServer) -> None:
 
 @pytest.mark.parametrize("target", ["//evil.example/", "https://evil.example/", "/\\evil.example", "/elsewhere"])
 def test_after_sign_in_the_browser_stays_on_the_ui(ui_server: UiServer, target: str) -> None:
-    with httpx.Client(base_url=ui_server.url) as http:
+    with httpx.Client(base_url=ui_server.url, verify=TLS) as http:
         nonce = NONCE.search(http.get("/ui/signin").text)
         assert nonce
         answer = http.post(
@@ -93,7 +94,7 @@ def test_after_sign_in_the_browser_stays_on_the_ui(ui_server: UiServer, target: 
 
 
 def test_pages_need_a_session_and_htmx_is_told_where_to_sign_in(ui_server: UiServer) -> None:
-    with httpx.Client(base_url=ui_server.url) as http:
+    with httpx.Client(base_url=ui_server.url, verify=TLS) as http:
         page = http.get("/ui/prompts?q=x")
         assert page.status_code == 303 and page.headers["location"].startswith("/ui/signin?next=%2Fui%2Fprompts")
         # htmx is not redirected (that would throw away the page): a 401 names the sign-in page,

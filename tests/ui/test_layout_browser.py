@@ -35,6 +35,7 @@ except ImportError:  # pragma: no cover - depends on the machine
         raise
     pytest.skip("playwright is not installed (pip install -e '.[test]')", allow_module_level=True)
 
+from tests.http import TLS
 from tests.interop.mcp_wire import StreamableHttpClient
 from tests.serve_process import ServerProcess, issue_token
 from tests.ui.conftest import UiPage, UiServer
@@ -178,7 +179,8 @@ def stretched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stretched]:
             assert opened.status_code == 201, opened.text
         # An agent with a long name that has used the prompt (the agents and usage pages show both).
         agent = StreamableHttpClient(
-            httpx.Client(base_url=server.url, timeout=30), extra_headers={"Authorization": f"Bearer {made['token']}"}
+            httpx.Client(base_url=server.url, timeout=30, verify=TLS),
+            extra_headers={"Authorization": f"Bearer {made['token']}"},
         )
         agent.initialize(clientInfo={"name": unbroken("Agent", 200, "a"), "version": unbroken("v", 60, "9")})
         got = agent.request("prompts/get", {"name": prompt, "arguments": {argument: "Ada"}})

@@ -25,6 +25,7 @@ except ImportError:  # pragma: no cover - depends on the machine
         raise
     pytest.skip("playwright is not installed (pip install -e '.[test]')", allow_module_level=True)
 
+from tests.http import TLS
 from tests.ui.conftest import UiPage, UiServer, sign_in
 from tests.waiting import wait_until
 
@@ -179,7 +180,7 @@ def test_paging_sorting_and_folders_without_javascript(plain: UiPage, long_list:
 
 
 def test_list_parameters_are_bounded(ui_server: UiServer, long_list: LongList) -> None:
-    with httpx.Client(base_url=ui_server.url, timeout=30) as http:
+    with httpx.Client(base_url=ui_server.url, timeout=30, verify=TLS) as http:
         assert sign_in(http, ui_server.viewer_token).status_code == 303
         bad_sort = http.get("/ui/prompts?sort=popularity")
         assert bad_sort.status_code == 400

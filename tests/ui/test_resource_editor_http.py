@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.http import TLS
 from tests.interop.mcp_wire import StreamableHttpClient
 from tests.ui.conftest import CSRF, UiServer, csrf_of, sign_in
 
@@ -283,7 +284,9 @@ def test_a_conflict_keeps_my_uploaded_file_and_publishes_where_asked(ui_server: 
     assert entry["latest_version"] == 3 and entry["labels"]["staging"] == 3 and entry["labels"]["production"] == 2
     assert entry["spec"]["title"] == "Their title" and entry["spec"]["blob"] == blob
     assert read_resource(ui_server, uri)["result"]["contents"][0]["text"] == "their text"  # production: v2
-    staging = StreamableHttpClient(httpx.Client(base_url=ui_server.url, timeout=30), path="/mcp?label=staging")
+    staging = StreamableHttpClient(
+        httpx.Client(base_url=ui_server.url, timeout=30, verify=TLS), path="/mcp?label=staging"
+    )
     try:
         staging.initialize()
         served = staging.request("resources/read", {"uri": uri})["result"]["contents"]
@@ -464,7 +467,7 @@ def test_masked_headers_survive_a_save_that_does_not_replace_them(
 
 def test_viewers_get_no_resource_editor(ui_server: UiServer, editor: httpx.Client) -> None:
     name = fresh("form-viewer")
-    with httpx.Client(base_url=ui_server.url, timeout=30) as viewer:
+    with httpx.Client(base_url=ui_server.url, timeout=30, verify=TLS) as viewer:
         assert sign_in(viewer, ui_server.viewer_token).status_code == 303
         assert viewer.get("/ui/resources/-/new").status_code == 403
         assert "/ui/resources/-/new" not in viewer.get("/ui/resources").text

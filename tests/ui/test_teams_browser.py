@@ -19,6 +19,7 @@ except ImportError:  # pragma: no cover - depends on the machine
     pytest.skip("playwright is not installed (pip install -e '.[test]')", allow_module_level=True)
 
 from tests.factories import prompt_body
+from tests.http import TLS
 from tests.ui.conftest import UiPage, UiServer, csrf_of, fill_template, sign_in
 
 
@@ -144,10 +145,10 @@ def test_team_pages_are_for_admins_and_refuse_what_the_service_refuses(ui_server
         for team in (empty, busy):
             assert admin.post("/api/v1/teams", json={"name": team}).status_code == 201
         assert admin.post("/api/v1/prompts", json=prompt_body(f"busy-{suffix}", team=busy)).status_code == 201
-    with httpx.Client(base_url=ui_server.url, timeout=30) as viewer:
+    with httpx.Client(base_url=ui_server.url, timeout=30, verify=TLS) as viewer:
         assert sign_in(viewer, ui_server.viewer_token).status_code == 303
         assert viewer.get("/ui/teams").status_code == 403
-    with httpx.Client(base_url=ui_server.url, timeout=30) as http:
+    with httpx.Client(base_url=ui_server.url, timeout=30, verify=TLS) as http:
         assert sign_in(http, ui_server.admin_token).status_code == 303
         csrf = csrf_of(http, f"/ui/teams/{empty}/delete")
         assert http.post(f"/ui/teams/{empty}/delete", data={}).status_code == 403  # no CSRF token

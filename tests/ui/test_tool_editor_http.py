@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from registry.webhooks.signing import SIGNATURE_HEADER, verify
+from tests.http import TLS
 from tests.interop.mcp_wire import list_all
 from tests.thread_server import port_of, serving_in_thread
 from tests.ui.conftest import CSRF, UiServer, sign_in
@@ -494,7 +495,7 @@ def test_header_row_buttons_change_the_form_without_saving(
 def test_viewers_get_no_tool_editor(ui_server: UiServer, editor: httpx.Client, hook: Hook) -> None:
     name = make_tool(ui_server, hook.url())
     _page, form = edit_form(editor, name)
-    with httpx.Client(base_url=ui_server.url, timeout=30) as viewer:
+    with httpx.Client(base_url=ui_server.url, timeout=30, verify=TLS) as viewer:
         assert sign_in(viewer, ui_server.viewer_token).status_code == 303
         entry_page = viewer.get(f"/ui/tools/{name}")
         assert entry_page.status_code == 200 and f"/ui/tools/{name}/edit" not in entry_page.text

@@ -37,6 +37,7 @@ from registry.ui.tool_test import (
     describe_content,
     describe_notification,
 )
+from tests.http import TLS
 from tests.serve_process import ServerProcess
 from tests.thread_server import port_of, serving_in_thread
 from tests.ui.conftest import CSRF, UiServer, csrf_of, sign_in
@@ -282,7 +283,7 @@ def test_viewers_may_not_run_tools_and_forms_need_their_csrf_token(
 ) -> None:
     name = make_tool(ui_server, hook.url("/slow"))
     path = f"/ui/tools/{name}/test"
-    with httpx.Client(base_url=ui_server.url, timeout=30) as viewer:
+    with httpx.Client(base_url=ui_server.url, timeout=30, verify=TLS) as viewer:
         assert sign_in(viewer, ui_server.viewer_token).status_code == 303
         assert f'href="{path}"' not in viewer.get(f"/ui/tools/{name}").text, "no test link for viewers"
         assert viewer.get(path).status_code == 403
@@ -510,7 +511,7 @@ def test_the_notifications_shown_are_bounded(tmp_path: Path, hook: Hook) -> None
                 },
             )
             assert created.status_code == 201, created.text
-        with httpx.Client(base_url=process.url, timeout=30) as http:
+        with httpx.Client(base_url=process.url, timeout=30, verify=TLS) as http:
             assert sign_in(http, process.admin_token).status_code == 303
             path = "/ui/tools/chatty/test"
             csrf = csrf_of(http, path)

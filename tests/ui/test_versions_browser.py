@@ -26,6 +26,7 @@ except ImportError:  # pragma: no cover - depends on the machine
     pytest.skip("playwright is not installed (pip install -e '.[test]')", allow_module_level=True)
 
 from registry import __version__
+from tests.http import TLS
 from tests.ui.conftest import UiPage, UiServer, fill_template
 
 
@@ -158,7 +159,9 @@ def test_a_version_page_shows_that_versions_own_time_and_author(ui: UiPage, ui_s
     with ui_server.admin() as admin:
         issued = admin.post("/api/v1/tokens", json={"name": "second-author", "scopes": ["editor"]})
         assert issued.status_code == 201, issued.text
-    with httpx.Client(base_url=ui_server.url, headers={"Authorization": f"Bearer {issued.json()['token']}"}) as other:
+    with httpx.Client(
+        base_url=ui_server.url, headers={"Authorization": f"Bearer {issued.json()['token']}"}, verify=TLS
+    ) as other:
         saved = other.patch(f"/api/v1/prompts/{name}", json={"template": "Hi {{ who }}", "change_note": "second"})
         assert saved.status_code == 200, saved.text
     first, second = version_of(ui_server, name, 1), version_of(ui_server, name, 2)

@@ -35,6 +35,7 @@ from registry.webhooks import (
     caller_key,
     make_guarded_client,
 )
+from tests.http import TLS
 from tests.interop.mcp_wire import StreamableHttpClient
 from tests.security.conftest import MiB, ResponsivenessProbe
 from tests.serve_process import ServerProcess, issue_token
@@ -84,7 +85,7 @@ def session(
         base_url=server.url,
         headers={"Authorization": f"Bearer {token}"} if token else {},
         timeout=120,
-        limits=httpx.Limits(max_connections=concurrency),
+        limits=httpx.Limits(max_connections=concurrency), verify=TLS,
     ) as http:
         client = StreamableHttpClient(http)
         client.initialize("2025-11-25")
