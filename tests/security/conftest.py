@@ -69,10 +69,6 @@ class ResponsivenessProbe:
         self._warm = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    @property
-    def latencies(self) -> list[float]:
-        return [probe.seconds for probe in self.probes]
-
     def _loop_cpu(self) -> float | None:
         return None if self._loop_pid is None else main_thread_cpu_seconds(self._loop_pid)
 

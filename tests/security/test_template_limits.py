@@ -18,7 +18,8 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -75,16 +76,25 @@ ATTACK_PROMPTS: dict[str, dict[str, Any]] = {
 }
 
 
+@contextmanager
+def serving(
+    tmp_path_factory: pytest.TempPathFactory, name: str, render_seconds: float, prompts: Iterable[str]
+) -> Iterator[ServerProcess]:
+    """A server (demo catalog) with render deadline ``render_seconds`` and the named attack prompts."""
+    data_dir: Path = tmp_path_factory.mktemp(name)
+    env = {"REGISTRY_LIMIT_RENDER_SECONDS": str(render_seconds)}
+    with ServerProcess(data_dir, name=name, env=env) as process:
+        with process.admin() as api:
+            for prompt in prompts:
+                created = api.post("/api/v1/prompts", json={"name": prompt, **ATTACK_PROMPTS[prompt]})
+                assert created.status_code == 201, created.text
+        yield process
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """This module's own server (demo catalog), with a short render deadline and the attack prompts."""
-    data_dir: Path = tmp_path_factory.mktemp("template-limits")
-    env = {"REGISTRY_LIMIT_RENDER_SECONDS": str(RENDER_SECONDS)}
-    with ServerProcess(data_dir, name="template-limits", env=env) as process:
-        with process.admin() as api:
-            for name, body in ATTACK_PROMPTS.items():
-                created = api.post("/api/v1/prompts", json={"name": name, **body})
-                assert created.status_code == 201, created.text
+    """This module's own server, with a short render deadline and every attack prompt."""
+    with serving(tmp_path_factory, "template-limits", RENDER_SECONDS, ATTACK_PROMPTS) as process:
         yield process
 
 
@@ -96,13 +106,8 @@ ROOMY_RENDER_SECONDS = 30.0
 @pytest.fixture(scope="module")
 def roomy_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """A server whose render deadline never comes first, with the nested-loop prompts."""
-    data_dir: Path = tmp_path_factory.mktemp("template-limits-roomy")
-    env = {"REGISTRY_LIMIT_RENDER_SECONDS": str(ROOMY_RENDER_SECONDS)}
-    with ServerProcess(data_dir, name="template-limits-roomy", env=env) as process:
-        with process.admin() as api:
-            for name in ("nested-loops", "nested-string-loops"):
-                created = api.post("/api/v1/prompts", json={"name": name, **ATTACK_PROMPTS[name]})
-                assert created.status_code == 201, created.text
+    prompts = ("nested-loops", "nested-string-loops")
+    with serving(tmp_path_factory, "template-limits-roomy", ROOMY_RENDER_SECONDS, prompts) as process:
         yield process
 
 

@@ -146,7 +146,7 @@ def test_a_trailer_flood_and_an_endless_trailer_end_the_call_with_a_clear_tool_e
         results: list[dict[str, Any]] = []
         with ResponsivenessProbe(healthz_and_rss, registry, interval=0.02) as probe:
             # Each attack ends at once: keep attacking until /healthz has been asked ten times.
-            while len(probe.latencies) < 10 and len(results) < 10_000:
+            while len(probe.probes) < 10 and len(results) < 10_000:
                 results += [call_tool(client, "trailers" + path.replace("/", "-")) for path in attacks]
         # Every hostile connection was hung up on by the registry, none left streaming.
         wait_until(lambda: not hostile._tasks, "the registry to hang up on the hostile webhook")
