@@ -171,11 +171,15 @@ def cmd_stdio(args: argparse.Namespace) -> int:
     settings = _settings(args)
     registry = Registry(settings)
     registry.prepare(seed=args.seed, demo_if_empty=settings.database_url is None)
+    from registry import tracing as registry_tracing
+
+    tracing = registry_tracing.from_environment(trace_arguments=settings.trace_arguments)  # None: off
     server = McpServer(
         registry.catalog,
         webhook_allowed_networks=settings.webhook_allowed_networks,
         limits=settings.limits,
         cache_ttl_ms=settings.cache_ttl_ms,
+        tracing=tracing,
     )
     # No token on stdio: whoever starts it holds the database credentials, so it sees every team's
     # entries, as before teams (registry/mcp/transports/stdio.py).
@@ -221,6 +225,8 @@ def cmd_stdio(args: argparse.Namespace) -> int:
             await transport.listen.stop(wait_s=0)
             await feed.stop()
             await server.aclose()
+            if tracing is not None:
+                await asyncio.to_thread(tracing.shutdown)
         if not serving.cancelled():
             serving.result()  # an error of the transport's own
 

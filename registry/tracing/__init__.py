@@ -1,0 +1,63 @@
+"""OpenTelemetry tracing, off unless the standard ``OTEL_*`` variables turn it on.
+
+This module imports nothing of OpenTelemetry: a server without tracing never loads the SDK, and
+the hot path pays one ``is None`` check (``RegistryApp`` and ``McpServer`` are built with or
+without a :class:`~registry.tracing.sdk.Tracing`; the outbound client asks :func:`active` once,
+when it is made). :func:`from_environment` imports :mod:`registry.tracing.sdk` only when
+:func:`enabled` says yes.
+
+**On** when ``OTEL_TRACES_EXPORTER`` names an exporter other than ``none``, or when
+``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set, and
+``OTEL_SDK_DISABLED`` is not ``true``. Everything else (sampler, resource, batching, exporter
+endpoint, headers, timeouts, propagators) is the SDK's own reading of the standard variables.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from registry.tracing.sdk import Tracing
+
+__all__ = ["active", "enabled", "from_environment", "install"]
+
+_active: Tracing | None = None
+
+
+def enabled(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether the standard variables ask for traces (see the module's docstring)."""
+    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    exporter = environ.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    if exporter:
+        return exporter != "none"
+    return bool(
+        environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
+        or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+    )
+
+
+def from_environment(*, trace_arguments: bool = False, environ: Mapping[str, str] = os.environ) -> Tracing | None:
+    """The process's tracing, built from the ``OTEL_*`` variables and installed (:func:`active`);
+    None, with nothing imported, when they leave it off. Raises ``ValueError`` for a setting
+    this server cannot honour (an exporter or protocol it does not ship)."""
+    if not enabled(environ):
+        return None
+    from registry.tracing.sdk import Tracing
+
+    tracing = Tracing.from_environment(trace_arguments=trace_arguments, environ=environ)
+    install(tracing)
+    return tracing
+
+
+def install(tracing: Tracing | None) -> None:
+    """Make ``tracing`` the process's (None: none): what outbound clients made afterwards use."""
+    global _active
+    _active = tracing
+
+
+def active() -> Tracing | None:
+    """The process's tracing, or None (tracing off)."""
+    return _active
