@@ -50,6 +50,10 @@ Notify = Callable[["Message", "ClientState"], Coroutine[Any, Any, None]]
 
 #: Requests whose ``params.uri`` is ``mcp.resource.uri``.
 _URI_METHODS = frozenset({"resources/read", "resources/subscribe", "resources/unsubscribe"})
+#: Requests whose answer may call out (webhooks, http resources): their span is made current.
+_OUTBOUND_METHODS = frozenset({"tools/call", "resources/read"})
+#: Where argument values go, with ``REGISTRY_TRACE_ARGUMENTS`` on.
+_ARGUMENT_KEYS = {"tools/call": "gen_ai.tool.call.arguments", "prompts/get": "mcp_registry.prompt.arguments"}
 #: The metric's attributes (a subset of the span's: no ids, no URIs).
 _METRIC_KEYS = (
     "mcp.method.name",
@@ -163,19 +167,26 @@ class McpSpans:
         attributes["mcp_registry.agent"] = bounded(client.user or client.principal)
         parent, links = self._parent(params, scope)
         span = self.tracer.start_span(name, parent, SpanKind.SERVER, attributes, links)
-        token = otel_context.attach(trace.set_span_in_context(span, parent))
+        # Current only where the answer may make spans of its own (webhook calls, http resource
+        # fetches): attaching and detaching the context costs as much as a few attributes.
+        token = otel_context.attach(trace.set_span_in_context(span, parent)) if method in _OUTBOUND_METHODS else None
         started = time.perf_counter()
         try:
             result = await answer(message, ctx)
         except BaseException as exc:  # cancelled: the client went away, or the server is stopping
-            otel_context.detach(token)
+            if token is not None:
+                otel_context.detach(token)
             span.set_attribute("error.type", type(exc).__qualname__)
             span.set_status(Status(StatusCode.ERROR, "request cancelled"))
             span.end()
             raise
-        otel_context.detach(token)
-        error_type = self._finish(span, method, params, ctx, result)
-        span.end()
+        if token is not None:
+            otel_context.detach(token)
+        if span.is_recording():
+            error_type = self._finish(span, method, params, ctx, result)
+            span.end()
+        else:  # not sampled: nothing to add to it (ending it does nothing either)
+            error_type = _error_type(method, result) if self.duration is not None else None
         if self.duration is not None:
             self._record(time.perf_counter() - started, attributes, error_type, ctx)
         return result
@@ -183,34 +194,36 @@ class McpSpans:
     def _finish(
         self, span: trace.Span, method: str, params: Mapping[str, Any], ctx: RequestContext, answer: dict[str, Any]
     ) -> str | None:
-        """What only the answer tells: the error, the entry served, the negotiated version."""
+        """What only the answer tells: the error, the entry served, the negotiated version (set
+        in one call: each call to the span takes its lock and checks every value)."""
+        late: dict[str, Any] = {}
         error = answer.get("error")
         error_type: str | None = None
+        status: Status | None = None
         if isinstance(error, dict):
-            error_type = str(error.get("code"))
-            span.set_attribute("error.type", error_type)
-            span.set_attribute("rpc.response.status_code", error_type)
-            span.set_status(Status(StatusCode.ERROR, bounded(str(error.get("message", "")))))
+            error_type = late["error.type"] = late["rpc.response.status_code"] = str(error.get("code"))
+            status = Status(StatusCode.ERROR, bounded(str(error.get("message", ""))))
         else:
             result = answer.get("result")
             if isinstance(result, dict):
                 if method == "tools/call" and result.get("isError") is True:
-                    error_type = "tool_error"
-                    span.set_attribute("error.type", error_type)
-                    span.set_status(Status(StatusCode.ERROR, "the tool answered isError"))
+                    error_type = late["error.type"] = "tool_error"
+                    status = Status(StatusCode.ERROR, "the tool answered isError")
                 elif method == "initialize" and isinstance(result.get("protocolVersion"), str):
-                    span.set_attribute("mcp.protocol.version", result["protocolVersion"])
+                    late["mcp.protocol.version"] = result["protocolVersion"]
         entry = ctx.entry
         if entry is not None:
-            span.set_attribute("mcp_registry.entry.version", entry.version)
+            late["mcp_registry.entry.version"] = entry.version
             if entry.team is not None:
-                span.set_attribute("mcp_registry.entry.team", entry.team)
-        if self.trace_arguments:
+                late["mcp_registry.entry.team"] = entry.team
+        if self.trace_arguments and method in _ARGUMENT_KEYS:
             arguments = params.get("arguments")
             if isinstance(arguments, dict):
-                key = "gen_ai.tool.call.arguments" if method == "tools/call" else "mcp_registry.prompt.arguments"
-                if method in ("tools/call", "prompts/get"):
-                    span.set_attribute(key, _json(arguments))
+                late[_ARGUMENT_KEYS[method]] = _json(arguments)
+        if late:
+            span.set_attributes(late)
+        if status is not None:
+            span.set_status(status)
         return error_type
 
     def _record(
@@ -245,6 +258,17 @@ class McpSpans:
         if self.duration is not None:
             metric = {key: value for key, value in attributes.items() if key in _METRIC_KEYS}
             self.duration.record(time.perf_counter() - started, metric)
+
+
+def _error_type(method: str, answer: dict[str, Any]) -> str | None:
+    """``error.type`` of an answer, for the histogram of a request whose span is not sampled."""
+    error = answer.get("error")
+    if isinstance(error, dict):
+        return str(error.get("code"))
+    result = answer.get("result")
+    if method == "tools/call" and isinstance(result, dict) and result.get("isError") is True:
+        return "tool_error"
+    return None
 
 
 def _network(attributes: dict[str, Any], scope: Mapping[str, Any] | None) -> None:

@@ -361,3 +361,35 @@ def test_admin_api_and_ui_requests_are_server_spans_named_by_route(traced: Trace
     assert (posts[0].attributes or {})["http.response.status_code"] == 201
     assert any(name.startswith("GET /ui") for name in traced.names())
     assert not any("/healthz" in name for name in traced.names())
+
+
+def test_an_http_resource_fetch_is_a_client_span_sending_the_trace(
+    traced: Traced, webhook_server: WebhookServer
+) -> None:
+    url = webhook_server.url("/inspect") + "?key=secret-query"
+    create(traced, "resources", {"name": "status", "kind": "http", "uri": "status://payments", "url": url})
+    client = session(traced)
+    header, trace_id, _ = traceparent()
+    params = {"uri": "status://payments", "_meta": {"traceparent": header}}
+    contents = client.request("resources/read", params)["result"]["contents"]
+    seen = json.loads(contents[0]["text"])
+    assert seen["headers"]["traceparent"].split("-")[1] == trace_id
+    fetch = traced.span("GET")
+    assert fetch.kind is SpanKind.CLIENT and trace_hex(fetch) == trace_id
+    assert (fetch.attributes or {})["url.full"] == webhook_server.url("/inspect")  # no query: it may hold a key
+    read = traced.span("resources/read")
+    assert parent_hex(fetch) == format(read.context.span_id, "016x")  # type: ignore[union-attr]
+    assert (read.attributes or {})["mcp.resource.uri"] == "status://payments"
+
+
+def test_an_unsampled_caller_is_not_recorded_but_its_decision_reaches_the_webhook(
+    traced: Traced, webhook_server: WebhookServer
+) -> None:
+    create(traced, "tools", tool_body("inspect", webhook_server.url("/inspect")))
+    client = session(traced)
+    trace_id, span_id = secrets.token_hex(16), secrets.token_hex(8)
+    params = {"name": "inspect", "arguments": {}, "_meta": {"traceparent": f"00-{trace_id}-{span_id}-00"}}
+    seen = client.request("tools/call", params)["result"]["structuredContent"]["headers"]
+    version, sent_trace, _, flags = seen["traceparent"].split("-")
+    assert (version, sent_trace, flags) == ("00", trace_id, "00")  # parent-based: not sampled downstream either
+    assert "tools/call inspect" not in traced.names()
