@@ -62,6 +62,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from registry.runtime import Registry
 
     check_server_settings(settings)  # before anything is opened: a refusal names the setting
+    _check_tracing()
     slot = WorkerSlot.from_env()
     if slot is not None:  # one of `serve --workers N`'s processes: the supervisor has prepared all
         return _serve_worker(args, settings, slot)
@@ -114,6 +115,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     app = create_app(registry, freeze_gc=True)
     DrainingServer(_uvicorn_config(app, settings, args), drain=app.mcp.drain).run()
     return 0
+
+
+def _check_tracing() -> None:
+    """The ``OTEL_*`` variables, checked before anything starts (nothing of OpenTelemetry is imported)."""
+    from registry import tracing
+
+    try:
+        tracing.check()
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
 
 
 def _uvicorn_config(app: Any, settings: Settings, args: argparse.Namespace) -> uvicorn.Config:
@@ -169,6 +180,7 @@ def cmd_stdio(args: argparse.Namespace) -> int:
     from registry.runtime import Registry
 
     settings = _settings(args)
+    _check_tracing()  # before anything is opened
     registry = Registry(settings)
     registry.prepare(seed=args.seed, demo_if_empty=settings.database_url is None)
     from registry import tracing as registry_tracing

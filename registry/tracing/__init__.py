@@ -21,7 +21,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from registry.tracing.sdk import Tracing
 
-__all__ = ["active", "enabled", "from_environment", "install"]
+__all__ = ["active", "check", "enabled", "from_environment", "install"]
+
+#: The one OTLP protocol shipped (the HTTP exporter): gRPC would need another package and port.
+OTLP_PROTOCOL = "http/protobuf"
+#: Exporters this server can build, per signal (``none``: that signal off).
+EXPORTERS = {"OTEL_TRACES_EXPORTER": ("otlp", "console", "none"), "OTEL_METRICS_EXPORTER": ("otlp", "console", "none")}
 
 _active: Tracing | None = None
 
@@ -39,12 +44,35 @@ def enabled(environ: Mapping[str, str] = os.environ) -> bool:
     )
 
 
+def exporter_names(environ: Mapping[str, str], variable: str, default: str) -> list[str]:
+    """The exporters ``variable`` names (comma-separated, lower-cased), ``none`` left out."""
+    raw = environ.get(variable, "").strip().lower() or default
+    return [name for name in (part.strip() for part in raw.split(",")) if name and name != "none"]
+
+
+def check(environ: Mapping[str, str] = os.environ) -> None:
+    """Refuse (``ValueError``, naming the variable) what this server cannot honour while tracing
+    is on: an exporter it does not ship, an OTLP protocol other than HTTP/protobuf. Imports
+    nothing; ``serve`` and ``stdio`` call it before anything starts."""
+    if not enabled(environ):
+        return
+    for variable, known in EXPORTERS.items():
+        for name in exporter_names(environ, variable, "none"):
+            if name not in known:
+                raise ValueError(f"{variable}={name!r}: supported are {', '.join(known)}")
+    for variable in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"):
+        protocol = (environ.get(variable) or environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or OTLP_PROTOCOL).strip()
+        if protocol != OTLP_PROTOCOL:
+            raise ValueError(f"{variable}/OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r}: only {OTLP_PROTOCOL} is supported")
+
+
 def from_environment(*, trace_arguments: bool = False, environ: Mapping[str, str] = os.environ) -> Tracing | None:
     """The process's tracing, built from the ``OTEL_*`` variables and installed (:func:`active`);
     None, with nothing imported, when they leave it off. Raises ``ValueError`` for a setting
     this server cannot honour (an exporter or protocol it does not ship)."""
     if not enabled(environ):
         return None
+    check(environ)
     from registry.tracing.sdk import Tracing
 
     tracing = Tracing.from_environment(trace_arguments=trace_arguments, environ=environ)

@@ -23,6 +23,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 from opentelemetry.trace import Tracer
 
 from registry import __version__
+from registry.tracing import check, exporter_names
 
 log = logging.getLogger("registry.tracing")
 
@@ -32,8 +33,6 @@ DEFAULT_SERVICE_NAME = "mcp-registry"
 SCOPE = "mcp-registry"
 #: ``mcp.server.operation.duration`` buckets, as the MCP semantic conventions specify (seconds).
 DURATION_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
-#: The one OTLP protocol shipped (the HTTP exporter): gRPC would need another package and port.
-OTLP_PROTOCOL = "http/protobuf"
 #: Longest string attribute value we set from what callers send (names, URIs, ids): a span is
 #: the operator's, but one agent must not be able to make every span megabytes long.
 MAX_ATTRIBUTE_CHARS = 1024
@@ -69,7 +68,7 @@ class Tracing:
         """Providers as the standard variables describe them. The sampler (``OTEL_TRACES_SAMPLER``,
         ``..._ARG``), batching (``OTEL_BSP_*``), the exporters' endpoints, headers, timeouts and
         compression are read by the SDK itself."""
-        _check_protocol(environ)
+        check(environ)
         resource = _resource()
         provider = TracerProvider(resource=resource)
         for processor in _span_processors(environ):
@@ -93,18 +92,6 @@ class Tracing:
             log.exception("tracing: shutting the exporters down failed")
 
 
-def _names(environ: Mapping[str, str], variable: str, default: str) -> list[str]:
-    raw = environ.get(variable, "").strip().lower() or default
-    return [name.strip() for name in raw.split(",") if name.strip() and name.strip() != "none"]
-
-
-def _check_protocol(environ: Mapping[str, str]) -> None:
-    for variable in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"):
-        protocol = (environ.get(variable) or environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or OTLP_PROTOCOL).strip()
-        if protocol != OTLP_PROTOCOL:
-            raise ValueError(f"{variable}/OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r}: only {OTLP_PROTOCOL} is supported")
-
-
 def _resource() -> Resource:
     """The SDK's resource (``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_SERVICE_NAME``), named
     ``mcp-registry`` where neither names the service."""
@@ -117,7 +104,7 @@ def _resource() -> Resource:
 def _span_processors(environ: Mapping[str, str]) -> list[SpanProcessor]:
     """One batch processor per exporter of ``OTEL_TRACES_EXPORTER`` (default ``otlp``)."""
     exporters: list[SpanExporter] = []
-    for name in _names(environ, "OTEL_TRACES_EXPORTER", "otlp"):
+    for name in exporter_names(environ, "OTEL_TRACES_EXPORTER", "otlp"):
         if name == "otlp":
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
@@ -133,7 +120,7 @@ def _metric_readers(environ: Mapping[str, str]) -> list[MetricReader]:
     """Metrics only where ``OTEL_METRICS_EXPORTER`` asks for them (``otlp`` or ``console``): the
     registry's own Prometheus ``/metrics`` serves those who do not."""
     readers: list[MetricReader] = []
-    for name in _names(environ, "OTEL_METRICS_EXPORTER", "none"):
+    for name in exporter_names(environ, "OTEL_METRICS_EXPORTER", "none"):
         if name == "otlp":
             from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 

@@ -12,6 +12,7 @@ import pytest
 
 from registry import tracing
 from registry.tracing.sdk import Tracing
+from tests.conftest import run_cli
 
 
 @pytest.mark.parametrize(
@@ -66,3 +67,16 @@ def test_tracing_off_imports_no_sdk_and_no_tracing_module(tmp_path: Path) -> Non
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize("command", ["serve", "stdio"])
+def test_serve_and_stdio_refuse_an_unsupported_otlp_protocol_before_starting(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    code, output = run_cli([command, "--data-dir", str(tmp_path / "data")], capsys)
+    assert code != 0
+    assert "OTEL_EXPORTER_OTLP_PROTOCOL='grpc': only http/protobuf is supported" in output
+    assert "Traceback" not in output
+    assert not (tmp_path / "data").exists()  # refused before anything was opened
