@@ -1,10 +1,11 @@
 """OpenTelemetry tracing, off unless the standard ``OTEL_*`` variables turn it on.
 
 This module imports nothing of OpenTelemetry: a server without tracing never loads the SDK, and
-the hot path pays one ``is None`` check (``RegistryApp`` and ``McpServer`` are built with or
-without a :class:`~registry.tracing.sdk.Tracing`; the outbound client asks :func:`active` once,
-when it is made). :func:`from_environment` imports :mod:`registry.tracing.sdk` only when
-:func:`enabled` says yes.
+its hot path pays nothing (``create_app`` and ``McpServer`` are built with or without a
+:class:`~registry.tracing.sdk.Tracing`; without one the dispatcher's entry points are the plain
+methods, and an outbound call checks one attribute for ``None``). :func:`from_environment`
+imports :mod:`registry.tracing.sdk` only when :func:`enabled` says yes, and installs it as the
+process's (:func:`active`), which outbound clients made without one of their own use.
 
 **On** when ``OTEL_TRACES_EXPORTER`` names an exporter other than ``none``, or when
 ``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set, and
