@@ -10,25 +10,37 @@ path, so validation, limits and the all-or-nothing write are the same.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue
 
 #: A bundle file's path: an entry file, a history file, or the manifest (what a zip may hold).
 BUNDLE_PATH_PATTERN = r"^(?:(?:history/)?(?:prompts|resources|tools)/[^/\\\x00-\x1f]{1,200}\.ya?ml|export\.yaml)$"
 
-BundlePath = Annotated[
-    str,
-    Field(
-        pattern=BUNDLE_PATH_PATTERN,
-        max_length=230,
-        description="a path in the bundle folder: `prompts/`, `resources/`, `tools/` (or `history/...`) "
-        "`<name>.yaml`, or `export.yaml`",
-    ),
-]
+_PATH = re.compile(BUNDLE_PATH_PATTERN)
+_PATH_CHARS = 230
+
+
+def _bundle_paths(files: dict[str, str]) -> dict[str, str]:
+    wrong = [name for name in files if len(name) > _PATH_CHARS or not _PATH.match(name)]
+    if wrong:
+        shown = ", ".join(repr(name[:80]) for name in wrong[:5])
+        raise ValueError(
+            f"not a bundle file: {shown}; give prompts/, resources/, tools/ (or history/...) <name>.yaml, "
+            "or export.yaml"
+        )
+    return files
+
+
 FileMap = Annotated[
-    dict[BundlePath, str],
-    Field(description="path in the bundle folder -> the file's YAML text (UTF-8)"),
+    dict[str, str],
+    AfterValidator(_bundle_paths),
+    Field(
+        description="path in the bundle folder (`prompts/`, `resources/`, `tools/` or `history/...` `<name>.yaml`, "
+        "or `export.yaml`) -> the file's YAML text (UTF-8)",
+        json_schema_extra={"propertyNames": {"pattern": BUNDLE_PATH_PATTERN, "maxLength": _PATH_CHARS}},
+    ),
 ]
 
 _PROMPT_FILE = (
