@@ -5,6 +5,7 @@ entry, a catalog that moved since the plan)."""
 from __future__ import annotations
 
 import re
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -237,3 +238,34 @@ def test_files_outside_a_bundle_folder_are_refused(api: httpx.Client) -> None:
     assert answer.headers["content-type"].startswith("application/problem+json")
     empty = api.post("/api/v1/bundles/plan", json={"files": {}})
     assert empty.status_code == 422, empty.text
+
+
+def test_tls_failure_and_timeout_are_clear_refusals(cli: Cli, server: ServerProcess, tmp_path: Path) -> None:
+    tls = f"https://127.0.0.1:{server.port}"  # the server speaks plain HTTP there
+    code, _out, err = cli("pull", str(tmp_path / "tls"), url=tls)
+    assert code == 1
+    assert err.startswith(f"error: cannot reach the registry at {tls}: TLS failed ("), err
+    with socket.socket() as silent:  # accepts connections (the backlog), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        code, _out, err = cli("pull", str(tmp_path / "catalog"), "--timeout", "0.5", url=url)
+    assert code == 1
+    assert err == f"error: the registry at {url} did not answer within 0.5 s (timeout)\n"
+
+
+def test_plan_and_pull_need_a_token_that_sees_every_team(cli: Cli, api: httpx.Client, tmp_path: Path) -> None:
+    """A bundle plan or export covers the whole catalog; another team's entries must stay unseen.
+    (Last in this module: it leaves a team's entry in the shared catalog.)"""
+    viewer = issue_token(api, "cac-global-viewer", ["viewer"])["token"]
+    folder = tmp_path / "catalog"
+    assert cli("pull", str(folder), token=viewer)[0] == 0  # no team owns an entry yet
+    assert api.post("/api/v1/teams", json={"name": "payments"}).status_code == 201
+    made = api.post("/api/v1/prompts", json={"name": "refund-reply", "template": "Sorry.", "team": "payments"})
+    assert made.status_code == 201, made.text
+    for command in (["plan", str(folder)], ["pull", str(tmp_path / "again")]):
+        code, _out, err = cli(*command, token=viewer)
+        assert code == 1
+        assert "(403)" in err and "use an admin token" in err and "refund-reply" not in err
+    member = issue_token(api, "cac-payments-viewer", ["viewer"], teams={"payments": "viewer"})["token"]
+    assert cli("plan", str(folder), token=member)[0] == 0

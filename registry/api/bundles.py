@@ -1,9 +1,11 @@
 """``/api/v1/bundles``: the catalog as code, for ``mcp-registry plan`` / ``push`` / ``pull`` in CI.
 
-- ``POST /bundles/plan`` (viewer): what importing a bundle would do, per entry, with diffs.
+- ``POST /bundles/plan`` (viewer; one who sees every team's entries): what importing a bundle would
+  do, per entry, with diffs.
 - ``POST /bundles/apply`` (admin, as the web UI's import): import it in one transaction, all or
   nothing; protected labels stay where they are and a change request is opened for each.
-- ``GET /bundles/export`` (viewer, as the web UI's download): the catalog as a bundle's files.
+- ``GET /bundles/export`` (viewer, as the web UI's download; one who sees every team's entries): the
+  catalog as a bundle's files.
 - ``GET /bundles/schema.json`` (viewer): the JSON Schema of an entry file (``registry.catalog.bundle_schema``),
   which ``mcp-registry pull`` writes beside the files for editors; a JSON Schema, not an API shape,
   so left out of ``/openapi.json``.
@@ -23,13 +25,15 @@ from fastapi import APIRouter, Query
 
 from registry.api.auth import AdminPrincipal, ViewerPrincipal
 from registry.api.bundle_models import BundleApplied, BundleApply, BundleExport, BundlePlan, BundleUpload
-from registry.api.deps import RegistryDep
+from registry.api.deps import RegistryDep, TeamsDep
 from registry.api.problems import ALWAYS, WITH_BODY, documented
 from registry.catalog.bundle_archive import ZipPlan, zip_of
 from registry.catalog.bundle_schema import bundle_schema
 from registry.catalog.bundles import ImportPlanItem
-from registry.catalog.errors import Invalid
+from registry.catalog.errors import Forbidden, Invalid
 from registry.catalog.specs import LABEL_PATTERN
+from registry.catalog.teams import TeamService
+from registry.tokens import Principal
 
 PREFIX = "/bundles"
 #: The paths whose bodies are bundles (bounded by ``bundle_bytes``, not ``body_bytes``).
@@ -52,6 +56,20 @@ def _zipped(files: dict[str, str]) -> bytes:
     if not files:
         raise Invalid("the bundle has no files: send its prompts/, resources/ and tools/ YAML files")
     return zip_of({path: text.encode("utf-8") for path, text in files.items()})
+
+
+def _whole_catalog(teams: TeamService, principal: Principal) -> None:
+    """A plan (its diffs) and an export cover the whole catalog: a caller that must not see some
+    team's entries (``docs/security.md``: they answer as missing ones) may use them only while no
+    such entry exists. Admins see every team."""
+    visible = principal.visible_teams
+    if visible is None:
+        return
+    if any(team["entries"] and team["name"] not in visible for team in teams.list_teams()):
+        raise Forbidden(
+            "this catalog holds entries of teams this token is not a member of, and a bundle plan or export "
+            "covers the whole catalog: use an admin token"
+        )
 
 
 def _plan_body(plan: ZipPlan) -> dict[str, Any]:
@@ -98,7 +116,10 @@ def _links(items: list[ImportPlanItem]) -> list[dict[str, Any]]:
     response_model=BundlePlan,
     responses=documented(*ALWAYS, *WITH_BODY, 409),
 )
-def plan_bundle(registry: RegistryDep, body: BundleUpload, _principal: ViewerPrincipal) -> dict[str, Any]:
+def plan_bundle(
+    registry: RegistryDep, teams: TeamsDep, body: BundleUpload, principal: ViewerPrincipal
+) -> dict[str, Any]:
+    _whole_catalog(teams, principal)
     return _plan_body(registry.zip_bundles.plan(_zipped(body.files)))
 
 
@@ -129,7 +150,8 @@ def apply_bundle(registry: RegistryDep, body: BundleApply, principal: AdminPrinc
 )
 def export_bundle(
     registry: RegistryDep,
-    _principal: ViewerPrincipal,
+    teams: TeamsDep,
+    principal: ViewerPrincipal,
     label: Annotated[
         str | None,
         Query(max_length=64, pattern=LABEL_PATTERN, description="the version this label serves (else the newest)"),
@@ -138,6 +160,7 @@ def export_bundle(
         bool, Query(description="every version, the labels and archived entries (a history bundle)")
     ] = False,
 ) -> dict[str, Any]:
+    _whole_catalog(teams, principal)
     if label is not None and all_versions:
         raise Invalid("label and all_versions exclude each other: a history export holds every label")
     entries, files = registry.zip_bundles.export_files(label=label, all_versions=all_versions)
