@@ -5,6 +5,7 @@ entry, a catalog that moved since the plan)."""
 from __future__ import annotations
 
 import re
+import shutil
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,10 @@ import pytest
 import yaml
 
 from registry.cli import main
+from registry.config import Settings
+from registry.limits import Limits
+from registry.paths import seed_data_dir
+from tests.conftest import ADMIN_TOKEN, start_live_server
 from tests.serve_process import ServerProcess, free_port, issue_token
 
 MODELINE = "# yaml-language-server: $schema=../bundle.schema.json\n"
@@ -269,3 +274,39 @@ def test_plan_and_pull_need_a_token_that_sees_every_team(cli: Cli, api: httpx.Cl
         assert "(403)" in err and "use an admin token" in err and "refund-reply" not in err
     member = issue_token(api, "cac-payments-viewer", ["viewer"], teams={"payments": "viewer"})["token"]
     assert cli("plan", str(folder), token=member)[0] == 0
+
+
+def test_the_bundle_limits_bound_a_push(
+    settings: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole request is bounded by REGISTRY_LIMIT_BUNDLE_BYTES (not the smaller body limit), the
+    files by REGISTRY_LIMIT_BUNDLE_FILES; each refusal names its limit, and nothing is written."""
+    monkeypatch.delenv("REGISTRY_URL", raising=False)
+    registry, live = start_live_server(
+        settings, limits=Limits(body_bytes=8 * 1024, bundle_bytes=64 * 1024, bundle_files=3)
+    )
+    try:
+        remote = ["--url", live.url, "--token", ADMIN_TOKEN]
+        several = tmp_path / "several"
+        shutil.copytree(seed_data_dir() / "demo", several)
+        capsys.readouterr()
+        assert main(["push", str(several), *remote]) == 1
+        err = capsys.readouterr().err
+        assert "(422)" in err and "REGISTRY_LIMIT_BUNDLE_FILES" in err, err
+
+        large = tmp_path / "large" / "prompts"
+        large.mkdir(parents=True)
+        for index in range(3):  # each file within the body limit, together over the bundle limit
+            (large / f"p{index}.yaml").write_text(f"name: p{index}\ntemplate: '{'x' * 7000}'\n")
+        capsys.readouterr()
+        assert main(["plan", str(large.parent), *remote]) == 2, capsys.readouterr().err  # 21 kB: within both
+        (large / "p2.yaml").write_text("name: p2\ndescription: '" + "y" * 70_000 + "'\ntemplate: hi\n")
+        capsys.readouterr()
+        assert main(["push", str(large.parent), *remote]) == 1
+        err = capsys.readouterr().err
+        assert "too large for the registry" in err and "(413)" in err and "REGISTRY_LIMIT_BUNDLE_BYTES" in err, err
+        with live.client() as api:
+            assert api.get("/api/v1/prompts/p0").status_code == 404
+    finally:
+        live.stop()
+        registry.close()
