@@ -25,7 +25,6 @@ from registry.catalog.specs import PromptSpec, ResourceSpec, ToolSpec
 
 #: The file's name, in the repository's ``docs/`` and in the folder ``mcp-registry pull`` writes.
 SCHEMA_FILE = "bundle.schema.json"
-SCHEMA_ID = "https://github.com/mcp-registry/mcp-registry/blob/main/docs/bundle.schema.json"
 _REF = "#/$defs/{model}"
 
 
@@ -58,7 +57,6 @@ def bundle_schema() -> dict[str, Any]:
     prompt_keys = {"anyOf": [{"required": ["template"]}, {"required": ["messages"]}]}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": SCHEMA_ID,
         "title": "mcp-registry bundle entry file",
         "description": "One catalog entry of an mcp-registry bundle: prompts/<name>.yaml, resources/<name>.yaml or "
         "tools/<name>.yaml. Generated from the registry's own models; `mcp-registry lint` checks the rest "
