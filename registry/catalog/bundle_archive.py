@@ -256,8 +256,9 @@ def _relative_error(exc: CatalogError, root: Path) -> CatalogError:
     detail = _relative(exc.detail, root)
     if "${env:" in detail or "environment variable" in detail:
         detail += (
-            "\n(The web UI does not read the server's environment: import bundles with ${env:...} values with "
-            "`mcp-registry import`, or export them with --secrets mask for a re-import into the same catalog.)"
+            "\n(A bundle sent to the server, from the web UI or `mcp-registry push`, does not read the server's "
+            "environment: import bundles with ${env:...} values with `mcp-registry import`, or export them with "
+            "--secrets mask for a re-import into the same catalog.)"
         )
     refusal = type(exc)(detail, errors=errors) if errors is not None else type(exc)(detail)
     return refusal
