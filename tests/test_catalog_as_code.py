@@ -130,6 +130,17 @@ def test_pull_refuses_a_non_empty_folder_unless_forced(cli: Cli, api: httpx.Clie
     assert not stray.exists()  # the folder mirrors the catalog
     assert (folder / "README.md").read_text() == "ours\n"  # other files are kept
 
+    labelled = tmp_path / "labelled"
+    code, out, err = cli("pull", str(labelled), "--label", "production")
+    assert code == 0, err
+    assert "(label production)" in out
+    assert sorted(p.name for p in (labelled / "prompts").iterdir()) == sorted(
+        p.name for p in (folder / "prompts").iterdir()
+    )
+    code, out, _err = cli("pull", str(tmp_path / "nothing"), "--label", "no-such-label")
+    assert code == 0
+    assert "pulled 0 entries" in out
+
     history = tmp_path / "history"
     code, _out, err = cli("pull", str(history), "--all-versions")
     assert code == 0, err
