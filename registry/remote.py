@@ -24,7 +24,7 @@ from registry import __version__
 ENTRY_FOLDERS = ("prompts", "resources", "tools")
 HISTORY = "history"
 MANIFEST = "export.yaml"
-#: What the server answers 409 with when the plan shown is no longer the catalog's.
+#: Where the bundle API lives under the registry's base URL.
 API = "/api/v1/bundles"
 #: Connecting and each read or write of a call; a plan of a large bundle takes a while.
 DEFAULT_TIMEOUT_S = 60.0
@@ -65,10 +65,9 @@ def _problem(response: httpx.Response) -> tuple[str, list[dict[str, Any]]]:
         return response.text[:300].strip() or response.reason_phrase, []
     if not isinstance(body, dict):
         return str(body)[:300], []
+    detail = str(body.get("detail") or body.get("title") or response.reason_phrase)
     errors = body.get("errors")
-    return str(body.get("detail") or body.get("title") or response.reason_phrase), errors if isinstance(
-        errors, list
-    ) else []
+    return detail, errors if isinstance(errors, list) else []
 
 
 @dataclass
