@@ -21,6 +21,8 @@ from registry import __version__
 from registry.api import admin, docs, models, oauth_metadata, problems
 from registry.api.audit import router as audit_router
 from registry.api.auth import ViewerPrincipal
+from registry.api.bundles import bundle_path
+from registry.api.bundles import router as bundles_router
 from registry.api.entries import entry_router
 from registry.api.guard import RequestGuard
 from registry.api.reviews import router as reviews_router
@@ -112,7 +114,9 @@ def create_app(registry: Registry, *, freeze_gc: bool = False) -> RegistryApp:
     app.state.mcp = mcp
     problems.install(app)
     # Token checked, then body size and JSON structure bounded, before FastAPI reads the body.
-    app.add_middleware(RequestGuard, tokens=registry.tokens, limits=registry.settings.limits)
+    app.add_middleware(
+        RequestGuard, tokens=registry.tokens, limits=registry.settings.limits, bundle_paths=bundle_path
+    )
     docs.install(app)
 
     for collection, kind in KIND_BY_COLLECTION.items():
@@ -123,6 +127,7 @@ def create_app(registry: Registry, *, freeze_gc: bool = False) -> RegistryApp:
     app.include_router(oauth_metadata.router)  # RFC 9728, with single sign-on
     app.include_router(audit_router, prefix="/api/v1")
     app.include_router(usage_router, prefix="/api/v1")
+    app.include_router(bundles_router, prefix="/api/v1")  # catalog as code (mcp-registry plan/push/pull)
 
     @app.get("/healthz", tags=["health"], summary="The process is up", response_model=models.Health)
     def healthz() -> dict[str, Any]:

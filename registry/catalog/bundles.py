@@ -47,7 +47,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -67,7 +67,7 @@ from registry.catalog.errors import CatalogError, Conflict, Invalid
 from registry.catalog.protection import ProtectionPolicy
 from registry.catalog.secrets import MASK, SecretKeyError
 from registry.catalog.service import CatalogService
-from registry.catalog.specs import KIND_BY_COLLECTION, dump_spec
+from registry.catalog.specs import KIND_BY_COLLECTION, Spec, dump_spec
 from registry.db.audit import Actor
 from registry.db.engine import Database
 from registry.limits import LimitExceeded, Limits
@@ -538,37 +538,36 @@ def _readme(source: str, mode: str, counts: dict[str, int], variables: dict[str,
     return "\n".join(lines) + "\n"
 
 
-# ------------------------------------------------------------------ the service
+# ------------------------------------------------------------------ reading: one pass over the files
 
 
-class BundleService:
-    """Bundles in and out of one catalog: files validated and parsed by the catalog's own rules
-    (``catalog``), planned against what it holds, written whole by ``bulk.BulkWriter``, with its
-    protected labels (``protection``) held for review."""
+class BundleReader:
+    """Reads and validates a bundle's files, with no catalog: ``parse_spec`` validates a definition
+    (the catalog's, or ``SpecValidator.parse_spec`` for the offline ``mcp-registry lint``), ``seal``
+    gives a history version its stored form (the identity when nothing is stored)."""
 
-    def __init__(self, db: Database, catalog: CatalogService, protection: ProtectionPolicy) -> None:
-        self.db = db
-        self.catalog = catalog
-        self.protection = protection
-        self.limits = catalog.limits
-        self.writer = bulk.BulkWriter(db, catalog, protection)
+    def __init__(
+        self,
+        parse_spec: Callable[[str, Mapping[str, Any]], Spec],
+        limits: Limits,
+        seal: Callable[[str, dict[str, Any], dict[str, Any] | None], dict[str, Any]] | None = None,
+    ) -> None:
+        self.parse_spec = parse_spec
+        self.limits = limits
+        self.seal = seal if seal is not None else (lambda _kind, spec, _previous: spec)
 
-    @contextmanager
-    def bulk_reader(self) -> Iterator[Session]:
-        """One read transaction for a bundle plan or an export: a consistent view of the catalog,
-        read with the few set-based queries of ``registry.catalog.bulk``."""
-        with self.db.session() as session:
-            yield session
+    def read_folder(
+        self, directory: Path, secrets: ImportSecrets
+    ) -> tuple[str, list[_Source], list[_Incoming], list[Problem]]:
+        """The layout (``entries`` or ``history``), the files, the valid entries and every problem
+        of the others. Raises ``Invalid`` for what stops the reading (no folder, a limit, a bad manifest)."""
+        layout, sources = _list_files(directory, self.limits)
+        _read_manifest(directory, secrets)
+        problems: list[Problem] = []
+        incoming = self.read(sources, secrets, problems, history=layout == "history")
+        return layout, sources, incoming, problems
 
-    def protected_now(self, labels: Iterable[str] | None = None) -> dict[str, int]:
-        """Which of ``labels`` (all when None) are protected now, for a plan; the write decides
-        again in its own transaction."""
-        with self.db.session() as session:
-            return self.protection.protected_in(session, labels)
-
-    # -------------------------------------------------------------- reading: one pass over the files
-
-    def _read(
+    def read(
         self, sources: list[_Source], secrets: ImportSecrets, problems: list[Problem], *, history: bool
     ) -> list[_Incoming]:
         """Every file (entry files, or ``history`` files) parsed and validated, in one pass: the
@@ -610,7 +609,7 @@ class BundleService:
             problems += unresolved
             return None
         try:
-            spec = dump_spec(self.catalog.parse_spec(source.kind, raw))
+            spec = dump_spec(self.parse_spec(source.kind, raw))
         except CatalogError as exc:
             problems += _spec_problems(source.path, locate, exc)
             return None
@@ -670,11 +669,11 @@ class BundleService:
                 ]
                 continue
             try:
-                newest = dump_spec(self.catalog.parse_spec(source.kind, spec_raw))
+                newest = dump_spec(self.parse_spec(source.kind, spec_raw))
             except CatalogError as exc:
                 problems += _spec_problems(source.path, locate, exc, prefix)
                 continue
-            sealed = self.catalog.seal(source.kind, newest, None)
+            sealed = self.seal(source.kind, newest, None)
             records.append(
                 bulk.VersionRecord(version.version, sealed, version.author, version.note, version.created_at)
             )
@@ -685,6 +684,36 @@ class BundleService:
             source.kind, history.name, records, labels, history.archived, history.created_at, history.updated_at
         )
         return _Incoming(source.kind, history.name, source.path, newest, history=write)
+
+
+# ------------------------------------------------------------------ the service
+
+
+class BundleService:
+    """Bundles in and out of one catalog: files validated and parsed by the catalog's own rules
+    (``catalog``), planned against what it holds, written whole by ``bulk.BulkWriter``, with its
+    protected labels (``protection``) held for review."""
+
+    def __init__(self, db: Database, catalog: CatalogService, protection: ProtectionPolicy) -> None:
+        self.db = db
+        self.catalog = catalog
+        self.protection = protection
+        self.limits = catalog.limits
+        self.writer = bulk.BulkWriter(db, catalog, protection)
+        self.reader = BundleReader(catalog.parse_spec, self.limits, catalog.seal)
+
+    @contextmanager
+    def bulk_reader(self) -> Iterator[Session]:
+        """One read transaction for a bundle plan or an export: a consistent view of the catalog,
+        read with the few set-based queries of ``registry.catalog.bulk``."""
+        with self.db.session() as session:
+            yield session
+
+    def protected_now(self, labels: Iterable[str] | None = None) -> dict[str, int]:
+        """Which of ``labels`` (all when None) are protected now, for a plan; the write decides
+        again in its own transaction."""
+        with self.db.session() as session:
+            return self.protection.protected_in(session, labels)
 
     # -------------------------------------------------------------- planning
 
@@ -824,10 +853,7 @@ class BundleService:
         ``against_empty``: compare with an empty catalog without reading the database (it has no
         tables yet; only the process's own ``REGISTRY_PROTECTED_LABELS`` protect anything)."""
         secrets = secrets if secrets is not None else ImportSecrets()
-        layout, sources = _list_files(directory, self.limits)
-        _read_manifest(directory, secrets)
-        problems: list[Problem] = []
-        incoming = self._read(sources, secrets, problems, history=layout == "history")
+        layout, sources, incoming, problems = self.reader.read_folder(directory, secrets)
         if layout == "history":
             planned = self._plan_histories(incoming, problems, against_empty=against_empty)
         else:
