@@ -270,21 +270,28 @@ def test_tls_failure_and_timeout_are_clear_refusals(cli: Cli, server: ServerProc
     assert err == f"error: the registry at {url} did not answer within 0.5 s (timeout)\n"
 
 
-def test_plan_and_pull_need_a_token_that_sees_every_team(cli: Cli, api: httpx.Client, tmp_path: Path) -> None:
-    """A bundle plan or export covers the whole catalog; another team's entries must stay unseen.
-    (It leaves a team's entry in the shared catalog: the tests after it use admin tokens only.)"""
+def test_a_plan_needs_a_token_that_sees_every_team_and_a_pull_holds_only_what_it_sees(
+    cli: Cli, api: httpx.Client, tmp_path: Path
+) -> None:
+    """A bundle plan covers the whole catalog (its diffs): another team's entries must stay unseen, so
+    a token that cannot see them all is refused. A pull is the caller's view: global entries and its
+    teams'. (It leaves a team's entry in the shared catalog: the tests after it use admin tokens only.)"""
     viewer = issue_token(api, "cac-global-viewer", ["viewer"])["token"]
     folder = tmp_path / "catalog"
     assert cli("pull", str(folder), token=viewer)[0] == 0  # no team owns an entry yet
     assert api.post("/api/v1/teams", json={"name": "payments"}).status_code == 201
     made = api.post("/api/v1/prompts", json={"name": "refund-reply", "template": "Sorry.", "team": "payments"})
     assert made.status_code == 201, made.text
-    for command in (["plan", str(folder)], ["pull", str(tmp_path / "again")]):
-        code, _out, err = cli(*command, token=viewer)
-        assert code == 1
-        assert "(403)" in err and "use an admin token" in err and "refund-reply" not in err
+    code, _out, err = cli("plan", str(folder), token=viewer)
+    assert code == 1
+    assert "(403)" in err and "this needs an admin" in err and "refund-reply" not in err
+    assert cli("pull", str(tmp_path / "viewer"), token=viewer)[0] == 0
+    assert not (tmp_path / "viewer" / "prompts" / "refund-reply.yaml").exists()
+    assert (tmp_path / "viewer" / "prompts").is_dir() and any((tmp_path / "viewer" / "prompts").iterdir())
     member = issue_token(api, "cac-payments-viewer", ["viewer"], teams={"payments": "viewer"})["token"]
     assert cli("plan", str(folder), token=member)[0] == 0
+    assert cli("pull", str(tmp_path / "member"), token=member)[0] == 0
+    assert (tmp_path / "member" / "prompts" / "refund-reply.yaml").is_file()
 
 
 def test_the_bundle_limits_bound_a_push(

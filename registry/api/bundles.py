@@ -4,8 +4,8 @@
   do, per entry, with diffs.
 - ``POST /bundles/apply`` (admin, as the web UI's import): import it in one transaction, all or
   nothing; protected labels stay where they are and a change request is opened for each.
-- ``GET /bundles/export`` (viewer, as the web UI's download; one who sees every team's entries): the
-  catalog as a bundle's files.
+- ``GET /bundles/export`` (viewer, as the web UI's download): the catalog as a bundle's files, those
+  entries the caller sees (global ones and its teams'; every entry for an admin).
 - ``GET /bundles/schema.json`` (viewer): the JSON Schema of an entry file (``registry.catalog.bundle_schema``),
   which ``mcp-registry pull`` writes beside the files for editors; a JSON Schema, not an API shape,
   so left out of ``/openapi.json``.
@@ -30,10 +30,8 @@ from registry.api.problems import ALWAYS, WITH_BODY, documented
 from registry.catalog.bundle_archive import ZipPlan, zip_of
 from registry.catalog.bundle_schema import bundle_schema
 from registry.catalog.bundles import ImportPlanItem
-from registry.catalog.errors import Forbidden, Invalid
+from registry.catalog.errors import Invalid
 from registry.catalog.specs import LABEL_PATTERN
-from registry.catalog.teams import TeamService
-from registry.tokens import Principal
 
 PREFIX = "/bundles"
 #: The paths whose bodies are bundles (bounded by ``bundle_bytes``, not ``body_bytes``).
@@ -56,20 +54,6 @@ def _zipped(files: dict[str, str]) -> bytes:
     if not files:
         raise Invalid("the bundle has no files: send its prompts/, resources/ and tools/ YAML files")
     return zip_of({path: text.encode("utf-8") for path, text in files.items()})
-
-
-def _whole_catalog(teams: TeamService, principal: Principal) -> None:
-    """A plan (its diffs) and an export cover the whole catalog: a caller that must not see some
-    team's entries (``docs/security.md``: they answer as missing ones) may use them only while no
-    such entry exists. Admins see every team."""
-    visible = principal.visible_teams
-    if visible is None:
-        return
-    if any(team["entries"] and team["name"] not in visible for team in teams.list_teams()):
-        raise Forbidden(
-            "this catalog holds entries of teams this token is not a member of, and a bundle plan or export "
-            "covers the whole catalog: use an admin token"
-        )
 
 
 def _plan_body(plan: ZipPlan) -> dict[str, Any]:
@@ -119,7 +103,7 @@ def _links(items: list[ImportPlanItem]) -> list[dict[str, Any]]:
 def plan_bundle(
     registry: RegistryDep, teams: TeamsDep, body: BundleUpload, principal: ViewerPrincipal
 ) -> dict[str, Any]:
-    _whole_catalog(teams, principal)
+    teams.check_sees_every_team(principal, "A bundle plan")
     return _plan_body(registry.zip_bundles.plan(_zipped(body.files)))
 
 
@@ -150,7 +134,6 @@ def apply_bundle(registry: RegistryDep, body: BundleApply, principal: AdminPrinc
 )
 def export_bundle(
     registry: RegistryDep,
-    teams: TeamsDep,
     principal: ViewerPrincipal,
     label: Annotated[
         str | None,
@@ -160,10 +143,11 @@ def export_bundle(
         bool, Query(description="every version, the labels and archived entries (a history bundle)")
     ] = False,
 ) -> dict[str, Any]:
-    _whole_catalog(teams, principal)
     if label is not None and all_versions:
         raise Invalid("label and all_versions exclude each other: a history export holds every label")
-    entries, files = registry.zip_bundles.export_files(label=label, all_versions=all_versions)
+    entries, files = registry.zip_bundles.export_files(
+        label=label, all_versions=all_versions, visible=principal.visible_teams
+    )
     return {
         "entries": entries,
         "layout": "history" if all_versions else "entries",

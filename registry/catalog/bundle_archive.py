@@ -333,32 +333,47 @@ class ZipBundles:
         relative = [replace(item, source=_relative(item.source, root)) for item in items]
         return plan, relative
 
-    def export(self, sink: IO[bytes], *, label: str | None = None, all_versions: bool = False) -> int:
+    def export(
+        self,
+        sink: IO[bytes],
+        *,
+        label: str | None = None,
+        all_versions: bool = False,
+        visible: frozenset[str] | None = None,
+    ) -> int:
         """Write the catalog as a zipped entry bundle to ``sink`` (each live entry's newest version, or
         the version ``label`` serves), write-only values masked: what ``mcp-registry export --secrets
         mask`` writes, fit for editing and re-importing into this catalog. ``all_versions``: the
         history bundle instead, which cannot mask (``Invalid`` when an entry holds write-only values:
-        export those with the command line's ``--secrets-key``). Returns the entry count."""
-        with self._exported(label, all_versions) as (folder, result):
+        export those with the command line's ``--secrets-key``). ``visible``: the caller's teams
+        (``BundleService.export_catalog``). Returns the entry count."""
+        with self._exported(label, all_versions, visible) as (folder, result):
             with zipfile.ZipFile(sink, "w", compression=zipfile.ZIP_DEFLATED) as archive:
                 for path in sorted([*result.files, *result.extras]):
                     archive.write(path, path.relative_to(folder).as_posix())
             return len(result.files)
 
-    def export_files(self, *, label: str | None = None, all_versions: bool = False) -> tuple[int, dict[str, bytes]]:
+    def export_files(
+        self, *, label: str | None = None, all_versions: bool = False, visible: frozenset[str] | None = None
+    ) -> tuple[int, dict[str, bytes]]:
         """``export`` as the bundle folder's files (relative path -> content), for the admin API;
         the manifest included, the README for people left out. Returns the entry count and the files."""
-        with self._exported(label, all_versions) as (folder, result):
+        with self._exported(label, all_versions, visible) as (folder, result):
             files = {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(result.files)}
             files |= {p.name: p.read_bytes() for p in result.extras if p.name != "README.md"}
             return len(result.files), files
 
     @contextmanager
-    def _exported(self, label: str | None, all_versions: bool) -> Iterator[tuple[Path, ExportResult]]:
+    def _exported(
+        self, label: str | None, all_versions: bool, visible: frozenset[str] | None
+    ) -> Iterator[tuple[Path, ExportResult]]:
         folder = Path(tempfile.mkdtemp(prefix="mcpr-export-"))
         try:
-            yield folder, self.bundles.export_catalog(
-                folder, label=label, all_versions=all_versions, secrets=ExportSecrets("mask")
+            yield (
+                folder,
+                self.bundles.export_catalog(
+                    folder, label=label, all_versions=all_versions, secrets=ExportSecrets("mask"), visible=visible
+                ),
             )
         finally:
             shutil.rmtree(folder, ignore_errors=True)

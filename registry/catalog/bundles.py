@@ -972,7 +972,7 @@ class BundleService:
         )
         return "".join(lines)
 
-    def _secret_holders(self, *, label: str | None, all_versions: bool) -> list[str]:
+    def _secret_holders(self, *, label: str | None, all_versions: bool, visible: frozenset[str] | None) -> list[str]:
         """The entries that would be exported with write-only values."""
         found: list[str] = []
         with self.bulk_reader() as session:
@@ -980,12 +980,14 @@ class BundleService:
                 if all_versions:
                     found += [
                         f"{kind} {h.name}"
-                        for h in bulk.iter_histories(session, kind)
+                        for h in bulk.iter_histories(session, kind, visible=visible)
                         if any(has_secrets(kind, v.spec) for v in h.versions)
                     ]
                 else:
                     found += [
-                        f"{kind} {n}" for n, spec in bulk.iter_served(session, kind, label) if has_secrets(kind, spec)
+                        f"{kind} {n}"
+                        for n, spec in bulk.iter_served(session, kind, label, visible=visible)
+                        if has_secrets(kind, spec)
                     ]
         return found
 
@@ -996,13 +998,18 @@ class BundleService:
         label: str | None = None,
         all_versions: bool = False,
         secrets: ExportSecrets | None = None,
+        visible: frozenset[str] | None = None,
     ) -> ExportResult:
         """Write the catalog as a bundle (see the module docstring). ``secrets`` None refuses when an
-        exported entry holds write-only values, explaining the choices."""
+        exported entry holds write-only values, explaining the choices. ``visible``: the teams whose
+        entries the caller sees besides global ones (``Access.visible_teams``; None: every entry), so
+        an export never holds what its caller could not read."""
         if label is not None and all_versions:
             raise Invalid("--label and --all-versions exclude each other: a history export holds every label")
         _check_secret_mode(
-            self._secret_holders(label=label, all_versions=all_versions), secrets, all_versions=all_versions
+            self._secret_holders(label=label, all_versions=all_versions, visible=visible),
+            secrets,
+            all_versions=all_versions,
         )
         mode = secrets.mode if secrets is not None else "none"
         result = ExportResult()
@@ -1021,7 +1028,7 @@ class BundleService:
                 folder: tuple[str, ...]
                 if all_versions:
                     folder = (HISTORY, collection)
-                    for entry in bulk.iter_histories(session, kind):
+                    for entry in bulk.iter_histories(session, kind, visible=visible):
                         versions = []
                         for v in entry.versions:
                             doc: dict[str, Any] = {
@@ -1045,7 +1052,7 @@ class BundleService:
                         counts[kind] += 1
                 else:
                     folder = (collection,)
-                    for name, stored in bulk.iter_served(session, kind, label):
+                    for name, stored in bulk.iter_served(session, kind, label, visible=visible):
                         document = _export_form(kind, encoded(kind, name, stored))
                         result.files.append(_write_entry(directory, folder, name, document))
                         counts[kind] += 1
