@@ -45,7 +45,12 @@ Secret = Annotated[
 ]
 _SECRET_EXAMPLE = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
-_FILTERS_EXAMPLE = {"kinds": ["prompt"], "name_prefix": "support.", "teams": ["payments"], "labels": ["production"]}
+_FILTERS_EXAMPLE: dict[str, Any] = {
+    "kinds": ["prompt"],
+    "name_prefix": "support.",
+    "teams": ["payments"],
+    "labels": ["production"],
+}
 _SUBSCRIPTION_EXAMPLE: dict[str, Any] = {
     "id": 1,
     "name": "ops channel",
@@ -95,7 +100,9 @@ class SubscriptionRequest(BaseModel):
     )
 
     name: str = Field(min_length=1, max_length=NAME_CHARS, description="what admins call it")
-    url: str = Field(min_length=8, max_length=4096, description="where events are POSTed (http or https)")
+    url: str = Field(
+        min_length=8, max_length=4096, pattern=r"^https?://", description="where events are POSTed (http or https)"
+    )
     events: list[EventType] = Field(min_length=1, max_length=len(EVENT_TYPES))
     filters: EventFilters = Field(default_factory=EventFilters)
     slack_text: bool = Field(default=False, description="add a Slack-compatible `text` member to each body")
@@ -109,7 +116,7 @@ class SubscriptionUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"enabled": False}]})
 
     name: str | None = Field(default=None, min_length=1, max_length=NAME_CHARS)
-    url: str | None = Field(default=None, min_length=8, max_length=4096)
+    url: str | None = Field(default=None, min_length=8, max_length=4096, pattern=r"^https?://")
     events: list[EventType] | None = Field(default=None, min_length=1, max_length=len(EVENT_TYPES))
     filters: EventFilters | None = None
     slack_text: bool | None = None
@@ -227,7 +234,8 @@ class EventTypeList(BaseModel):
     items: list[EventTypeInfo]
 
 
-router = APIRouter(prefix="/event-subscriptions", tags=["event subscriptions"])
+router = APIRouter(tags=["event subscriptions"])
+PREFIX = "/event-subscriptions"
 
 
 def _input(body: SubscriptionRequest | SubscriptionUpdate) -> SubscriptionInput:
@@ -253,23 +261,23 @@ def list_event_types(_principal: AdminPrincipal) -> dict[str, Any]:
 
 
 @router.get(
-    "",
+    PREFIX,
     summary="List event subscriptions (admin)",
     operation_id="listEventSubscriptions",
     response_model=SubscriptionList,
     responses=documented(*ALWAYS),
 )
 def list_subscriptions(events: EventsDep, principal: AdminPrincipal) -> dict[str, Any]:
-    return {"items": events.list(principal)}
+    return {"items": events.list_subscriptions(principal)}
 
 
 @router.post(
-    "",
+    PREFIX,
     status_code=201,
     summary="Subscribe a URL to change events (admin); the signing secret is shown once",
     operation_id="createEventSubscription",
     response_model=SubscriptionCreated,
-    responses=documented(*ALWAYS, *WITH_BODY),
+    responses=documented(*ALWAYS, *WITH_BODY, 409),
 )
 def create_subscription(
     events: EventsDep, body: SubscriptionRequest, principal: AdminPrincipal, response: Response
@@ -280,7 +288,7 @@ def create_subscription(
 
 
 @router.get(
-    "/{subscription_id}",
+    PREFIX + "/{subscription_id}",
     summary="Get an event subscription (admin)",
     operation_id="getEventSubscription",
     response_model=SubscriptionInfo,
@@ -291,7 +299,7 @@ def get_subscription(events: EventsDep, subscription_id: SubscriptionId, princip
 
 
 @router.patch(
-    "/{subscription_id}",
+    PREFIX + "/{subscription_id}",
     summary="Change an event subscription (admin)",
     operation_id="updateEventSubscription",
     response_model=SubscriptionInfo,
@@ -304,7 +312,7 @@ def update_subscription(
 
 
 @router.delete(
-    "/{subscription_id}",
+    PREFIX + "/{subscription_id}",
     summary="Delete an event subscription and its delivery log (admin)",
     operation_id="deleteEventSubscription",
     response_model=SubscriptionInfo,
@@ -317,7 +325,7 @@ def delete_subscription(
 
 
 @router.post(
-    "/{subscription_id}/rotate-secret",
+    PREFIX + "/{subscription_id}/rotate-secret",
     summary="Replace a subscription's signing secret (admin); the new one is shown once",
     operation_id="rotateEventSubscriptionSecret",
     response_model=SecretAnswer,
@@ -331,7 +339,7 @@ def rotate_secret(
 
 
 @router.get(
-    "/{subscription_id}/deliveries",
+    PREFIX + "/{subscription_id}/deliveries",
     summary="A subscription's delivery log, newest first (admin)",
     operation_id="listEventDeliveries",
     response_model=DeliveryList,
@@ -341,7 +349,7 @@ def list_deliveries(
     events: EventsDep,
     subscription_id: SubscriptionId,
     principal: AdminPrincipal,
-    status: Annotated[Literal["pending", "delivered", "failed"] | None, Query()] = None,
+    status: Annotated[Literal["pending", "delivered", "failed"] | None, Query(max_length=16)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     before: Annotated[int | None, Query(ge=1, le=2**53, description="a delivery id: the page before it")] = None,
 ) -> dict[str, Any]:
@@ -350,7 +358,7 @@ def list_deliveries(
 
 
 @router.post(
-    "/{subscription_id}/deliveries/{delivery_id}/redeliver",
+    PREFIX + "/{subscription_id}/deliveries/{delivery_id}/redeliver",
     summary="Send a delivery again, with the same webhook-id and body (admin)",
     operation_id="redeliverEvent",
     response_model=DeliveryInfo,

@@ -17,7 +17,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from registry.catalog.access import Access
-from registry.catalog.errors import Invalid, NotFound
+from registry.catalog.errors import Conflict, Invalid, NotFound
 from registry.catalog.secrets import SecretBox
 from registry.catalog.teams import check_admin
 from registry.db.audit import Actor
@@ -161,7 +161,7 @@ class EventSubscriptionService:
                 counts[subscription_id][status] = int(count)
         return counts
 
-    def list(self, access: Access | None) -> list[dict[str, Any]]:
+    def list_subscriptions(self, access: Access | None) -> list[dict[str, Any]]:
         check_admin(access, "event subscriptions")
         with self.db.session() as session:
             rows = list(session.scalars(select(EventSubscription).order_by(EventSubscription.id)))
@@ -239,7 +239,8 @@ class EventSubscriptionService:
             count = session.scalar(select(func.count()).select_from(EventSubscription)) or 0
             bound = self.limits.event_subscriptions
             if count >= bound:
-                raise _limit("event_subscriptions", f"there are {count} event subscriptions; at most {bound}")
+                message = f"there are {count} event subscriptions; at most {bound}"
+                raise Conflict(f"{message} (limit {env_name('event_subscriptions')})")
             now = utcnow()
             row = EventSubscription(
                 name=name,

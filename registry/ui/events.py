@@ -108,7 +108,7 @@ class EventPages(View):
         context = {
             **self._common(),
             "title": "Events",
-            "subscriptions": self.events.list(ui.principal),
+            "subscriptions": self.events.list_subscriptions(ui.principal),
             "values": values or _BLANK,
             "error": error,
         }

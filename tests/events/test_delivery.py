@@ -165,7 +165,9 @@ def test_events_and_filters_choose_what_is_sent(server: LiveServer) -> None:
                 filters={"kinds": ["prompt"], "name_prefix": "support."},
                 slack_text=True,
             ),
-            subscribe(api, staging.url, ["catalog.label.moved", "catalog.version.created"], filters={"labels": ["staging"]}),
+            subscribe(
+                api, staging.url, ["catalog.label.moved", "catalog.version.created"], filters={"labels": ["staging"]}
+            ),
         ]
         create_prompt(api, "support.refund")
         create_prompt(api, "other.note")
@@ -210,7 +212,9 @@ def test_the_ssrf_guard_and_the_limits_refuse_at_save(settings: Any) -> None:
             )
             assert refused.status_code == 422
             # The count bound, checked without the URL guard (the service, as the deliverer's tests use it).
-        service = EventSubscriptionService(registry.db, registry.secrets, replace(settings.limits, event_subscriptions=1))
+        service = EventSubscriptionService(
+            registry.db, registry.secrets, replace(settings.limits, event_subscriptions=1)
+        )
         one = SubscriptionInput(name="a", url="https://hooks.example.com/a", events=["catalog.label.moved"])
         service.create(one, secret=None, actor="t", access=None)
         with pytest.raises(Exception, match="REGISTRY_LIMIT_EVENT_SUBSCRIPTIONS"):

@@ -110,8 +110,10 @@ def test_two_replicas_deliver_each_event_once(tmp_path: Path, database: str) -> 
                 for n, name in enumerate(names):
                     create_prompt(on_a if n % 2 else on_b, name)
                 wait_until(
-                    lambda: len(deliveries(on_b, subscription)) == len(names)
-                    and all(d["status"] == "delivered" for d in deliveries(on_b, subscription)),
+                    lambda: (
+                        len(deliveries(on_b, subscription)) == len(names)
+                        and all(d["status"] == "delivered" for d in deliveries(on_b, subscription))
+                    ),
                     "every delivery recorded",
                     timeout=60,
                 )
