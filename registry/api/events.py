@@ -105,8 +105,10 @@ class SubscriptionRequest(BaseModel):
     )
     events: list[EventType] = Field(min_length=1, max_length=len(EVENT_TYPES))
     filters: EventFilters = Field(default_factory=EventFilters)
-    slack_text: bool = Field(default=False, description="add a Slack-compatible `text` member to each body")
-    enabled: bool = True
+    slack_text: bool = Field(
+        default=False, strict=True, description="add a Slack-compatible `text` member to each body"
+    )
+    enabled: bool = Field(default=True, strict=True, description="false: nothing is queued or sent meanwhile")
     secret: Secret | None = None
 
 
@@ -119,8 +121,8 @@ class SubscriptionUpdate(BaseModel):
     url: str | None = Field(default=None, min_length=8, max_length=4096, pattern=r"^https?://")
     events: list[EventType] | None = Field(default=None, min_length=1, max_length=len(EVENT_TYPES))
     filters: EventFilters | None = None
-    slack_text: bool | None = None
-    enabled: bool | None = None
+    slack_text: bool | None = Field(default=None, strict=True)
+    enabled: bool | None = Field(default=None, strict=True)
 
 
 class DeliveryCounts(BaseModel):

@@ -25,7 +25,8 @@ from datetime import datetime
 
 from registry import __version__
 from registry.catalog.secrets import SecretBox
-from registry.db.engine import Database, is_unavailable, warn_unavailable
+from registry.db.diskfull import is_full
+from registry.db.engine import Database, describe, is_unavailable, warn_unavailable
 from registry.db.models import utcnow
 from registry.limits import Limits
 from registry.webhooks import ForbiddenDestination, IPNetwork, OutboundClient, OutboundError, make_guarded_client
@@ -41,6 +42,9 @@ ANSWER_BYTES = 16 * 1024
 
 
 class EventDeliverer:
+    #: How long a stop waits to give the lease up (else it lapses by itself).
+    RELEASE_S = 1.0
+
     def __init__(
         self,
         db: Database,
@@ -95,9 +99,10 @@ class EventDeliverer:
         if self.held is not None:
             self.held = None
             try:
-                await asyncio.to_thread(self.lease.release)
+                # Bounded: a stop must not wait on a database that does not answer.
+                await asyncio.wait_for(asyncio.to_thread(self.lease.release), self.RELEASE_S)
             except Exception as exc:  # the lease then expires by itself
-                log.warning("could not give up the event delivery lease: %s", exc)
+                log.warning("could not give up the event delivery lease: %s", describe(exc))
         if self._client is not None:
             await self._client.aclose()
 
@@ -123,7 +128,7 @@ class EventDeliverer:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                if is_unavailable(exc):
+                if is_unavailable(exc) or is_full(exc):  # an outage, a full disk: one warning, not one per round
                     if not failing:
                         warn_unavailable(log, "event delivery", exc)
                 else:

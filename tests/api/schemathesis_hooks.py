@@ -149,8 +149,13 @@ def _seed_subscription() -> tuple[int, int] | None:
     return None
 
 
+def _subscription_step(case: Any) -> str:
+    """Redelivering (which needs a delivery too) is seen to work apart from the other calls."""
+    return "redeliver" if case.path.endswith("/redeliver") else "subscription"
+
+
 def _point_at_a_seeded_subscription(case: Any) -> None:
-    if "subscription" in _answered or case.path_parameters is None:
+    if _subscription_step(case) in _answered or case.path_parameters is None:
         return
     seeded = _seed_subscription()
     if seeded is not None:
@@ -222,7 +227,7 @@ def before_call(context: Any, case: Any, kwargs: dict[str, Any]) -> None:
 @schemathesis.hook
 def after_call(context: Any, case: Any, response: Any) -> None:
     if _is_subscription_call(case) and 200 <= response.status_code < 300:
-        _answered.add("subscription")
+        _answered.add(_subscription_step(case))
     step = "open" if _is_open(case) else "teams" if _is(case, "PUT", "/tokens/{token_id}/teams") else _step(case)
     if step is not None and 200 <= response.status_code < 300:
         _answered.add(step)

@@ -289,3 +289,67 @@ def test_retries_back_off_then_give_up_and_the_lease_fences(registry: Registry) 
     assert lease.acquire() is None
     assert not queue.record(registry.db, second, held, queue.Outcome(200, None), clock=lambda: clock[0], **schedule)
     assert queue.record(registry.db, second, usurper, queue.Outcome(200, None), clock=lambda: clock[0], **schedule)
+
+
+def _open_request(api: httpx.Client, name: str) -> int:
+    """The change request asking production for the newest version (a save may have opened it)."""
+    opened = api.post("/api/v1/change-requests", json={"kind": "prompt", "name": name, "label": "production"})
+    if opened.status_code == 409 and "change_request_id" in opened.json():
+        return int(opened.json()["change_request_id"])
+    assert opened.status_code == 201, opened.text
+    return int(opened.json()["id"])
+
+
+def test_change_requests_and_failed_tool_tests_are_events(server: LiveServer) -> None:
+    with receiving() as receiver, receiving() as production, receiving() as failing, server.client() as api:
+        failing.statuses = [500] * 10  # a tool webhook that fails
+        everything = subscribe(api, receiver.url, ALL_EVENTS)
+        governed = subscribe(
+            api,
+            production.url,
+            ["change_request.opened", "change_request.approved", "change_request.published"],
+            filters={"labels": ["production"], "kinds": ["prompt"]},
+        )
+        create_prompt(api, "reviewed")
+        assert api.put("/api/v1/protected-labels/production", json={}).status_code == 200
+        made = api.post("/api/v1/tokens", json={"name": "events-reviewer", "scopes": ["reviewer"]})
+        reviewer = {"Authorization": f"Bearer {made.json()['token']}"}
+
+        body = {"template": "Hi {{ who }}", "arguments": [{"name": "who"}]}
+        assert api.put("/api/v1/prompts/reviewed", json=body).status_code == 200
+        first = _open_request(api, "reviewed")
+        approved = api.post(f"/api/v1/change-requests/{first}/approve", json={"comment": "ok"}, headers=reviewer)
+        assert approved.status_code == 200, approved.text
+        assert api.post(f"/api/v1/change-requests/{first}/publish").status_code == 200
+        assert api.put("/api/v1/prompts/reviewed", json={**body, "template": "Yo {{ who }}"}).status_code == 200
+        second = _open_request(api, "reviewed")
+        rejected = api.post(f"/api/v1/change-requests/{second}/reject", json={"comment": "no"}, headers=reviewer)
+        assert rejected.status_code == 200, rejected.text
+
+        tool = {
+            "name": "flaky",
+            "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}},
+            "webhook": {"url": failing.url},
+        }
+        assert api.post("/api/v1/tools", json=tool).status_code == 201
+        tested = api.post("/api/v1/tools/flaky/test", json={"arguments": {"text": "x"}, "version": 1})
+        assert tested.status_code == 200 and tested.json()["result"]["isError"], tested.text
+        wait_until(lambda: settled(server, api, everything, governed), "every subscription to catch up", timeout=30)
+
+        kinds = [item.type for item in receiver.all()]
+        requests = [t for t in kinds if t.startswith("change_request.")]
+        assert requests == [
+            "change_request.opened",
+            "change_request.approved",
+            "change_request.published",
+            "change_request.opened",
+            "change_request.rejected",
+        ]
+        (failed,) = receiver.of_type("tool.test.failed")
+        assert failed.json["data"]["name"] == "flaky" and failed.json["data"]["error"]
+        assert kinds.index("change_request.published") < kinds.index("tool.test.failed")
+        assert [item.type for item in production.all()] == requests[:4]
+        detail = production.all()[0].json["data"]["change_request"]
+        assert (detail["id"], detail["label"]) == (first, "production")
+        # The new governance rows keep the audit chain whole.
+        assert server.registry.audit.verify().intact
