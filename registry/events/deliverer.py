@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -44,6 +43,8 @@ ANSWER_BYTES = 16 * 1024
 class EventDeliverer:
     #: How long a stop waits to give the lease up (else it lapses by itself).
     RELEASE_S = 1.0
+    #: How often the holder prunes old deliveries (``queue.KEEP_DAYS``).
+    PRUNE_EVERY_S = 3600.0
 
     def __init__(
         self,
@@ -75,6 +76,7 @@ class EventDeliverer:
         self._task: asyncio.Task[None] | None = None
         self._sending: dict[int, asyncio.Task[None]] = {}
         self._client: OutboundClient | None = None
+        self._pruned_at = -self.PRUNE_EVERY_S
 
     # ---------------------------------------------------------------- control
 
@@ -153,6 +155,11 @@ class EventDeliverer:
         if held is None:
             return self.lease.seconds / 3
         await asyncio.to_thread(queue.queue_new, self.db, self.limits)
+        if time.monotonic() - self._pruned_at >= self.PRUNE_EVERY_S:
+            self._pruned_at = time.monotonic()
+            pruned = await asyncio.to_thread(queue.prune, self.db, self.clock())
+            if pruned:
+                log.info("pruned %d event deliveries older than %d days", pruned, queue.KEEP_DAYS)
         busy = {sid for sid, task in self._sending.items() if not task.done()}
         waiting = await asyncio.to_thread(queue.due, self.db, self.secrets, busy, self.clock())
         room = self.limits.event_deliveries_in_flight - len(busy)
@@ -226,12 +233,3 @@ class EventDeliverer:
         if 200 <= status < 300:
             return queue.Outcome(status, None)
         return queue.Outcome(status, f"HTTP {status}")
-
-
-def describe_body(body: str) -> dict[str, object]:
-    """A delivery's body as JSON (for the UI's detail)."""
-    try:
-        value = json.loads(body)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, exists, select, update
+from sqlalchemy import and_, delete, exists, select, update
 from sqlalchemy.orm import Session, aliased
 
 from registry.catalog.secrets import SecretBox
@@ -47,6 +47,8 @@ from .types import (
 QUEUE_BATCH = 500
 #: Longest error text kept per delivery.
 ERROR_CHARS = 500
+#: Delivered and failed deliveries are kept this long (the delivery log), then pruned.
+KEEP_DAYS = 30
 
 
 def webhook_id(subscription_id: int, change_id: int) -> str:
@@ -235,3 +237,15 @@ def record(
             .execution_options(synchronize_session=False)
         )
         return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
+
+def prune(db: Database, now: datetime, keep_days: int = KEEP_DAYS) -> int:
+    """Delete finished deliveries older than ``keep_days`` (pending ones are kept: they are work)."""
+    cutoff = now - timedelta(days=keep_days)
+    with db.session() as session:
+        result = session.execute(
+            delete(EventDelivery)
+            .where(EventDelivery.status != "pending", EventDelivery.created_at < cutoff)
+            .execution_options(synchronize_session=False)
+        )
+        return int(result.rowcount or 0)  # type: ignore[attr-defined]

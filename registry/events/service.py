@@ -49,8 +49,10 @@ class SubscriptionInput:
     enabled: bool | None = None
 
 
-def _limit(name: str, message: str) -> Invalid:
-    return Invalid(f"{message} (limit {env_name(name)})", errors=[{"msg": message, "limit": env_name(name)}])
+def _limit(name: str, loc: str, message: str) -> Invalid:
+    return Invalid(
+        f"{message} (limit {env_name(name)})", errors=[{"loc": loc, "msg": message, "limit": env_name(name)}]
+    )
 
 
 class EventSubscriptionService:
@@ -69,7 +71,7 @@ class EventSubscriptionService:
     def _check_url(self, url: str) -> str:
         url = url.strip()
         if len(url) > self.limits.uri_chars:
-            raise _limit("uri_chars", f"the URL has {len(url)} characters; at most {self.limits.uri_chars}")
+            raise _limit("uri_chars", "url", f"the URL has {len(url)} characters; at most {self.limits.uri_chars}")
         if not re.match(r"https?://", url):
             raise Invalid("the URL must be http:// or https://")
         if self.url_guard is not None:
@@ -96,7 +98,11 @@ class EventSubscriptionService:
             ("labels", filters.labels, _LABEL),
         ):
             if len(values) > bound:
-                raise _limit("event_filter_values", f"the {field} filter has {len(values)} values; at most {bound}")
+                raise _limit(
+                    "event_filter_values",
+                    f"filters.{field}",
+                    f"the {field} filter has {len(values)} values; at most {bound}",
+                )
             for value in values:
                 if not isinstance(value, str):
                     raise Invalid(f"the {field} filter holds strings")

@@ -8,7 +8,7 @@ delivery is named after it. Catalog rows (kinds prompt, resource, tool) and gove
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -233,11 +233,3 @@ def body(event: Event, *, with_text: bool, max_bytes: int) -> str:
 
 def _dump(document: Mapping[str, Any]) -> str:
     return json.dumps(document, ensure_ascii=False, separators=(",", ":"), sort_keys=False)
-
-
-def check_events(events: Sequence[str]) -> list[str]:
-    """The event types asked for, sorted, unknown ones refused naming them."""
-    unknown = sorted(set(events) - set(EVENT_TYPES))
-    if unknown:
-        raise ValueError(f"unknown event types {', '.join(unknown)}; known: {', '.join(EVENT_TYPES)}")
-    return sorted(set(events))
