@@ -41,42 +41,60 @@ class Lease:
         self.clock = clock
         #: Unique per process start: a restarted process never mistakes its predecessor's lease for its own.
         self.holder = f"{socket.gethostname()[:80]}:{secrets.token_hex(6)}"
+        #: What this process last wrote as holder (None: it does not hold the lease).
+        self._held: Held | None = None
+        self._expires: datetime | None = None
 
     def acquire(self) -> Held | None:
-        """Renew the lease if held, take it if free or expired; None when another process holds it."""
+        """Renew the lease if held, take it if free or expired; None when another process holds it.
+
+        Called every round (each change wakes the deliverer): the holder writes only once a third of
+        the lease has passed since its last renewal (only it can extend its own lease, so what it
+        wrote last is still true), and the others only read, until the lease has lapsed."""
         now = self.clock()
-        expires = now + timedelta(seconds=self.seconds)
+        held, expires = self._held, self._expires
+        if held is not None and expires is not None and now < expires - timedelta(seconds=self.seconds * 2 / 3):
+            return held
+        new_expiry = now + timedelta(seconds=self.seconds)
         with self.db.session() as session:
-            renewed = session.execute(
-                update(EventLease)
-                .where(EventLease.name == LEASE_NAME, EventLease.holder == self.holder, EventLease.expires_at > now)
-                .values(expires_at=expires)
-                .execution_options(synchronize_session=False)
-            )
-            if renewed.rowcount == 1:  # type: ignore[attr-defined]
-                epoch = session.scalar(select(EventLease.epoch).where(EventLease.name == LEASE_NAME))
-                return Held(self.holder, int(epoch or 0))
-            taken = session.execute(
-                update(EventLease)
-                .where(EventLease.name == LEASE_NAME, EventLease.expires_at <= now)
-                .values(holder=self.holder, expires_at=expires, epoch=EventLease.epoch + 1)
-                .execution_options(synchronize_session=False)
-            )
-            if taken.rowcount == 1:  # type: ignore[attr-defined]
-                epoch = session.scalar(select(EventLease.epoch).where(EventLease.name == LEASE_NAME))
-                return Held(self.holder, int(epoch or 0))
-            exists = session.scalar(select(EventLease.name).where(EventLease.name == LEASE_NAME))
-        if exists is not None:
-            return None
+            row = session.scalar(select(EventLease).where(EventLease.name == LEASE_NAME))
+            if row is None:
+                pass  # made below, in a transaction of its own
+            elif row.holder == self.holder and row.expires_at > now:
+                renewed = session.execute(
+                    update(EventLease)
+                    .where(
+                        EventLease.name == LEASE_NAME, EventLease.holder == self.holder, EventLease.epoch == row.epoch
+                    )
+                    .values(expires_at=new_expiry)
+                    .execution_options(synchronize_session=False)
+                )
+                return self._keep(Held(self.holder, row.epoch) if renewed.rowcount == 1 else None, new_expiry)  # type: ignore[attr-defined]
+            elif row.expires_at <= now:
+                # Compare-and-set on the epoch: of two processes taking it at once, one wins.
+                taken = session.execute(
+                    update(EventLease)
+                    .where(EventLease.name == LEASE_NAME, EventLease.epoch == row.epoch, EventLease.expires_at <= now)
+                    .values(holder=self.holder, expires_at=new_expiry, epoch=row.epoch + 1)
+                    .execution_options(synchronize_session=False)
+                )
+                return self._keep(Held(self.holder, row.epoch + 1) if taken.rowcount == 1 else None, new_expiry)  # type: ignore[attr-defined]
+            else:
+                return self._keep(None, None)
         try:
             with self.db.session() as session:
-                session.add(EventLease(name=LEASE_NAME, holder=self.holder, epoch=1, expires_at=expires))
+                session.add(EventLease(name=LEASE_NAME, holder=self.holder, epoch=1, expires_at=new_expiry))
         except IntegrityError:  # another process made it first: it holds it
-            return None
-        return Held(self.holder, 1)
+            return self._keep(None, None)
+        return self._keep(Held(self.holder, 1), new_expiry)
+
+    def _keep(self, held: Held | None, expires: datetime | None) -> Held | None:
+        self._held, self._expires = held, expires if held is not None else None
+        return held
 
     def release(self) -> None:
         """Give the lease up now (a graceful stop), so another process delivers at once."""
+        self._keep(None, None)
         with self.db.session() as session:
             session.execute(
                 update(EventLease)
