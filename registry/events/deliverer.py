@@ -178,17 +178,24 @@ class EventDeliverer:
         outcome = await self.send(item)
         if not outcome.ok:
             log.info("event %s to subscription %d: %s", item.webhook_id, item.subscription_id, outcome.error)
-        written = await asyncio.to_thread(
-            queue.record,
-            self.db,
-            item,
-            held,
-            outcome,
-            retry_base_s=self.retry_base_s,
-            retry_max_s=self.retry_max_s,
-            max_attempts=self.max_attempts,
-            clock=self.clock,
-        )
+        try:
+            written = await asyncio.to_thread(
+                queue.record,
+                self.db,
+                item,
+                held,
+                outcome,
+                retry_base_s=self.retry_base_s,
+                retry_max_s=self.retry_max_s,
+                max_attempts=self.max_attempts,
+                clock=self.clock,
+            )
+        except Exception as exc:  # the delivery stays pending: sent again later, with the same webhook-id
+            if is_unavailable(exc) or is_full(exc):
+                warn_unavailable(log, "event delivery", exc)
+            else:
+                log.exception("event %s: its outcome could not be recorded", item.webhook_id)
+            return
         if not written:
             log.warning(
                 "event %s: its outcome was not recorded (the lease moved on, or it was redelivered)", item.webhook_id
@@ -200,14 +207,14 @@ class EventDeliverer:
         assert client is not None, "start() first"
         content = item.body.encode()
         timestamp = int(time.time())
-        headers = [
-            ("Content-Type", "application/json"),
-            ("User-Agent", f"mcp-registry/{__version__}"),
-            ("webhook-id", item.webhook_id),
-            ("webhook-timestamp", str(timestamp)),
-            ("webhook-signature", sign(item.secret, item.webhook_id, timestamp, content)),
-        ]
         try:
+            headers = [
+                ("Content-Type", "application/json"),
+                ("User-Agent", f"mcp-registry/{__version__}"),
+                ("webhook-id", item.webhook_id),
+                ("webhook-timestamp", str(timestamp)),
+                ("webhook-signature", sign(item.secret, item.webhook_id, timestamp, content)),
+            ]
             async with asyncio.timeout(self.limits.event_delivery_seconds):
                 async with client.stream(
                     "POST", item.url, content=content, headers=headers, caller="events"
@@ -230,6 +237,9 @@ class EventDeliverer:
             return queue.Outcome(None, str(exc))
         except OutboundError as exc:
             return queue.Outcome(None, f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # a bug, not the receiver's failure: logged, and retried like one
+            log.exception("event %s could not be sent", item.webhook_id)
+            return queue.Outcome(None, f"could not be sent ({type(exc).__name__}); see the server's log")
         if 200 <= status < 300:
             return queue.Outcome(status, None)
         return queue.Outcome(status, f"HTTP {status}")
