@@ -33,6 +33,8 @@ def upgrade() -> None:
         sa.Column("events", sa.JSON(), nullable=False),
         sa.Column("filters", sa.JSON(), nullable=False),
         sa.Column("secret", sa.Text(), nullable=False),
+        sa.Column("previous_secret", sa.Text(), nullable=True),
+        sa.Column("previous_secret_until", sa.DateTime(timezone=True), nullable=True),
         sa.Column("slack_text", sa.Boolean(), nullable=False),
         sa.Column("enabled", sa.Boolean(), nullable=False),
         sa.Column("cursor", BigId, nullable=False),

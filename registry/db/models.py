@@ -459,6 +459,10 @@ class EventSubscription(Base):
     filters: Mapped[dict[str, Any]]
     #: The signing secret (``whsec_...``), encrypted.
     secret: Mapped[str] = mapped_column(Text)
+    #: After a rotation, the previous secret (encrypted), also signing until ``previous_secret_until``,
+    #: so receivers can move to the new one without refusing an event meanwhile.
+    previous_secret: Mapped[str | None] = mapped_column(Text)
+    previous_secret_until: Mapped[datetime | None] = mapped_column()
     #: Add a Slack-compatible ``text`` member to each body.
     slack_text: Mapped[bool] = mapped_column(Boolean, default=False)
     enabled: Mapped[bool] = mapped_column(Boolean, default=True)

@@ -213,7 +213,7 @@ class EventDeliverer:
                 ("User-Agent", f"mcp-registry/{__version__}"),
                 ("webhook-id", item.webhook_id),
                 ("webhook-timestamp", str(timestamp)),
-                ("webhook-signature", sign(item.secret, item.webhook_id, timestamp, content)),
+                ("webhook-signature", " ".join(sign(key, item.webhook_id, timestamp, content) for key in item.secrets)),
             ]
             async with asyncio.timeout(self.limits.event_delivery_seconds):
                 async with client.stream(

@@ -126,7 +126,8 @@ class Due:
     subscription_id: int
     webhook_id: str
     url: str
-    secret: str
+    #: The secrets that sign it: the current one, and a rotated-out one still in its grace period.
+    secrets: tuple[str, ...]
     body: str
     attempts: int
 
@@ -172,12 +173,20 @@ def due(db: Database, secrets: SecretBox, busy: set[int], now: datetime) -> Wait
                     subscription_id=subscription.id,
                     webhook_id=delivery.webhook_id,
                     url=subscription.url,
-                    secret=secrets.decrypt(subscription.secret),
+                    secrets=_signing_secrets(secrets, subscription, now),
                     body=delivery.body,
                     attempts=delivery.attempts,
                 )
             )
         return Waiting(found, next_at)
+
+
+def _signing_secrets(box: SecretBox, subscription: EventSubscription, now: datetime) -> tuple[str, ...]:
+    current = box.decrypt(subscription.secret)
+    until = subscription.previous_secret_until
+    if subscription.previous_secret and until is not None and until > now:
+        return (current, box.decrypt(subscription.previous_secret))
+    return (current,)
 
 
 def backoff_s(attempts: int, base_s: float, max_s: float) -> float:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import func, select
@@ -33,6 +34,8 @@ from .types import EVENT_TYPES, TOOL_TEST_FAILED, TOOL_TEST_KIND, Filters
 AUDIT_KIND = "subscription"
 NAME_CHARS = 128
 DELIVERY_STATUSES = ("pending", "delivered", "failed")
+#: How long a rotated-out secret keeps signing, beside the new one.
+ROTATION_GRACE = timedelta(hours=24)
 _LABEL = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _TEAM = re.compile(r"-|[a-z0-9][a-z0-9_.-]{0,63}")
 
@@ -309,14 +312,18 @@ class EventSubscriptionService:
     def rotate_secret(
         self, subscription_id: int, *, secret: str | None, actor: Actor | str, access: Access | None
     ) -> str:
-        """A new signing secret (generated unless given), in use from the next attempt on; shown once."""
+        """A new signing secret (generated unless given), in use from the next attempt on; shown once.
+        For ``ROTATION_GRACE`` the old one signs too (a second ``v1,`` signature in the header), so
+        a receiver still checking with it accepts every event while it is being updated."""
         check_admin(access, "event subscriptions")
         secret = self._check_secret(secret)
         with self.db.session() as session:
             row = self._row(session, subscription_id, lock=True)
+            now = utcnow()
+            row.previous_secret, row.previous_secret_until = row.secret, now + ROTATION_GRACE
             row.secret = self.secrets.encrypt(secret)
-            row.updated_at = utcnow()
-            self._audit(session, row, "secret_rotated", actor, "signing secret replaced")
+            row.updated_at = now
+            self._audit(session, row, "secret_rotated", actor, "signing secret replaced (the old one signs for 24 h)")
         return secret
 
     def redeliver(

@@ -233,7 +233,7 @@ async def test_the_ssrf_guard_refuses_at_connect_time(registry: Registry) -> Non
     deliverer = EventDeliverer(registry.db, registry.secrets, registry.settings.limits, allowed_networks=())
     await deliverer.start()
     try:
-        item = queue.Due(1, 1, "msg_1_1", "http://127.0.0.1:9/hook", "whsec_" + "A" * 32, "{}", 0)
+        item = queue.Due(1, 1, "msg_1_1", "http://127.0.0.1:9/hook", ("whsec_" + "A" * 32,), "{}", 0)
         outcome = await deliverer.send(item)
     finally:
         await deliverer.stop()
@@ -374,3 +374,24 @@ def test_finished_deliveries_are_pruned_after_30_days(registry: Registry) -> Non
     assert queue.prune(registry.db, later) == 1
     with registry.db.session() as session:
         assert [row.status for row in session.query(EventDelivery)] == ["pending"]
+
+
+def test_a_rotated_secret_signs_beside_the_new_one_for_a_day(server: LiveServer) -> None:
+    with receiving() as receiver, server.client() as api:
+        subscription = subscribe(api, receiver.url, ["catalog.version.created"])
+        old = subscription["secret"]
+        rotated = api.post(f"/api/v1/event-subscriptions/{subscription['id']}/rotate-secret", json={})
+        assert rotated.status_code == 200, rotated.text
+        new = rotated.json()["secret"]
+        assert new != old and new.startswith("whsec_")
+        create_prompt(api, "rotated")
+        wait_until(lambda: receiver.all(), "the event", timeout=30)
+        (item,) = receiver.all()
+        assert len(item.headers["webhook-signature"].split(" ")) == 2
+        assert verify(new, item) and verify(old, item)
+        supplied = "whsec_" + base64.b64encode(b"s" * 32).decode()
+        again = api.post(f"/api/v1/event-subscriptions/{subscription['id']}/rotate-secret", json={"secret": supplied})
+        assert again.json()["secret"] == supplied
+        not_base64 = {"secret": "whsec_" + "A" * 33 + "="}  # schema-valid, but no base64
+        bad = api.post(f"/api/v1/event-subscriptions/{subscription['id']}/rotate-secret", json=not_base64)
+        assert bad.status_code == 422 and "base64" in bad.json()["detail"], bad.text
