@@ -23,17 +23,22 @@ from registry import tracing as registry_tracing
 from registry.api import admin, docs, models, oauth_metadata, problems
 from registry.api.audit import router as audit_router
 from registry.api.auth import ViewerPrincipal
+from registry.api.bundles import bundle_path
+from registry.api.bundles import router as bundles_router
 from registry.api.entries import entry_router
+from registry.api.events import router as events_router
 from registry.api.guard import RequestGuard
 from registry.api.reviews import router as reviews_router
 from registry.api.teams import router as teams_router
 from registry.api.usage import router as usage_router
 from registry.catalog.specs import KIND_BY_COLLECTION
 from registry.config import SettingsError, check_server_settings
+from registry.events.deliverer import EventDeliverer
 from registry.mcp.http_common import Receive, Scope, SendFn
 from registry.mcp.runtime import McpRuntime
 from registry.runtime import Registry, attach
 from registry.ui import mount_admin_ui
+from registry.webhooks import parse_networks
 
 if TYPE_CHECKING:
     from registry.tracing.sdk import Tracing
@@ -87,10 +92,37 @@ def _telemetry(tracing: Tracing | None) -> TelemetryConfig:
     }
 
 
-async def _start_mcp_once_ready(registry: Registry, mcp: McpRuntime, poll_s: float = 1.0) -> None:
+async def _start_mcp_once_ready(
+    registry: Registry, mcp: McpRuntime, events: EventDeliverer | None, poll_s: float = 1.0
+) -> None:
     while not (await asyncio.to_thread(registry.ready))[0]:
         await asyncio.sleep(poll_s)
     await mcp.start()
+    if events is not None:
+        await events.start()
+
+
+def event_deliverer(registry: Registry, mcp: McpRuntime) -> EventDeliverer | None:
+    """The change-event deliverer of this process (None: ``REGISTRY_EVENTS=off``), woken by every
+    change the MCP feed reads (any replica's) and by this process's writes."""
+    settings = registry.settings
+    if not settings.events_enabled:
+        return None
+    deliverer = EventDeliverer(
+        registry.db,
+        registry.secrets,
+        settings.limits,
+        allowed_networks=parse_networks(settings.webhook_allowed_networks),
+        lease_s=settings.events_lease_s,
+        retry_base_s=settings.events_retry_base_s,
+        retry_max_s=settings.events_retry_max_s,
+        max_attempts=settings.events_max_attempts,
+        poll_s=settings.change_poll_s,
+    )
+    mcp.change_observers.append(deliverer.poke)
+    registry.catalog.on_change(lambda _change_id: deliverer.poke())
+    registry.events.wake = deliverer.poke
+    return deliverer
 
 
 def create_app(registry: Registry, *, freeze_gc: bool = False, tracing: Tracing | None = None) -> RegistryApp:
@@ -106,6 +138,7 @@ def create_app(registry: Registry, *, freeze_gc: bool = False, tracing: Tracing 
         except ValueError as exc:
             raise SettingsError(str(exc)) from None
     mcp = McpRuntime(registry, freeze_gc=freeze_gc, tracing=tracing)
+    events = event_deliverer(registry, mcp)
     # /readyz checks on threads of its own: a default pool busy with other work must not make the
     # probe answer "unavailable", and probes stuck on a frozen database must not take others' threads.
     ready_threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="readyz")
@@ -119,9 +152,11 @@ def create_app(registry: Registry, *, freeze_gc: bool = False, tracing: Tracing 
         waiting: asyncio.Task[None] | None = None
         if ready:
             await mcp.start()
+            if events is not None:
+                await events.start()
         else:
             log.warning("database not ready (%s); the MCP endpoint starts once it is", detail)
-            waiting = asyncio.create_task(_start_mcp_once_ready(registry, mcp))
+            waiting = asyncio.create_task(_start_mcp_once_ready(registry, mcp, events))
         try:
             yield
         finally:
@@ -130,6 +165,8 @@ def create_app(registry: Registry, *, freeze_gc: bool = False, tracing: Tracing 
                 with contextlib.suppress(asyncio.CancelledError):
                     await waiting
             else:
+                if events is not None:
+                    await events.stop()
                 await mcp.stop()
             ready_threads.shutdown(wait=False, cancel_futures=True)
             if owned and tracing is not None:  # what is still batched goes out before the process ends
@@ -150,7 +187,9 @@ def create_app(registry: Registry, *, freeze_gc: bool = False, tracing: Tracing 
     app.state.mcp = mcp
     problems.install(app)
     # Token checked, then body size and JSON structure bounded, before FastAPI reads the body.
-    app.add_middleware(RequestGuard, tokens=registry.tokens, limits=registry.settings.limits)
+    app.add_middleware(
+        RequestGuard, tokens=registry.tokens, limits=registry.settings.limits, bundle_paths=bundle_path
+    )
     docs.install(app)
 
     for collection, kind in KIND_BY_COLLECTION.items():
@@ -161,6 +200,8 @@ def create_app(registry: Registry, *, freeze_gc: bool = False, tracing: Tracing 
     app.include_router(oauth_metadata.router)  # RFC 9728, with single sign-on
     app.include_router(audit_router, prefix="/api/v1")
     app.include_router(usage_router, prefix="/api/v1")
+    app.include_router(bundles_router, prefix="/api/v1")  # catalog as code (mcp-registry plan/push/pull)
+    app.include_router(events_router, prefix="/api/v1")
 
     @app.get("/healthz", tags=["health"], summary="The process is up", response_model=models.Health)
     def healthz() -> dict[str, Any]:

@@ -22,6 +22,8 @@ from registry import __version__
 from registry.catalog.audit_verify import AuditKeyMismatch
 from registry.catalog.errors import CatalogError, Invalid
 from registry.catalog.secrets import SecretKeyError
+from registry.cli_catalog import CATALOG_COMMANDS
+from registry.cli_catalog import add_commands as add_catalog_commands
 from registry.config import Settings, SettingsError, check_server_settings
 from registry.db.engine import describe
 
@@ -719,6 +721,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     exp.set_defaults(func=cmd_export)
 
+    add_catalog_commands(commands)  # lint, plan, push, pull: the catalog as code (registry/cli_catalog.py)
+
     token = commands.add_parser("token", help="API tokens")
     token_commands = token.add_subparsers(dest="token_command", required=True)
     create = token_commands.add_parser("create", help="create a token and print it (only time it is shown)")
@@ -773,7 +777,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     # httpx (the single sign-on client's fetches of the issuer's metadata and keys) logs every
     # request at INFO with its full URL: not worth a line each.
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:
+        # argparse's usage error is 2, which `plan` answers when a push would change something: the
+        # catalog-as-code commands answer every error with 1 (argparse has printed the usage).
+        given = list(sys.argv[1:] if argv is None else argv)
+        if exc.code == 2 and given and given[0] in CATALOG_COMMANDS:
+            return 1
+        raise
     try:
         return int(args.func(args))
     except (CatalogError, FileNotFoundError, CliError, SecretKeyError, SettingsError, AuditKeyMismatch) as exc:

@@ -157,6 +157,16 @@ class Settings:
     #: Seconds a stopping server (SIGTERM) gives running requests to finish (uvicorn's graceful
     #: shutdown); shortly before it ends, those still running are answered "server restarting".
     shutdown_grace_s: float = 10.0
+    #: Deliver change events to subscriptions (``registry.events``) from this process, when it holds the lease.
+    events_enabled: bool = True
+    #: Retry schedule of a failed event delivery: ``base * 2**(attempt-1)``, at most ``max``, and the
+    #: attempts after which it is given up (``failed``; "redeliver" queues it again).
+    events_retry_base_s: float = 5.0
+    events_retry_max_s: float = 600.0
+    events_max_attempts: int = 10
+    #: How long the delivering process's lease lasts unrenewed (renewed every third of it): how long
+    #: events wait after that process died without stopping (kill -9, a lost machine).
+    events_lease_s: float = 30.0
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -205,6 +215,11 @@ class Settings:
             change_poll_s=_positive("REGISTRY_CHANGE_POLL_S", 2.0),
             workers=int(os.environ.get("REGISTRY_WORKERS", "1") or "1"),
             shutdown_grace_s=_positive("REGISTRY_SHUTDOWN_GRACE_S", 10.0),
+            events_enabled=_env_bool("REGISTRY_EVENTS", True) is not False,
+            events_retry_base_s=_positive("REGISTRY_EVENTS_RETRY_BASE_S", 5.0),
+            events_retry_max_s=_positive("REGISTRY_EVENTS_RETRY_MAX_S", 600.0),
+            events_max_attempts=max(1, int(os.environ.get("REGISTRY_EVENTS_MAX_ATTEMPTS", "10") or "10")),
+            events_lease_s=max(1.0, _positive("REGISTRY_EVENTS_LEASE_S", 30.0)),
         )
 
     def with_overrides(self, **changes: object) -> Settings:

@@ -126,6 +126,18 @@ class Limits:
     #: or down: nothing is acknowledged that is not stored).
     session_pending_writes: int = 10_000
 
+    # -- change events to other systems (``registry.events``) -----------------------------
+    #: Most event subscriptions.
+    event_subscriptions: int = 100
+    #: Most values in one subscription filter (kinds, teams, labels).
+    event_filter_values: int = 32
+    #: Largest event body sent (bytes); a longer change note is cut to fit.
+    event_payload_bytes: int = 64 * 1024
+    #: Event deliveries one process has in flight (each subscription sends one at a time).
+    event_deliveries_in_flight: int = 8
+    #: Total time of one delivery (connect, send, answer); past it the attempt failed.
+    event_delivery_seconds: float = 10.0
+
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Limits:
         env = os.environ if environ is None else environ

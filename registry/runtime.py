@@ -26,6 +26,7 @@ from registry.catalog.web_sessions import UiSessionStore
 from registry.config import Settings
 from registry.db import migrate
 from registry.db.engine import Database, deadline
+from registry.events.service import EventSubscriptionService
 from registry.oidc import OidcVerifier
 from registry.paths import seed_data_dir
 from registry.tokens import TokenService
@@ -89,6 +90,8 @@ class Registry:
         #: The web UI's sessions (a cookie for a token or a single sign-on) and its held bundle uploads.
         self.web_sessions = UiSessionStore(self.db, self.tokens, hours=settings.ui_session_hours)
         self.uploads = UploadStore(self.db)
+        #: Change events to other systems: subscriptions and their delivery log (``registry.events``).
+        self.events = EventSubscriptionService(self.db, self.secrets, settings.limits, url_guard=self._url_guard())
 
     def _url_guard(self) -> Callable[[str], None]:
         allowed = parse_networks(self.settings.webhook_allowed_networks)

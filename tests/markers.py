@@ -26,6 +26,7 @@ import pytest
 SLOW: tuple[str, ...] = (
     "tests/faults/",
     "tests/replicas/",
+    "tests/events/test_replica_delivery.py",
     "tests/test_scale.py",
     "tests/test_packaging.py",
 )

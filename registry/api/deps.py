@@ -21,6 +21,7 @@ from registry.catalog.uploads import UploadStore
 from registry.catalog.watchers import EntryWatchers
 from registry.catalog.web_sessions import UiSessionStore
 from registry.config import Settings
+from registry.events.service import EventSubscriptionService
 from registry.limits import Limits
 from registry.runtime import Registry, registry_of
 from registry.tokens import TokenService
@@ -59,3 +60,4 @@ UsageDep = Annotated[UsageService, _part("usage")]
 WatchersDep = Annotated[EntryWatchers, _part("watchers")]
 WebSessionsDep = Annotated[UiSessionStore, _part("web_sessions")]
 UploadsDep = Annotated[UploadStore, _part("uploads")]
+EventsDep = Annotated[EventSubscriptionService, _part("events")]

@@ -17,7 +17,7 @@ from starlette.concurrency import run_in_threadpool
 
 from registry.api import models
 from registry.api.auth import ViewerPrincipal
-from registry.api.deps import CatalogDep, SettingsDep
+from registry.api.deps import CatalogDep, EventsDep, SettingsDep
 from registry.api.kinds import EntryName, KindDep, kind_router
 from registry.api.openapi import BODY_MODELS, KINDS
 from registry.api.problems import ALWAYS, WITH_BODY, InvalidParameter, documented
@@ -369,6 +369,7 @@ async def test_tool(
     name: EntryName,
     body: models.ToolTestRequest,
     principal: WriterPrincipal,
+    events: EventsDep,
 ) -> dict[str, Any]:
     """One tools/call through the shared test-call runner (registry/catalog/tool_calls.py, which
     the web UI's test page uses too), its notifications collected instead of streamed."""
@@ -389,6 +390,7 @@ async def test_tool(
         limits=catalog.limits,
         on_notification=collect,
         caller=caller_key(principal.token_id, principal.user),
+        on_failed=functools.partial(events.tool_test_failed, name, test.version, actor=principal.actor()),
     )
     return {"result": result, "notifications": notifications, "version": test.version, "label": test.label}
 

@@ -11,7 +11,7 @@ every path under its prefixes (``/api/``):
 2. The body is bounded while it streams: a Content-Length over the limit is answered 413 before
    reading; otherwise bytes are counted as they arrive and the request is refused the moment the
    count passes the limit. The limit is ``limits.body_bytes``, or ``limits.bundle_bytes`` for the
-   paths given as ``bundle_paths`` (bundle uploads).
+   paths given as ``bundle_paths`` (bundle uploads: a zip, or the admin API's JSON document of files).
 3. A JSON body (what FastAPI would parse: no Content-Type, or ``*/json``, ``*+json``) has its
    structure measured (``registry.boundedjson.check_structure``) before FastAPI parses it, so
    neither a deep nesting (``RecursionError``) nor a million tiny items reach ``json.loads``.
@@ -58,8 +58,8 @@ class RequestGuard:
     """ASGI middleware: authenticate, then bound the body, for paths under ``prefixes``.
 
     ``bundle_paths(path)`` says whether a path takes bundle uploads (bounded by
-    ``limits.bundle_bytes`` instead of ``limits.body_bytes``; their bodies are not JSON, so they
-    are counted as they stream to the route, never buffered here).
+    ``limits.bundle_bytes`` instead of ``limits.body_bytes``; a JSON one is read and its structure
+    measured as any JSON body's, others are counted as they stream to the route).
     """
 
     def __init__(
@@ -101,7 +101,7 @@ class RequestGuard:
             await _too_large_response(too_large)(scope, receive, send)
             return
 
-        if not bundle and _is_json(request.headers):
+        if _is_json(request.headers):  # a bundle as JSON too: bounded by bundle_bytes, structure checked
             try:
                 body = await _read_body(receive, limit, too_large)
             except _BodyTooLarge as exc:

@@ -454,6 +454,21 @@ def _add_links(document: dict[str, Any]) -> None:
                 "description": "change the teams of the token just created",
             }
 
+    subscribed = operations.get("createEventSubscription")
+    if subscribed is not None:
+        ident = {"subscription_id": "$response.body#/id"}
+        subscribed["responses"]["201"]["links"] = {
+            operation_id[0].upper() + operation_id[1:]: {"operationId": operation_id, "parameters": ident}
+            for operation_id in (
+                "getEventSubscription",
+                "updateEventSubscription",
+                "deleteEventSubscription",
+                "rotateEventSubscriptionSecret",
+                "listEventDeliveries",
+            )
+            if operation_id in operations
+        }
+
 
 # ------------------------------------------------------------------ cleanup
 

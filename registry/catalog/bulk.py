@@ -25,7 +25,21 @@ from typing import Any, TypeVar
 
 import psycopg
 import psycopg.sql
-from sqlalchemy import JSON, Table, bindparam, delete, func, insert, select, text, tuple_, update
+from sqlalchemy import (
+    JSON,
+    ColumnElement,
+    Table,
+    bindparam,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    text,
+    true,
+    tuple_,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
@@ -706,11 +720,23 @@ def labels_of(session: Session, entry_ids: Iterable[int]) -> dict[int, dict[str,
     return found
 
 
-def iter_served(session: Session, kind: str, label: str | None) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(name, stored spec) of every live entry of ``kind``, in name order: the version ``label``
-    serves (entries without that label are left out), or the newest version when ``label`` is None.
-    Streamed, so exporting 100,000 entries does not hold them all in memory."""
-    stmt = select(_ENTRIES.c.name, _VERSIONS.c.spec).where(_ENTRIES.c.kind == kind, _ENTRIES.c.archived.is_(False))
+def _seen_by(visible: frozenset[str] | None) -> ColumnElement[bool]:
+    """Entries seen by a caller whose ``visible_teams`` is ``visible`` (``registry.catalog.access``):
+    global ones and its teams'; every entry for None."""
+    if visible is None:
+        return true()
+    return or_(_ENTRIES.c.team.is_(None), _ENTRIES.c.team.in_(sorted(visible)))
+
+
+def iter_served(
+    session: Session, kind: str, label: str | None, *, visible: frozenset[str] | None = None
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(name, stored spec) of every live entry of ``kind`` seen by ``visible`` (see ``_seen_by``), in
+    name order: the version ``label`` serves (entries without that label are left out), or the newest
+    version when ``label`` is None. Streamed, so exporting 100,000 entries does not hold them all in memory."""
+    stmt = select(_ENTRIES.c.name, _VERSIONS.c.spec).where(
+        _ENTRIES.c.kind == kind, _ENTRIES.c.archived.is_(False), _seen_by(visible)
+    )
     if label is None:
         stmt = stmt.join(
             _VERSIONS, (_VERSIONS.c.entry_id == _ENTRIES.c.id) & (_VERSIONS.c.number == _ENTRIES.c.latest_version)
@@ -724,12 +750,12 @@ def iter_served(session: Session, kind: str, label: str | None) -> Iterator[tupl
         yield str(name), spec
 
 
-def iter_histories(session: Session, kind: str) -> Iterator[HistoryWrite]:
-    """Every entry of ``kind`` (archived ones too) with all its versions and labels, in name order.
-    Three streamed queries merged in order, not one query per entry."""
+def iter_histories(session: Session, kind: str, *, visible: frozenset[str] | None = None) -> Iterator[HistoryWrite]:
+    """Every entry of ``kind`` (archived ones too) seen by ``visible`` (see ``_seen_by``) with all its
+    versions and labels, in name order. Three streamed queries merged in order, not one query per entry."""
     entries = session.execute(
         select(_ENTRIES.c.id, _ENTRIES.c.name, _ENTRIES.c.archived, _ENTRIES.c.created_at, _ENTRIES.c.updated_at)
-        .where(_ENTRIES.c.kind == kind)
+        .where(_ENTRIES.c.kind == kind, _seen_by(visible))
         .order_by(_ENTRIES.c.name)
         .execution_options(yield_per=CHUNK)
     )
@@ -744,7 +770,7 @@ def iter_histories(session: Session, kind: str) -> Iterator[HistoryWrite]:
                 _VERSIONS.c.created_at,
             )
             .join(_ENTRIES, _ENTRIES.c.id == _VERSIONS.c.entry_id)
-            .where(_ENTRIES.c.kind == kind)
+            .where(_ENTRIES.c.kind == kind, _seen_by(visible))
             .order_by(_ENTRIES.c.name, _VERSIONS.c.number)
             .execution_options(yield_per=CHUNK)
         )
@@ -753,7 +779,7 @@ def iter_histories(session: Session, kind: str) -> Iterator[HistoryWrite]:
         session.execute(
             select(_LABELS.c.entry_id, _LABELS.c.name, _LABELS.c.version)
             .join(_ENTRIES, _ENTRIES.c.id == _LABELS.c.entry_id)
-            .where(_ENTRIES.c.kind == kind, _LABELS.c.name != LATEST)
+            .where(_ENTRIES.c.kind == kind, _LABELS.c.name != LATEST, _seen_by(visible))
             .order_by(_ENTRIES.c.name, _LABELS.c.name)
             .execution_options(yield_per=CHUNK)
         )

@@ -33,15 +33,15 @@ import stat
 import tempfile
 import zipfile
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from io import BytesIO
 from pathlib import Path
 from typing import IO
 
 from registry.catalog.bundle_secrets import ExportSecrets, ImportSecrets
-from registry.catalog.bundles import BundleService, PlannedEntry
+from registry.catalog.bundles import BundleService, ExportResult, ImportPlanItem, PlannedEntry
 from registry.catalog.errors import CatalogError, Invalid
 from registry.db.audit import Actor
 from registry.limits import LimitExceeded, Limits
@@ -256,8 +256,9 @@ def _relative_error(exc: CatalogError, root: Path) -> CatalogError:
     detail = _relative(exc.detail, root)
     if "${env:" in detail or "environment variable" in detail:
         detail += (
-            "\n(The web UI does not read the server's environment: import bundles with ${env:...} values with "
-            "`mcp-registry import`, or export them with --secrets mask for a re-import into the same catalog.)"
+            "\n(A bundle sent to the server, from the web UI or `mcp-registry push`, does not read the server's "
+            "environment: import bundles with ${env:...} values with `mcp-registry import`, or export them with "
+            "--secrets mask for a re-import into the same catalog.)"
         )
     refusal = type(exc)(detail, errors=errors) if errors is not None else type(exc)(detail)
     return refusal
@@ -311,26 +312,86 @@ class ZipBundles:
         """Import zip ``data`` in one transaction, provided its plan is still the one whose
         ``fingerprint`` was shown (else ``PlanChanged`` with the new plan, and nothing is written).
         Returns the plan applied and the change requests opened for its protected labels."""
+        plan, items = self.apply_items(data, fingerprint=fingerprint, actor=actor, source=source)
+        return plan, sorted(number for item in items for number in item.change_requests)
+
+    def apply_items(
+        self, data: bytes, *, fingerprint: str | None, actor: Actor | str, source: str
+    ) -> tuple[ZipPlan, list[ImportPlanItem]]:
+        """``apply``, returning each entry's item with the change requests opened for it.
+        ``fingerprint`` None applies the plan made now (the admin API's push without a plan shown):
+        planning and writing still refuse as a whole, and an entry that moves on between the two is
+        refused (``Conflict``) by the write."""
         with unpacked(data, self.limits) as root:
             plan, planned = self._plan(data, root)
-            if plan.fingerprint != fingerprint:
+            if fingerprint is not None and plan.fingerprint != fingerprint:
                 raise PlanChanged(plan)
             try:
                 items = self.bundles.apply_plan(planned, actor=actor, source=source)
             except CatalogError as exc:
                 raise _relative_error(exc, root) from None
-        return plan, sorted(number for item in items for number in item.change_requests)
+        relative = [replace(item, source=_relative(item.source, root)) for item in items]
+        return plan, relative
 
-    def export(self, sink: IO[bytes], *, label: str | None = None) -> int:
+    def export(
+        self,
+        sink: IO[bytes],
+        *,
+        label: str | None = None,
+        all_versions: bool = False,
+        visible: frozenset[str] | None = None,
+    ) -> int:
         """Write the catalog as a zipped entry bundle to ``sink`` (each live entry's newest version, or
         the version ``label`` serves), write-only values masked: what ``mcp-registry export --secrets
-        mask`` writes, fit for editing and re-importing into this catalog. Returns the entry count."""
-        folder = Path(tempfile.mkdtemp(prefix="mcpr-export-"))
-        try:
-            result = self.bundles.export_catalog(folder, label=label, secrets=ExportSecrets("mask"))
+        mask`` writes, fit for editing and re-importing into this catalog. ``all_versions``: the
+        history bundle instead, which cannot mask (``Invalid`` when an entry holds write-only values:
+        export those with the command line's ``--secrets-key``). ``visible``: the caller's teams
+        (``BundleService.export_catalog``). Returns the entry count."""
+        with self._exported(label, all_versions, visible) as (folder, result):
             with zipfile.ZipFile(sink, "w", compression=zipfile.ZIP_DEFLATED) as archive:
                 for path in sorted([*result.files, *result.extras]):
                     archive.write(path, path.relative_to(folder).as_posix())
             return len(result.files)
+
+    def export_files(
+        self, *, label: str | None = None, all_versions: bool = False, visible: frozenset[str] | None = None
+    ) -> tuple[int, dict[str, bytes]]:
+        """``export`` as the bundle folder's files (relative path -> content), for the admin API;
+        the manifest included, the README for people left out. Returns the entry count and the files."""
+        with self._exported(label, all_versions, visible) as (folder, result):
+            files = {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(result.files)}
+            files |= {p.name: p.read_bytes() for p in result.extras if p.name != "README.md"}
+            return len(result.files), files
+
+    @contextmanager
+    def _exported(
+        self, label: str | None, all_versions: bool, visible: frozenset[str] | None
+    ) -> Iterator[tuple[Path, ExportResult]]:
+        folder = Path(tempfile.mkdtemp(prefix="mcpr-export-"))
+        try:
+            yield (
+                folder,
+                self.bundles.export_catalog(
+                    folder, label=label, all_versions=all_versions, secrets=ExportSecrets("mask"), visible=visible
+                ),
+            )
         finally:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+#: The date every member of ``zip_of`` carries: the same files give the same bytes, so the same
+#: plan fingerprint (a zip's members otherwise carry the time it was made).
+_EPOCH = (1980, 1, 1, 0, 0, 0)
+
+
+def zip_of(files: Mapping[str, bytes]) -> bytes:
+    """A zip of ``files`` (relative path -> content), in path order with fixed dates: the bundle a
+    JSON document of files stands for, for ``ZipBundles``. Byte-identical for identical files."""
+    buffer = BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name in sorted(files):
+            info = zipfile.ZipInfo(name, date_time=_EPOCH)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            archive.writestr(info, files[name])
+    return buffer.getvalue()

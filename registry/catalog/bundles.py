@@ -47,7 +47,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -67,7 +67,7 @@ from registry.catalog.errors import CatalogError, Conflict, Invalid
 from registry.catalog.protection import ProtectionPolicy
 from registry.catalog.secrets import MASK, SecretKeyError
 from registry.catalog.service import CatalogService
-from registry.catalog.specs import KIND_BY_COLLECTION, dump_spec
+from registry.catalog.specs import KIND_BY_COLLECTION, Spec, dump_spec
 from registry.db.audit import Actor
 from registry.db.engine import Database
 from registry.limits import LimitExceeded, Limits
@@ -538,37 +538,36 @@ def _readme(source: str, mode: str, counts: dict[str, int], variables: dict[str,
     return "\n".join(lines) + "\n"
 
 
-# ------------------------------------------------------------------ the service
+# ------------------------------------------------------------------ reading: one pass over the files
 
 
-class BundleService:
-    """Bundles in and out of one catalog: files validated and parsed by the catalog's own rules
-    (``catalog``), planned against what it holds, written whole by ``bulk.BulkWriter``, with its
-    protected labels (``protection``) held for review."""
+class BundleReader:
+    """Reads and validates a bundle's files, with no catalog: ``parse_spec`` validates a definition
+    (the catalog's, or ``SpecValidator.parse_spec`` for the offline ``mcp-registry lint``), ``seal``
+    gives a history version its stored form (the identity when nothing is stored)."""
 
-    def __init__(self, db: Database, catalog: CatalogService, protection: ProtectionPolicy) -> None:
-        self.db = db
-        self.catalog = catalog
-        self.protection = protection
-        self.limits = catalog.limits
-        self.writer = bulk.BulkWriter(db, catalog, protection)
+    def __init__(
+        self,
+        parse_spec: Callable[[str, Mapping[str, Any]], Spec],
+        limits: Limits,
+        seal: Callable[[str, dict[str, Any], dict[str, Any] | None], dict[str, Any]] | None = None,
+    ) -> None:
+        self.parse_spec = parse_spec
+        self.limits = limits
+        self.seal = seal if seal is not None else (lambda _kind, spec, _previous: spec)
 
-    @contextmanager
-    def bulk_reader(self) -> Iterator[Session]:
-        """One read transaction for a bundle plan or an export: a consistent view of the catalog,
-        read with the few set-based queries of ``registry.catalog.bulk``."""
-        with self.db.session() as session:
-            yield session
+    def read_folder(
+        self, directory: Path, secrets: ImportSecrets
+    ) -> tuple[str, list[_Source], list[_Incoming], list[Problem]]:
+        """The layout (``entries`` or ``history``), the files, the valid entries and every problem
+        of the others. Raises ``Invalid`` for what stops the reading (no folder, a limit, a bad manifest)."""
+        layout, sources = _list_files(directory, self.limits)
+        _read_manifest(directory, secrets)
+        problems: list[Problem] = []
+        incoming = self.read(sources, secrets, problems, history=layout == "history")
+        return layout, sources, incoming, problems
 
-    def protected_now(self, labels: Iterable[str] | None = None) -> dict[str, int]:
-        """Which of ``labels`` (all when None) are protected now, for a plan; the write decides
-        again in its own transaction."""
-        with self.db.session() as session:
-            return self.protection.protected_in(session, labels)
-
-    # -------------------------------------------------------------- reading: one pass over the files
-
-    def _read(
+    def read(
         self, sources: list[_Source], secrets: ImportSecrets, problems: list[Problem], *, history: bool
     ) -> list[_Incoming]:
         """Every file (entry files, or ``history`` files) parsed and validated, in one pass: the
@@ -610,7 +609,7 @@ class BundleService:
             problems += unresolved
             return None
         try:
-            spec = dump_spec(self.catalog.parse_spec(source.kind, raw))
+            spec = dump_spec(self.parse_spec(source.kind, raw))
         except CatalogError as exc:
             problems += _spec_problems(source.path, locate, exc)
             return None
@@ -670,11 +669,11 @@ class BundleService:
                 ]
                 continue
             try:
-                newest = dump_spec(self.catalog.parse_spec(source.kind, spec_raw))
+                newest = dump_spec(self.parse_spec(source.kind, spec_raw))
             except CatalogError as exc:
                 problems += _spec_problems(source.path, locate, exc, prefix)
                 continue
-            sealed = self.catalog.seal(source.kind, newest, None)
+            sealed = self.seal(source.kind, newest, None)
             records.append(
                 bulk.VersionRecord(version.version, sealed, version.author, version.note, version.created_at)
             )
@@ -685,6 +684,36 @@ class BundleService:
             source.kind, history.name, records, labels, history.archived, history.created_at, history.updated_at
         )
         return _Incoming(source.kind, history.name, source.path, newest, history=write)
+
+
+# ------------------------------------------------------------------ the service
+
+
+class BundleService:
+    """Bundles in and out of one catalog: files validated and parsed by the catalog's own rules
+    (``catalog``), planned against what it holds, written whole by ``bulk.BulkWriter``, with its
+    protected labels (``protection``) held for review."""
+
+    def __init__(self, db: Database, catalog: CatalogService, protection: ProtectionPolicy) -> None:
+        self.db = db
+        self.catalog = catalog
+        self.protection = protection
+        self.limits = catalog.limits
+        self.writer = bulk.BulkWriter(db, catalog, protection)
+        self.reader = BundleReader(catalog.parse_spec, self.limits, catalog.seal)
+
+    @contextmanager
+    def bulk_reader(self) -> Iterator[Session]:
+        """One read transaction for a bundle plan or an export: a consistent view of the catalog,
+        read with the few set-based queries of ``registry.catalog.bulk``."""
+        with self.db.session() as session:
+            yield session
+
+    def protected_now(self, labels: Iterable[str] | None = None) -> dict[str, int]:
+        """Which of ``labels`` (all when None) are protected now, for a plan; the write decides
+        again in its own transaction."""
+        with self.db.session() as session:
+            return self.protection.protected_in(session, labels)
 
     # -------------------------------------------------------------- planning
 
@@ -824,10 +853,7 @@ class BundleService:
         ``against_empty``: compare with an empty catalog without reading the database (it has no
         tables yet; only the process's own ``REGISTRY_PROTECTED_LABELS`` protect anything)."""
         secrets = secrets if secrets is not None else ImportSecrets()
-        layout, sources = _list_files(directory, self.limits)
-        _read_manifest(directory, secrets)
-        problems: list[Problem] = []
-        incoming = self._read(sources, secrets, problems, history=layout == "history")
+        layout, sources, incoming, problems = self.reader.read_folder(directory, secrets)
         if layout == "history":
             planned = self._plan_histories(incoming, problems, against_empty=against_empty)
         else:
@@ -946,7 +972,7 @@ class BundleService:
         )
         return "".join(lines)
 
-    def _secret_holders(self, *, label: str | None, all_versions: bool) -> list[str]:
+    def _secret_holders(self, *, label: str | None, all_versions: bool, visible: frozenset[str] | None) -> list[str]:
         """The entries that would be exported with write-only values."""
         found: list[str] = []
         with self.bulk_reader() as session:
@@ -954,12 +980,14 @@ class BundleService:
                 if all_versions:
                     found += [
                         f"{kind} {h.name}"
-                        for h in bulk.iter_histories(session, kind)
+                        for h in bulk.iter_histories(session, kind, visible=visible)
                         if any(has_secrets(kind, v.spec) for v in h.versions)
                     ]
                 else:
                     found += [
-                        f"{kind} {n}" for n, spec in bulk.iter_served(session, kind, label) if has_secrets(kind, spec)
+                        f"{kind} {n}"
+                        for n, spec in bulk.iter_served(session, kind, label, visible=visible)
+                        if has_secrets(kind, spec)
                     ]
         return found
 
@@ -970,13 +998,18 @@ class BundleService:
         label: str | None = None,
         all_versions: bool = False,
         secrets: ExportSecrets | None = None,
+        visible: frozenset[str] | None = None,
     ) -> ExportResult:
         """Write the catalog as a bundle (see the module docstring). ``secrets`` None refuses when an
-        exported entry holds write-only values, explaining the choices."""
+        exported entry holds write-only values, explaining the choices. ``visible``: the teams whose
+        entries the caller sees besides global ones (``Access.visible_teams``; None: every entry), so
+        an export never holds what its caller could not read."""
         if label is not None and all_versions:
             raise Invalid("--label and --all-versions exclude each other: a history export holds every label")
         _check_secret_mode(
-            self._secret_holders(label=label, all_versions=all_versions), secrets, all_versions=all_versions
+            self._secret_holders(label=label, all_versions=all_versions, visible=visible),
+            secrets,
+            all_versions=all_versions,
         )
         mode = secrets.mode if secrets is not None else "none"
         result = ExportResult()
@@ -995,7 +1028,7 @@ class BundleService:
                 folder: tuple[str, ...]
                 if all_versions:
                     folder = (HISTORY, collection)
-                    for entry in bulk.iter_histories(session, kind):
+                    for entry in bulk.iter_histories(session, kind, visible=visible):
                         versions = []
                         for v in entry.versions:
                             doc: dict[str, Any] = {
@@ -1019,7 +1052,7 @@ class BundleService:
                         counts[kind] += 1
                 else:
                     folder = (collection,)
-                    for name, stored in bulk.iter_served(session, kind, label):
+                    for name, stored in bulk.iter_served(session, kind, label, visible=visible):
                         document = _export_form(kind, encoded(kind, name, stored))
                         result.files.append(_write_entry(directory, folder, name, document))
                         counts[kind] += 1

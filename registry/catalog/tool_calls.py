@@ -17,6 +17,7 @@ browser as they come.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -214,6 +215,7 @@ async def run_tool_test(
     limits: Limits = DEFAULT_LIMITS,
     on_notification: NotificationCallback | None = None,
     caller: str | None = None,
+    on_failed: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Run ``test`` with ``arguments`` as ``tools/call`` would: its ``CallToolResult``.
 
@@ -221,7 +223,8 @@ async def run_tool_test(
     call's progress and log notifications in the shape MCP sends them (at the relay's bounded
     rate), while the call runs; cancelling the caller cancels the webhook call. ``caller``
     (``registry.webhooks.caller_key``: the token or signed-in user running the test) counts the
-    call against the same per-process outbound caps as agents' calls.
+    call against the same per-process outbound caps as agents' calls. ``on_failed`` is told of an
+    error result, in a thread (it records the ``tool.test.failed`` event).
     """
     name = test.name
 
@@ -254,5 +257,8 @@ async def run_tool_test(
         )
     if isinstance(answer, InputRequired):  # there is nobody to ask
         methods = ", ".join(sorted({r.method for r in answer.requests.values()}))
-        return error_result(f"tool {name} asked for input ({methods}), which a test call cannot provide")
+        answer = error_result(f"tool {name} asked for input ({methods}), which a test call cannot provide")
+    if on_failed is not None and answer.get("isError"):
+        # The audit trail's (and the tool.test.failed event's) record of it: blocking, so off the loop.
+        await asyncio.to_thread(on_failed, answer)
     return answer

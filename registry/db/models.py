@@ -437,3 +437,83 @@ class SpentRequestState(Base):
     digest: Mapped[str] = mapped_column(String(64), primary_key=True)
     #: When the state expires (after it, the row serves no purpose and is pruned).
     expires_at: Mapped[datetime] = mapped_column(index=True)
+
+
+class EventSubscription(Base):
+    """An admin's subscription to change events (``registry.events``): where they are POSTed, which
+    ones, and the signing secret (encrypted with the ``SecretBox``, never shown after creation).
+
+    ``cursor`` is the last change-log id the delivering replica examined for this subscription:
+    the rows after it are turned into ``EventDelivery`` rows in the transaction that moves it, so a
+    restart (or another replica taking over) neither skips nor repeats an event.
+    """
+
+    __tablename__ = "event_subscriptions"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(128))
+    url: Mapped[str] = mapped_column(String(2048))
+    #: Event types delivered (``registry.events.types.EVENT_TYPES``).
+    events: Mapped[list[str]]
+    #: ``{"kinds": [...], "name_prefix": "...", "teams": [...], "labels": [...]}``; absent or empty: any.
+    filters: Mapped[dict[str, Any]]
+    #: The signing secret (``whsec_...``), encrypted.
+    secret: Mapped[str] = mapped_column(Text)
+    #: After a rotation, the previous secret (encrypted), also signing until ``previous_secret_until``,
+    #: so receivers can move to the new one without refusing an event meanwhile.
+    previous_secret: Mapped[str | None] = mapped_column(Text)
+    previous_secret_until: Mapped[datetime | None] = mapped_column()
+    #: Add a Slack-compatible ``text`` member to each body.
+    slack_text: Mapped[bool] = mapped_column(Boolean, default=False)
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    #: The last change-log id examined for this subscription.
+    cursor: Mapped[int] = mapped_column(BigId, default=0)
+    created_by: Mapped[str | None] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class EventDelivery(Base):
+    """One event for one subscription: what is sent (the body is fixed when the event is queued, so a
+    retry or a redelivery sends the same bytes under the same ``webhook_id``) and how it went.
+
+    pending -> delivered | failed (after ``REGISTRY_EVENTS_MAX_ATTEMPTS``); "redeliver" makes it
+    pending again. Per subscription, the oldest pending delivery goes first (change-log order).
+    """
+
+    __tablename__ = "event_deliveries"
+    __table_args__ = (
+        UniqueConstraint("subscription_id", "change_id"),
+        Index("ix_event_deliveries_queue", "subscription_id", "status", "change_id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    subscription_id: Mapped[int] = mapped_column(ForeignKey("event_subscriptions.id", ondelete="CASCADE"))
+    change_id: Mapped[int] = mapped_column(BigId)
+    #: ``msg_<subscription>_<change>``: stable, so receivers can drop duplicates.
+    webhook_id: Mapped[str] = mapped_column(String(64), unique=True)
+    event_type: Mapped[str] = mapped_column(String(64))
+    #: The JSON body sent, as text.
+    body: Mapped[str] = mapped_column(Text)
+    #: pending | delivered | failed
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_status_code: Mapped[int | None] = mapped_column(Integer)
+    last_error: Mapped[str | None] = mapped_column(String(512))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_attempt_at: Mapped[datetime | None] = mapped_column()
+    delivered_at: Mapped[datetime | None] = mapped_column()
+
+
+class EventLease(Base):
+    """Which process delivers change events: one row per lease name, held by ``holder`` until
+    ``expires_at`` (renewed by the holder well before). ``epoch`` grows at every change of holder and
+    fences writes: a holder that lost the lease (paused past its expiry) cannot record a result."""
+
+    __tablename__ = "event_leases"
+
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(128))
+    epoch: Mapped[int] = mapped_column(BigId, default=0)
+    expires_at: Mapped[datetime] = mapped_column()

@@ -83,6 +83,8 @@ class McpRuntime:
         self.metrics.bind_gauges(
             lambda: len(self.sessions.cached()), lambda: self.hub.open_streams, lambda: self.sessions.pending
         )
+        #: Told of every batch of changes the feed reads (any replica's): the event deliverer's wake-up.
+        self.change_observers: list[Callable[[], None]] = []
         self._tasks: list[asyncio.Task[None]] = []
         #: When the audit head was last logged (the first sweep logs it).
         self._head_logged_at = -self.HEAD_LOG_INTERVAL_S
@@ -143,6 +145,8 @@ class McpRuntime:
 
     async def _dispatch(self, events: list[ChangeEvent], advance: Callable[[int], None]) -> None:
         self.registry.watchers.publish((event.kind, event.name) for event in events if event.labels)
+        for observer in self.change_observers:
+            observer()
         await self.notifier.dispatch(events, advance)
 
     async def _save_state(self, client: ClientState) -> None:

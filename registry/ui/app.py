@@ -20,6 +20,7 @@ from registry.ui import (
     editor_routes,
     entries,
     errors,
+    events,
     overview,
     reviews,
     signin,
@@ -46,7 +47,7 @@ def build_ui(registry: Registry) -> ASGIApp:
     ui.mount("/vendor", StaticFiles(directory=static / "vendor"), name="ui-vendor")
     ui.mount("/docs", StaticFiles(directory=static / "docs"), name="ui-docs")
 
-    for module in (signin, sso, overview, tokens, teams, agents, bundles, tool_test):
+    for module in (signin, sso, overview, tokens, teams, events, agents, bundles, tool_test):
         ui.include_router(module.router)
     for module in (audit, usage, reviews, editor_routes, entries):
         ui.include_router(module.router)

@@ -144,7 +144,8 @@ def export(ui: Viewer, pages: BundlePagesDep, label: Annotated[str, Query(max_le
     # the download ends; the zip never sits in memory whole.
     sink = tempfile.TemporaryFile(prefix="mcpr-export-")  # noqa: SIM115 - closed when the download ends
     try:
-        pages.registry.zip_bundles.export(sink, label=label or None)
+        # What this person sees, never another team's entries (docs/security.md).
+        pages.registry.zip_bundles.export(sink, label=label or None, visible=ui.principal.visible_teams)
         size = sink.tell()
         sink.seek(0)
     except BaseException:

@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import asyncio
 import binascii
+import functools
 import hashlib
 import json
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -48,7 +49,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from registry.api.deps import CatalogDep, SettingsDep
+from registry.api.deps import CatalogDep, SettingsDep, get_registry
 from registry.catalog.errors import CatalogError, Invalid, NotFound
 from registry.catalog.service import CatalogService
 from registry.catalog.specs import is_label
@@ -400,10 +401,12 @@ async def test_run(posted: EditorForm, pages: ToolTestPagesDep, name: EntryName)
     allowed = parse_networks(pages.settings.webhook_allowed_networks)
     # The outbound caps count a test call as the signed-in token's or user's, as its MCP calls.
     caller = caller_key(ui.principal.token_id, ui.principal.user, key)
+    events = get_registry(request).events
+    on_failed = functools.partial(events.tool_test_failed, test.name, test.version, actor=ui.principal.actor())
     if STREAM_MEDIA_TYPE in request.headers.get("accept", ""):
         SLOTS.check(key)  # a refusal now is a page; one lost to a race is a "failed" event
         return EventSourceResponse(
-            _stream(test, arguments, allowed, limits, SLOTS, key, caller),
+            _stream(test, arguments, allowed, limits, SLOTS, key, caller, on_failed),
             ping=10,
             sep="\n",
         )
@@ -418,7 +421,13 @@ async def test_run(posted: EditorForm, pages: ToolTestPagesDep, name: EntryName)
 
         result = await serve_until_disconnect(
             run_tool_test(
-                test, arguments, allowed_networks=allowed, limits=limits, on_notification=collect, caller=caller
+                test,
+                arguments,
+                allowed_networks=allowed,
+                limits=limits,
+                on_notification=collect,
+                caller=caller,
+                on_failed=on_failed,
             ),
             request.receive,  # the form was read whole: a disconnect is all that is left to receive
         )
@@ -441,6 +450,7 @@ async def _stream(
     slots: RunSlots,
     key: str,
     caller: str,
+    on_failed: Callable[[dict[str, Any]], None] | None = None,
 ) -> AsyncIterator[ServerSentEvent]:
     """The events of one test call; closing the stream (the client went away) cancels the call."""
     try:
@@ -459,7 +469,13 @@ async def _stream(
         async def run() -> None:
             try:
                 result = await run_tool_test(
-                    test, arguments, allowed_networks=allowed, limits=limits, on_notification=forward, caller=caller
+                    test,
+                    arguments,
+                    allowed_networks=allowed,
+                    limits=limits,
+                    on_notification=forward,
+                    caller=caller,
+                    on_failed=on_failed,
                 )
             except Exception:  # a bug, not a tool failure (those are isError results)
                 log.exception("test call of tool %s failed", test.name)

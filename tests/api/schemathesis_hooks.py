@@ -12,6 +12,10 @@ Two things generated data must not do against the test server, whatever the sche
   TEST-NET-1 (192.0.2.0/24, RFC 5737), which the SSRF guard refuses, so such a save is a 422.
   ``builtin://`` hooks (from the schema's examples) still run.
 
+Event subscriptions need a URL the SSRF guard lets through and, for their deliveries, an event:
+generated subscription URLs are pointed at TEST-NET-2 (198.51.100.0/24, RFC 5737; the contract
+server allows it, and nothing answers there), and until a call on a subscription has answered 2xx
+it goes to one seeded through the API, with a delivery queued for it by a prompt's creation.
 Change requests need two things generated data cannot provide:
 
 * a second person: the run's admin token opens requests, and their author never approves or
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from typing import Any
 
 import httpx
@@ -42,6 +47,8 @@ PROTECTED = {int(v) for v in os.environ.get("REGISTRY_TEST_PROTECTED_TOKEN_IDS",
 UNUSED_TOKEN_ID = 2**62
 #: Refused by the SSRF guard (reserved documentation network), so nothing is ever called there.
 UNREACHABLE_WEBHOOK = "https://192.0.2.1/hook"
+#: Where generated event subscriptions send (TEST-NET-2: allowed by the contract server, unanswered).
+SUBSCRIBER = "https://198.51.100.1/hook"
 #: The run's own token, and a reviewer's for approving what it opened.
 ADMIN_TOKEN = os.environ.get("REGISTRY_TEST_ADMIN_TOKEN", "")
 REVIEWER_TOKEN = os.environ.get("REGISTRY_TEST_REVIEWER_TOKEN", "")
@@ -121,6 +128,46 @@ def _point_teams_at_a_seeded_token(case: Any) -> None:
         case.body["teams"] = {}
 
 
+def _seed_subscription() -> tuple[int, int] | None:
+    """A subscription and the id of a delivery queued for it; None if the server would not."""
+    if not (BASE_URL and ADMIN_TOKEN):
+        return None
+    n = next(_seeds)
+    with _admin_http() as http:
+        body = {"name": f"contract-{n}", "url": SUBSCRIBER, "events": ["catalog.version.created"]}
+        made = http.post("/api/v1/event-subscriptions", json=body)
+        if made.status_code != 201:
+            return None
+        subscription = int(made.json()["id"])
+        http.post("/api/v1/prompts", json={"name": f"contract-event-{n}", "template": "Hello"})
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # queued by the delivering task, in moments
+            items = http.get(f"/api/v1/event-subscriptions/{subscription}/deliveries").json().get("items")
+            if items:
+                return subscription, int(items[0]["id"])
+            time.sleep(0.05)
+    return None
+
+
+def _subscription_step(case: Any) -> str:
+    """Redelivering (which needs a delivery too) is seen to work apart from the other calls."""
+    return "redeliver" if case.path.endswith("/redeliver") else "subscription"
+
+
+def _point_at_a_seeded_subscription(case: Any) -> None:
+    if _subscription_step(case) in _answered or case.path_parameters is None:
+        return
+    seeded = _seed_subscription()
+    if seeded is not None:
+        case.path_parameters["subscription_id"] = seeded[0]
+        if "delivery_id" in case.path_parameters:
+            case.path_parameters["delivery_id"] = seeded[1]
+
+
+def _is_subscription_call(case: Any) -> bool:
+    return bool(case.path.startswith("/api/v1/event-subscriptions/{subscription_id}"))
+
+
 def _as_reviewer(request: Any) -> Any:
     """A ``requests`` auth hook: the admin's bearer token becomes the reviewer's (others stay)."""
     if ADMIN_TOKEN and REVIEWER_TOKEN and request.headers.get("Authorization") == f"Bearer {ADMIN_TOKEN}":
@@ -163,6 +210,13 @@ def before_call(context: Any, case: Any, kwargs: dict[str, Any]) -> None:
             # applies ``auth``, last, on the prepared request.
             kwargs["auth"] = _as_reviewer
         return
+    if _is_subscription_call(case):
+        _point_at_a_seeded_subscription(case)
+    if case.path.startswith("/api/v1/event-subscriptions") and isinstance(case.body, dict):
+        url = case.body.get("url")
+        if isinstance(url, str) and url.lower().startswith(("http://", "https://")):
+            case.body["url"] = SUBSCRIBER
+        return
     if case.path in ("/api/v1/tools", "/api/v1/tools/{name}") and isinstance(case.body, dict):
         webhook = case.body.get("webhook")
         url = webhook.get("url") if isinstance(webhook, dict) else None
@@ -172,6 +226,8 @@ def before_call(context: Any, case: Any, kwargs: dict[str, Any]) -> None:
 
 @schemathesis.hook
 def after_call(context: Any, case: Any, response: Any) -> None:
+    if _is_subscription_call(case) and 200 <= response.status_code < 300:
+        _answered.add(_subscription_step(case))
     step = "open" if _is_open(case) else "teams" if _is(case, "PUT", "/tokens/{token_id}/teams") else _step(case)
     if step is not None and 200 <= response.status_code < 300:
         _answered.add(step)

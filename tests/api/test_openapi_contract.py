@@ -49,7 +49,11 @@ FREE_FORM = {"inputSchema", "outputSchema", "structuredContent", "annotations", 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """``mcp-registry serve`` with the demo catalog, on SQLite."""
-    with ServerProcess(tmp_path_factory.mktemp("contract"), args=["--seed", "demo"], name="contract") as server:
+    # TEST-NET-2 is where generated event subscriptions send (schemathesis_hooks.SUBSCRIBER): saved, never answered.
+    env = {"REGISTRY_WEBHOOK_ALLOWED_NETWORKS": "198.51.100.0/24"}
+    with ServerProcess(
+        tmp_path_factory.mktemp("contract"), args=["--seed", "demo"], name="contract", env=env
+    ) as server:
         yield server
 
 
@@ -354,6 +358,20 @@ checks.ensure_resource_availability.enabled = false
 # protected (404, 409); a generated state may not allow the step (409); overriding checks needs a
 # reason, which JSON Schema cannot tie to the flag (422).
 include-operation-id = {json.dumps(review_ops)}
+checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404", "409", "422"]
+checks.ensure_resource_availability.enabled = false
+
+[[operations]]
+# Bundles: generated files are rarely valid entry files (YAML, templates, schemas: 422), a history
+# file may conflict with the catalog (409), and an export cannot take a label and all_versions at once.
+include-operation-id = ["planBundle", "applyBundle", "exportBundle"]
+checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404", "409", "422"]
+
+[[operations]]
+# Event subscriptions: a generated URL is refused by the SSRF guard (the test server allows no
+# network), a generated secret may not decode to 24-64 bytes, a filter's team or label may not be
+# a valid name: semantic checks, answered 422; past the count bound, 409.
+include-operation-id = ["createEventSubscription", "updateEventSubscription", "rotateEventSubscriptionSecret"]
 checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404", "409", "422"]
 checks.ensure_resource_availability.enabled = false
 """

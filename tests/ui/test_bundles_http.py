@@ -21,6 +21,7 @@ import yaml
 from registry.limits import Limits
 from registry.ui.security import CONTENT_SECURITY_POLICY
 from tests.http import TLS
+from tests.serve_process import issue_token
 from tests.ui.conftest import CSRF, UiServer, sign_in
 
 LIMITS = Limits()  # the test server runs with the defaults
@@ -461,3 +462,28 @@ def test_the_pages_have_the_strict_csp_and_no_inline_script_or_style(
         assert page.headers["cache-control"] == "no-store"
         assert re.search(r"<script(?![^>]*\bsrc=)[^>]*>", page.text) is None
         assert re.search(r"<style\b|\sstyle=|\son[a-z]+=", page.text) is None
+
+
+def test_an_export_holds_only_the_entries_its_downloader_sees(ui_server: UiServer, viewer_ui: httpx.Client) -> None:
+    """Another team's entries never leave in a download: a viewer in no team gets the global entries,
+    a member of the team gets the team's too."""
+    suffix = secrets.token_hex(3)
+    team, name = f"export-{suffix}", f"team-only-{suffix}"
+    with ui_server.admin() as admin:
+        assert admin.post("/api/v1/teams", json={"name": team}).status_code == 201
+        made = admin.post("/api/v1/prompts", json={"name": name, "template": "Only for the team", "team": team})
+        assert made.status_code == 201, made.text
+        member = issue_token(admin, f"export-member-{suffix}", ["viewer"], teams={team: "viewer"})
+
+    def exported(http: httpx.Client) -> set[str]:
+        answer = http.get("/ui/bundles/export.zip")
+        assert answer.status_code == 200, answer.text[:2000]
+        with zipfile.ZipFile(io.BytesIO(answer.content)) as archive:
+            return set(archive.namelist())
+
+    outside = exported(viewer_ui)
+    assert "prompts/summarize.yaml" in outside and f"prompts/{name}.yaml" not in outside
+    with httpx.Client(base_url=ui_server.url, timeout=60, verify=TLS) as http:
+        assert sign_in(http, member["token"]).status_code == 303
+        inside = exported(http)
+    assert {"prompts/summarize.yaml", f"prompts/{name}.yaml"} <= inside
