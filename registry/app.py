@@ -12,12 +12,14 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.telemetry import TelemetryConfig
 
 from registry import __version__
+from registry import tracing as registry_tracing
 from registry.api import admin, docs, models, oauth_metadata, problems
 from registry.api.audit import router as audit_router
 from registry.api.auth import ViewerPrincipal
@@ -30,13 +32,16 @@ from registry.api.reviews import router as reviews_router
 from registry.api.teams import router as teams_router
 from registry.api.usage import router as usage_router
 from registry.catalog.specs import KIND_BY_COLLECTION
-from registry.config import check_server_settings
+from registry.config import SettingsError, check_server_settings
 from registry.events.deliverer import EventDeliverer
 from registry.mcp.http_common import Receive, Scope, SendFn
 from registry.mcp.runtime import McpRuntime
 from registry.runtime import Registry, attach
 from registry.ui import mount_admin_ui
 from registry.webhooks import parse_networks
+
+if TYPE_CHECKING:
+    from registry.tracing.sdk import Tracing
 
 log = logging.getLogger("registry")
 
@@ -63,6 +68,28 @@ class RegistryApp:
                 await handler(scope, receive, send)
                 return
         await self.api(scope, receive, send)
+
+
+#: Probes, not traced: one every few seconds would drown the backend (README, Tracing).
+UNTRACED_PATHS = frozenset({"/healthz", "/readyz"})
+
+
+def _telemetry(tracing: Tracing | None) -> TelemetryConfig:
+    """FastAPI's own OpenTelemetry instrumentation of the admin API and the web UI: a ``SERVER``
+    span per request named ``{method} {http.route}`` (HTTP semantic conventions; parent from the
+    request's ``traceparent``), on this process's tracer provider when tracing is on. Off
+    otherwise, whatever global provider a library may have set. Its HTTP metrics, log records and
+    per-step spans stay off: one span per request, and ``/metrics`` has the HTTP figures. (MCP
+    requests never reach FastAPI: their spans come from the dispatcher, one per JSON-RPC request.)"""
+    if tracing is None:
+        return {"tracing": False, "metrics": False, "logs": False, "operation_spans": False}
+    return {
+        "tracer_provider": tracing.provider,
+        "metrics": False,
+        "logs": False,
+        "operation_spans": False,
+        "exclude": lambda scope: scope.get("path") in UNTRACED_PATHS,
+    }
 
 
 async def _start_mcp_once_ready(
@@ -98,11 +125,19 @@ def event_deliverer(registry: Registry, mcp: McpRuntime) -> EventDeliverer | Non
     return deliverer
 
 
-def create_app(registry: Registry, *, freeze_gc: bool = False) -> RegistryApp:
+def create_app(registry: Registry, *, freeze_gc: bool = False, tracing: Tracing | None = None) -> RegistryApp:
     """``freeze_gc``: a dedicated server process freezes its long-lived heap after start-up.
+    ``tracing``: OpenTelemetry's providers (tests pass their own); None: from the ``OTEL_*``
+    variables, off unless they ask for it (``registry.tracing``), and then stopped with the app.
     Settings no server may run with raise ``SettingsError`` here (``serve`` checks them first)."""
     check_server_settings(registry.settings)
-    mcp = McpRuntime(registry, freeze_gc=freeze_gc)
+    owned = tracing is None
+    if owned:
+        try:
+            tracing = registry_tracing.from_environment(trace_arguments=registry.settings.trace_arguments)
+        except ValueError as exc:
+            raise SettingsError(str(exc)) from None
+    mcp = McpRuntime(registry, freeze_gc=freeze_gc, tracing=tracing)
     events = event_deliverer(registry, mcp)
     # /readyz checks on threads of its own: a default pool busy with other work must not make the
     # probe answer "unavailable", and probes stuck on a frozen database must not take others' threads.
@@ -134,6 +169,8 @@ def create_app(registry: Registry, *, freeze_gc: bool = False) -> RegistryApp:
                     await events.stop()
                 await mcp.stop()
             ready_threads.shutdown(wait=False, cancel_futures=True)
+            if owned and tracing is not None:  # what is still batched goes out before the process ends
+                await asyncio.to_thread(tracing.shutdown)
 
     app = FastAPI(
         title="mcp-registry",
@@ -144,6 +181,7 @@ def create_app(registry: Registry, *, freeze_gc: bool = False) -> RegistryApp:
         redoc_url=None,
         openapi_url="/openapi.json",
         lifespan=lifespan,
+        telemetry=_telemetry(tracing),
     )
     attach(app, registry)
     app.state.mcp = mcp

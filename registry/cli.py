@@ -64,6 +64,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from registry.runtime import Registry
 
     check_server_settings(settings)  # before anything is opened: a refusal names the setting
+    _check_tracing()
     slot = WorkerSlot.from_env()
     if slot is not None:  # one of `serve --workers N`'s processes: the supervisor has prepared all
         return _serve_worker(args, settings, slot)
@@ -116,6 +117,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     app = create_app(registry, freeze_gc=True)
     DrainingServer(_uvicorn_config(app, settings, args), drain=app.mcp.drain).run()
     return 0
+
+
+def _check_tracing() -> None:
+    """The ``OTEL_*`` variables, checked before anything starts (nothing of OpenTelemetry is imported)."""
+    from registry import tracing
+
+    try:
+        tracing.check()
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
 
 
 def _uvicorn_config(app: Any, settings: Settings, args: argparse.Namespace) -> uvicorn.Config:
@@ -171,13 +182,18 @@ def cmd_stdio(args: argparse.Namespace) -> int:
     from registry.runtime import Registry
 
     settings = _settings(args)
+    _check_tracing()  # before anything is opened
     registry = Registry(settings)
     registry.prepare(seed=args.seed, demo_if_empty=settings.database_url is None)
+    from registry import tracing as registry_tracing
+
+    tracing = registry_tracing.from_environment(trace_arguments=settings.trace_arguments)  # None: off
     server = McpServer(
         registry.catalog,
         webhook_allowed_networks=settings.webhook_allowed_networks,
         limits=settings.limits,
         cache_ttl_ms=settings.cache_ttl_ms,
+        tracing=tracing,
     )
     # No token on stdio: whoever starts it holds the database credentials, so it sees every team's
     # entries, as before teams (registry/mcp/transports/stdio.py).
@@ -223,6 +239,8 @@ def cmd_stdio(args: argparse.Namespace) -> int:
             await transport.listen.stop(wait_s=0)
             await feed.stop()
             await server.aclose()
+            if tracing is not None:
+                await asyncio.to_thread(tracing.shutdown)
         if not serving.cancelled():
             serving.result()  # an error of the transport's own
 

@@ -146,6 +146,8 @@ class Settings:
     usage_enabled: bool = True
     #: How often counted uses are added to the database.
     usage_flush_s: float = 10.0
+    #: Record tool and prompt argument values in trace spans (``REGISTRY_TRACE_ARGUMENTS``); off: never.
+    trace_arguments: bool = False
     #: How often new MCP sessions made during a burst are written (their rows, batched).
     session_flush_s: float = 0.2
     #: How often a process reads the change log unpoked: the backstop for a missed NOTIFY or sibling poke.
@@ -208,6 +210,7 @@ class Settings:
             public_url=(os.environ.get("REGISTRY_PUBLIC_URL") or "").rstrip("/") or None,
             usage_enabled=_env_bool("REGISTRY_USAGE", True) is not False,
             usage_flush_s=float(os.environ.get("REGISTRY_USAGE_FLUSH_S", "10")),
+            trace_arguments=_env_bool("REGISTRY_TRACE_ARGUMENTS", False) is True,
             session_flush_s=min(0.5, max(0.01, float(os.environ.get("REGISTRY_SESSION_FLUSH_S", "0.2")))),
             change_poll_s=_positive("REGISTRY_CHANGE_POLL_S", 2.0),
             workers=int(os.environ.get("REGISTRY_WORKERS", "1") or "1"),

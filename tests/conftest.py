@@ -13,7 +13,7 @@ import secrets
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -36,6 +36,9 @@ from tests.http import TLS
 from tests.markers import classify
 from tests.serve_process import ServerProcess
 from tests.thread_server import port_of, serving_in_thread
+
+if TYPE_CHECKING:
+    from registry.tracing.sdk import Tracing
 
 ADMIN_TOKEN = "test-admin-token-" + secrets.token_hex(8)
 
@@ -203,9 +206,9 @@ class LiveServer:
     (``serving_in_thread``, with the app's lifespan and the server's own HTTP protocol).
     ``port`` and ``url`` are known once ``start`` returns."""
 
-    def __init__(self, registry: Registry) -> None:
+    def __init__(self, registry: Registry, *, tracing: Tracing | None = None) -> None:
         self.registry = registry
-        self.app = create_app(registry)
+        self.app = create_app(registry, tracing=tracing)
         self.server: uvicorn.Server | None = None
         self.port = 0
         self.url = ""

@@ -8,6 +8,7 @@ import gc
 import logging
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from sqlalchemy import text
 
@@ -25,6 +26,9 @@ from registry.metrics import RegistryMetrics
 from registry.runtime import Registry
 from registry.tokens import TOKEN_CHANGED_CHANNEL, TOKEN_REVOKED_CHANNEL
 
+if TYPE_CHECKING:
+    from registry.tracing.sdk import Tracing
+
 log = logging.getLogger("registry.mcp")
 audit_log = logging.getLogger("registry.audit")
 
@@ -32,7 +36,7 @@ audit_log = logging.getLogger("registry.audit")
 class McpRuntime:
     SWEEP_INTERVAL_S = 60.0
 
-    def __init__(self, registry: Registry, *, freeze_gc: bool = False) -> None:
+    def __init__(self, registry: Registry, *, freeze_gc: bool = False, tracing: Tracing | None = None) -> None:
         settings = registry.settings
         self.freeze_gc = freeze_gc
         self.registry = registry
@@ -42,6 +46,7 @@ class McpRuntime:
             webhook_allowed_networks=settings.webhook_allowed_networks,
             limits=settings.limits,
             cache_ttl_ms=settings.cache_ttl_ms,
+            tracing=tracing,
         )
         self.server.observe = self.metrics.observe_request
         #: Uses per entry version and agent (None: REGISTRY_USAGE=false, nothing is counted).

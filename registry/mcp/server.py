@@ -14,9 +14,9 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Container
+from collections.abc import Awaitable, Callable, Container, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from registry import __version__
 from registry.catalog.render_runner import RenderRunner
@@ -72,6 +72,11 @@ from registry.webhooks import (
     parse_networks,
 )
 
+if TYPE_CHECKING:
+    from registry.mcp.http_common import Scope
+    from registry.mcp.snapshot import ServedEntry
+    from registry.tracing.sdk import Tracing
+
 log = logging.getLogger("registry.mcp")
 
 PAGE_SIZE = 100
@@ -120,6 +125,10 @@ class RequestContext:
     #: ``sampling/createMessage``, ``roots/list``) and wait for the client's result. None where the
     #: transport cannot (and always in the stateless era, which uses input-required results instead).
     ask: Ask | None = None
+    #: The HTTP request's ASGI scope (None: stdio): the transport and trace-context headers, for tracing.
+    scope: Scope | None = None
+    #: The catalog entry this request served, once known (its version and team, for tracing).
+    entry: ServedEntry | None = None
 
     @property
     def outbound_caller(self) -> str:
@@ -205,8 +214,26 @@ class McpServer:
         webhook_allowed_networks: str = "",
         limits: Limits | None = None,
         cache_ttl_ms: int = DEFAULT_CACHE_TTL_MS,
+        tracing: Tracing | None = None,
     ) -> None:
         self.catalog = catalog
+        #: OpenTelemetry (None: off): server spans around the entry points below, client spans of
+        #: webhook calls and ``http`` resource fetches.
+        self.tracing = tracing
+        #: The dispatcher's entry points, which every transport calls. Attributes, not methods: with
+        #: tracing on they are :meth:`answer_request` and :meth:`answer_notification` wrapped in
+        #: server spans (registry/mcp/tracing.py); with it off they are those methods themselves,
+        #: and tracing costs not even a check.
+        self.handle_request: Callable[[Message, RequestContext], Coroutine[Any, Any, dict[str, Any]]] = (
+            self.answer_request
+        )
+        self.handle_notification: Callable[[Message, ClientState], Coroutine[Any, Any, None]] = self.answer_notification
+        if tracing is not None:
+            from registry.mcp.tracing import McpSpans
+
+            spans = McpSpans(tracing)
+            self.handle_request = spans.wrap_request(self.answer_request)
+            self.handle_notification = spans.wrap_notification(self.answer_notification)
         #: ``ttlMs`` of cacheable stateless-era results.
         self.cache_ttl_ms = max(0, int(cache_ttl_ms))
         self.limits = limits or DEFAULT_LIMITS
@@ -266,7 +293,7 @@ class McpServer:
 
     def http_client(self) -> OutboundClient:
         if self._client is None:
-            self._client = make_guarded_client(self._allowed, timeout=30.0, limits=self.limits)
+            self._client = make_guarded_client(self._allowed, timeout=30.0, limits=self.limits, tracing=self.tracing)
         return self._client
 
     async def aclose(self) -> None:
@@ -276,7 +303,7 @@ class McpServer:
             self._client = None
 
     # ------------------------------------------------------------------ dispatch
-    async def handle_request(self, message: Message, ctx: RequestContext) -> dict[str, Any]:
+    async def answer_request(self, message: Message, ctx: RequestContext) -> dict[str, Any]:
         """Answer one request with a JSON-RPC response message (never raises); its duration is
         observed (``observe``) however it ends."""
         assert message.method is not None and message.id is not None
@@ -356,7 +383,7 @@ class McpServer:
             stamped["cacheScope"] = "public" if public else "private"
         return stamped
 
-    async def handle_notification(self, message: Message, client: ClientState) -> None:
+    async def answer_notification(self, message: Message, client: ClientState) -> None:
         if message.method == "notifications/initialized":
             client.initialized = True
         elif message.method == "notifications/cancelled":
@@ -444,6 +471,7 @@ class McpServer:
         entry = snapshot.prompt(name, visible)  # another team's prompt is unknown too
         if entry is None:
             raise JsonRpcError(INVALID_PARAMS, f"unknown prompt: {name}")
+        ctx.entry = entry
         arguments = params.get("arguments") or {}
         if not isinstance(arguments, dict):
             raise JsonRpcError(INVALID_PARAMS, '"arguments" must be an object of strings')
@@ -492,6 +520,7 @@ class McpServer:
         entry = snapshot.find_resource(uri, ctx.client.visible_teams)  # another team's: not found too
         if entry is None:
             raise JsonRpcError(RESOURCE_NOT_FOUND, f"resource not found: {uri}", {"uri": uri})
+        ctx.entry = entry
         if entry.spec.kind == "http":
             fetched = await self.http_resources.read(uri, entry.spec, caller=ctx.outbound_caller)
             if self.usage is not None:
@@ -548,6 +577,7 @@ class McpServer:
         tool = (await self.snapshot(ctx)).tool(name, ctx.client.visible_teams)  # another team's: unknown too
         if tool is None:
             raise JsonRpcError(INVALID_PARAMS, f"unknown tool: {name}")
+        ctx.entry = tool
         arguments = params.get("arguments")
         if arguments is None:
             arguments = {}

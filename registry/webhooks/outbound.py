@@ -45,6 +45,7 @@ import httpx
 from multidict import CIMultiDictProxy
 from yarl import URL
 
+from registry import tracing as _tracing
 from registry.limits import DEFAULT_LIMITS, Limits
 
 from .caps import OUTBOUND_CALLS, OutboundCalls
@@ -53,6 +54,9 @@ from .ssrf import ForbiddenDestination, IPNetwork
 
 if TYPE_CHECKING:
     from aiohttp.client_proto import ResponseHandler
+
+    from registry.tracing.client_spans import ClientSpan, ClientSpans
+    from registry.tracing.sdk import Tracing
 
 __all__ = [
     "MAX_FIELD_BYTES",
@@ -368,6 +372,7 @@ class _Exchange:
         "_method",
         "_released",
         "_response",
+        "_span",
         "_target",
         "_timeout",
     )
@@ -391,6 +396,7 @@ class _Exchange:
         self._caller = caller
         self._response: OutboundResponse | None = None
         self._released: Callable[[], None] | None = None
+        self._span: ClientSpan | None = None
 
     async def __aenter__(self) -> OutboundResponse:
         client = self._client
@@ -403,6 +409,12 @@ class _Exchange:
         calls.admit(origin, caller, client.limits)
         self._released = functools.partial(calls.release, origin, caller)
         try:
+            if client.spans is not None:  # tracing on: a client span, its context in the headers
+                url = target.url
+                port = url.port or _DEFAULT_PORTS[url.scheme]
+                self._span, headers = client.spans.start(
+                    self._method, url.scheme, target.host, port, url.raw_path, headers
+                )
             try:
                 answer = await session.request(
                     self._method,
@@ -418,9 +430,13 @@ class _Exchange:
                     raise
                 raise mapped  # noqa: B904 (its cause is set: the error an agent's message names)
             response = self._response = OutboundResponse(answer, target.host, client._bodies)
+            if self._span is not None:
+                self._span.answered(answer.status)
             if client.on_response is not None:
                 client.on_response(response)
-        except BaseException:
+        except BaseException as exc:
+            if self._span is not None:
+                self._span.failed(exc)
             await self.__aexit__(None, None, None)  # __aexit__ is not called when __aenter__ raises
             raise
         return response
@@ -435,6 +451,9 @@ class _Exchange:
             released, self._released = self._released, None
             if released is not None:
                 released()
+            span, self._span = self._span, None
+            if span is not None:
+                span.end(exc)
 
 
 class OutboundClient:
@@ -450,8 +469,15 @@ class OutboundClient:
         timeout: float | None = 30.0,
         limits: Limits = DEFAULT_LIMITS,
         calls: OutboundCalls = OUTBOUND_CALLS,
+        tracing: Tracing | None = None,
     ) -> None:
         self.allowed = tuple(allowed)
+        #: Client spans of every call (None: tracing off, and nothing of OpenTelemetry is imported).
+        self.spans: ClientSpans | None = None
+        if tracing is not None:
+            from registry.tracing.client_spans import ClientSpans
+
+            self.spans = ClientSpans(tracing)
         self.timeout = timeout
         self.limits = limits
         self.calls = calls
@@ -529,14 +555,17 @@ def make_guarded_client(
     verify: ssl.SSLContext | str | bool = True,
     limits: Limits = DEFAULT_LIMITS,
     calls: OutboundCalls = OUTBOUND_CALLS,
+    tracing: Tracing | None = None,
 ) -> OutboundClient:
     """The client for webhook calls and ``http`` resources: SSRF-guarded (``allowed`` networks
     opened), no redirects, no cookies, no proxies or other settings from the environment, the
-    outbound caps of ``limits`` counted in ``calls`` (the process's, unless told otherwise)."""
+    outbound caps of ``limits`` counted in ``calls`` (the process's, unless told otherwise), each
+    call a client span of ``tracing`` (None: the process's, :func:`registry.tracing.active`)."""
     return OutboundClient(
         allowed,
         ssl_context=httpx.create_ssl_context(verify=verify, trust_env=False),
         timeout=timeout,
         limits=limits,
         calls=calls,
+        tracing=tracing or _tracing.active(),
     )

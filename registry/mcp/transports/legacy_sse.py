@@ -160,11 +160,11 @@ class LegacySseTransport:
             return
         await send_bytes(send, 202, b"Accepted", "text/plain")
         for item in items:
-            task = asyncio.create_task(self._handle(session, item))
+            task = asyncio.create_task(self._handle(session, item, scope))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _handle(self, session: Session, item: Any) -> None:
+    async def _handle(self, session: Session, item: Any, scope: Scope) -> None:
         try:
             message = parse_message(item, self.settings.limits)
         except JsonRpcError as exc:
@@ -183,7 +183,7 @@ class LegacySseTransport:
 
         assert message.id is not None
         ask = self.client_requests.asker(session.id, related)
-        ctx = RequestContext(client=session, send=related, session_id=session.id, ask=ask)
+        ctx = RequestContext(client=session, send=related, session_id=session.id, ask=ask, scope=scope)
         task = asyncio.current_task()
         if task is not None:
             session.in_flight[message.id] = task

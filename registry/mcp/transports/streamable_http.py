@@ -261,7 +261,7 @@ class StreamableHttpTransport:
         # Server-to-client requests go on this POST's SSE stream: none without one.
         ask = self.client_requests.asker(session.id, related) if accepts_sse else None
         for request in requests:
-            ctx = RequestContext(client=session, send=related, session_id=session.id, ask=ask)
+            ctx = RequestContext(client=session, send=related, session_id=session.id, ask=ask, scope=scope)
             if self.server.may_wait(request.method, request.params, session):
                 answers.append(await self._run_as_task(request, session, ctx))
             else:  # answered from memory: a task of its own would cost more than the answer
@@ -311,7 +311,7 @@ class StreamableHttpTransport:
                 user=principal.user,
                 visible_teams=principal.visible_teams,
             )
-            ctx = RequestContext(client=session)
+            ctx = RequestContext(client=session, scope=scope)
             answer = await self.server.handle_request(message, ctx)
             if "error" in answer:
                 await send_json(send, 200, answer)
@@ -397,7 +397,7 @@ class StreamableHttpTransport:
                 await stream_out.start()
             await stream_out.message(notification)
 
-        ctx = RequestContext(client=client, send=related, modern=True, peer=_peer(scope))
+        ctx = RequestContext(client=client, send=related, modern=True, peer=_peer(scope), scope=scope)
         if self.server.may_wait(message.method, message.params, client):
             work = self.server.stopping.run(self.server.handle_request(message, ctx), message.id)
             answer = await serve_until_disconnect(work, receive)

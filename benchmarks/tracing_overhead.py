@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""Tracing's cost: prompts/get throughput with OpenTelemetry tracing off and on, side by side in one run.
+
+Loads the benchmark catalog's 1,000 prompts (``mcp_throughput.py``'s) into one SQLite database, starts
+two ``mcp-registry serve`` processes on it, one with no ``OTEL_*`` variable (tracing off) and one
+tracing every request (``OTEL_TRACES_SAMPLER=always_on``) and exporting OTLP/HTTP to a loopback sink
+that accepts and discards (``tests/tracing/otlp_receiver.py``, in this process), and drives them in
+turns (off, on, on, off, ...) with the load generator (``mcp_load.py``) for ``--rounds`` rounds of
+``--duration`` seconds at ``--concurrency``. Prints req/s per round side by side, each round's loss
+(1 - on/off) in %, the medians, the server CPU per request, how many span exports the sink received,
+and PASS/MISS against the target. Writes everything to ``benchmarks/results/tracing-<timestamp>.json``.
+Exits 0 whatever the figures.
+
+Target (issue): at 100 % sampling, prompts/get c=32 loses at most 15 % of its requests/s.
+
+    .venv/bin/python benchmarks/tracing_overhead.py                   # 3 rounds x 5 s, c=32
+    .venv/bin/python benchmarks/tracing_overhead.py --rounds 5 --duration 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import secrets
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+import mcp_throughput as mt  # noqa: E402
+from usage_overhead import per_request_cpu_us  # noqa: E402
+
+from tests.serve_process import ServerProcess  # noqa: E402
+from tests.tracing.otlp_receiver import OtlpReceiver  # noqa: E402
+
+METHOD = "prompts/get"
+#: On may lose at most this share of off's requests/s.
+MAX_LOSS = 0.15
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    mt.ml.add_engine_argument(ap)
+    ap.add_argument("--rounds", type=int, default=3, help="off/on pairs (the order alternates)")
+    ap.add_argument("--duration", type=int, default=5, help="seconds per load run")
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--warmup", type=int, default=1, help="seconds of warm-up per server (0: none)")
+    ap.add_argument(
+        "--sampler",
+        default="always_on",
+        help="OTEL_TRACES_SAMPLER of the tracing server (default always_on: 100 %%; e.g. parentbased_traceidratio)",
+    )
+    ap.add_argument("--sampler-arg", help="OTEL_TRACES_SAMPLER_ARG (e.g. 0.1 for a ratio sampler)")
+    ap.add_argument("--results-dir", type=Path, default=REPO / "benchmarks" / "results")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary data dir")
+    args = ap.parse_args(argv)
+    args.engine = mt.ml.engine_for(args.engine)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    prompts = [e for e in mt.catalog_entries("http://127.0.0.1:9/unused") if e[0] == "prompt"]
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    work = Path(tempfile.mkdtemp(prefix="tracing-overhead-"))
+    servers: dict[str, mt.Server] = {}
+    with OtlpReceiver(decode=False) as sink:
+        try:
+            data_dir = work / "data"
+            mt.log(f"sqlite: loaded {len(prompts)} prompts in {mt.load_catalog(data_dir, None, prompts):.1f} s")
+            admin_token = secrets.token_hex(16)
+            tracing_env = {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": sink.endpoint,
+                "OTEL_TRACES_SAMPLER": args.sampler,
+            }
+            if args.sampler_arg is not None:
+                tracing_env["OTEL_TRACES_SAMPLER_ARG"] = args.sampler_arg
+            for name, env in (("off", {}), ("on", tracing_env)):
+                process = ServerProcess(
+                    data_dir,
+                    admin_token=admin_token,
+                    env=env,
+                    args=["--data-dir", str(data_dir)],
+                    cwd=work,
+                    log_path=work / f"{name}.log",
+                    bare=True,
+                    name=f"tracing-{name}",
+                )
+                servers[name] = mt.Server(name, "registry", process.start(wait=False))
+            for server in servers.values():
+                server.process.wait_ready(timeout=mt.READY_TIMEOUT_S)
+            mt.log("servers: " + ", ".join(f"{s.name} :{s.port} pid {s.process.pid}" for s in servers.values()))
+
+            runs: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
+            if args.warmup > 0:
+                for name in ("off", "on"):
+                    mt.mcp_load(args, servers[name], METHOD, 8, args.warmup)
+            t0 = time.monotonic()
+            for rnd in range(args.rounds):
+                for name in ("off", "on") if rnd % 2 == 0 else ("on", "off"):
+                    result = mt.mcp_load(args, servers[name], METHOD, args.concurrency, args.duration)
+                    result["round"] = rnd
+                    runs[name].append(result)
+                    mt.log(
+                        f"[{time.monotonic() - t0:4.0f}s] round {rnd} tracing {name:3}: {mt.fmt(result.get('rps'))} "
+                        f"req/s  p99 {mt.fmt(result.get('p99_ms'), '.2f')} ms  errors {result.get('errors', '-')}  "
+                        f"server CPU {mt.fmt(result.get('server_cpu_pct'))}%"
+                        if not result.get("failed")
+                        else f"round {rnd} tracing {name}: FAILED"
+                    )
+            summary = {name: mt.summarize(rs) for name, rs in runs.items()}
+            pairs = zip(runs["off"], runs["on"], strict=False)
+            per_round = [mt.ratio(on.get("rps"), off.get("rps")) for off, on in pairs]
+            # Each round's two runs are back to back: a slow minute of a shared machine weighs on both.
+            paired = mt.median([r for r in per_round if r is not None])
+            loss = None if paired is None else 1 - paired
+            verdict = "PASS" if loss is not None and loss <= MAX_LOSS else "MISS"
+            if args.sampler != "always_on":
+                verdict += " (not at 100 % sampling: the target is not read from this run)"
+            cpu = {name: per_request_cpu_us(rs) for name, rs in runs.items()}
+
+            print()
+            sampler = args.sampler + (f" {args.sampler_arg}" if args.sampler_arg is not None else "")
+            print(
+                f"prompts/get, c={args.concurrency}, {args.rounds} rounds x {args.duration} s, SQLite, {args.engine}, "
+                f"sampler {sampler}"
+            )
+            print(f"{'round':>6} {'off req/s':>10} {'on req/s':>10} {'loss %':>7}")
+            for rnd, (off, on) in enumerate(zip(runs["off"], runs["on"], strict=False)):
+                ratio = per_round[rnd]
+                shown = mt.fmt(None if ratio is None else 100 * (1 - ratio), ".1f")
+                print(f"{rnd:>6} {mt.fmt(off.get('rps')):>10} {mt.fmt(on.get('rps')):>10} {shown:>7}")
+            print(f"{'median':>6} {mt.fmt(summary['off']['rps']):>10} {mt.fmt(summary['on']['rps']):>10}")
+            print(
+                f"loss (median of the rounds' own): {mt.fmt(None if loss is None else 100 * loss, '.1f')} %   "
+                f"target <= {100 * MAX_LOSS:.0f} %: {verdict}"
+            )
+            print(
+                f"server CPU per prompts/get (median): off {mt.fmt(cpu['off'])} us, on {mt.fmt(cpu['on'])} us; "
+                f"p99 ms: off {mt.fmt(summary['off']['p99_ms'], '.2f')}, on {mt.fmt(summary['on']['p99_ms'], '.2f')}"
+            )
+            print(f"span exports the sink received: {sink.exports:,}")
+
+            results = {
+                "started_at": stamp,
+                "config": {
+                    "rounds": args.rounds,
+                    "duration_s": args.duration,
+                    "concurrency": args.concurrency,
+                    "engine": args.engine,
+                    "tracing_env": {k: v for k, v in tracing_env.items() if k != "OTEL_EXPORTER_OTLP_ENDPOINT"},
+                },
+                "environment": mt.environment.describe(),
+                "runs": runs,
+                "summary": summary,
+                "ratio_per_round": per_round,
+                "loss_median_of_rounds": loss,
+                "max_loss": MAX_LOSS,
+                "verdict": verdict,
+                "request_cpu_us": cpu,
+                "sink_exports": sink.exports,
+            }
+            args.results_dir.mkdir(parents=True, exist_ok=True)
+            out = args.results_dir / f"tracing-{stamp}.json"
+            out.write_text(json.dumps(results, indent=2, sort_keys=True, default=str))
+            print(f"wrote {out}")
+            return 0
+        finally:
+            for server in servers.values():
+                server.process.stop(timeout=mt.STOP_TIMEOUT_S)
+            if args.keep:
+                mt.log(f"kept {work}")
+            else:
+                shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
