@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from registry.catalog.bundle_schema import SCHEMA_FILE
-from registry.remote import DEFAULT_TIMEOUT_S, ENTRY_FOLDERS, HISTORY, MANIFEST, Remote, RemoteError, read_bundle
+from registry.remote import DEFAULT_TIMEOUT_S, ENTRY_FOLDERS, MANIFEST, Remote, RemoteError, bundle_paths, read_bundle
 
 #: The commands this module adds (they exit 1 on a usage error: 2 is "plan would change").
 CATALOG_COMMANDS = ("lint", "plan", "push", "pull")
@@ -127,16 +127,6 @@ def cmd_push(args: argparse.Namespace) -> int:
     return OK
 
 
-def _bundle_files(directory: Path) -> list[Path]:
-    """The files ``pull --force`` replaces (what a bundle folder of this format holds)."""
-    found = [directory / name for name in (MANIFEST, SCHEMA_FILE) if (directory / name).is_file()]
-    for base in (directory, directory / HISTORY):
-        for folder in ENTRY_FOLDERS:
-            if (base / folder).is_dir():
-                found += [p for p in (base / folder).iterdir() if p.suffix in (".yaml", ".yml") and p.is_file()]
-    return found
-
-
 def cmd_pull(args: argparse.Namespace) -> int:
     directory = Path(args.directory)
     if directory.exists() and not directory.is_dir():
@@ -152,9 +142,16 @@ def cmd_pull(args: argparse.Namespace) -> int:
     unsafe = [name for name in files if not _SAFE_PATH.fullmatch(name)]
     if unsafe:
         return _fail(f"the registry at {remote.url} named files outside a bundle folder: {', '.join(unsafe[:5])}")
+    replaced = bundle_paths(directory, top_level=(MANIFEST, SCHEMA_FILE)) if directory.is_dir() else []
+    if replaced and not export.get("complete", True):
+        return _fail(
+            f"this token does not see every team's entries at {remote.url}, so the pull holds only some of them and "
+            f"cannot replace {directory}'s bundle files (it would delete the others' files): pull into a new or "
+            "empty folder, or use a token that sees every team"
+        )
     schema = remote.schema()
     directory.mkdir(parents=True, exist_ok=True)
-    for old in _bundle_files(directory):
+    for old in bundle_paths(directory, top_level=(MANIFEST, SCHEMA_FILE)):
         old.unlink()
     (directory / SCHEMA_FILE).write_text(json.dumps(schema, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     for name, text in sorted(files.items()):

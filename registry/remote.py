@@ -35,18 +35,38 @@ class RemoteError(Exception):
     """A call to the registry failed; the message says why."""
 
 
+def bundle_paths(directory: Path, *, top_level: tuple[str, ...] = (MANIFEST,)) -> list[Path]:
+    """The bundle files of ``directory``: ``top_level`` files (the manifest), then the YAML files of
+    ``prompts/``, ``resources/``, ``tools/`` (and of ``history/``'s). ``RemoteError`` for a symbolic
+    link among them or their folders: ``plan``/``push`` read these files and ``pull --force``
+    replaces them, and a link would make them read or delete files elsewhere (a pull request could
+    commit ``prompts/x.yaml -> /proc/self/environ`` for CI to send)."""
+    paths = [directory / name for name in top_level if (directory / name).is_file() or (directory / name).is_symlink()]
+    folders = [base / folder for base in (directory, directory / HISTORY) for folder in ENTRY_FOLDERS]
+    for folder in [directory / HISTORY, *folders]:
+        if folder.is_symlink():
+            raise RemoteError(
+                f"{folder} is a symbolic link: a bundle's folders must be real folders inside {directory}"
+            )
+    for folder in folders:
+        if folder.is_dir():
+            paths += sorted(
+                p for p in folder.iterdir() if p.suffix in (".yaml", ".yml") and (p.is_file() or p.is_symlink())
+            )
+    links = [p for p in paths if p.is_symlink()]
+    if links:
+        shown = ", ".join(str(p) for p in links[:5])
+        raise RemoteError(f"symbolic links are not bundle files: {shown}")
+    return paths
+
+
 def read_bundle(directory: Path) -> dict[str, str]:
-    """The bundle files of ``directory`` (relative path -> text): ``prompts/``, ``resources/``,
-    ``tools/`` (or ``history/...``) YAML files and ``export.yaml``; anything else is left out."""
+    """The bundle files of ``directory`` (relative path -> text; see ``bundle_paths``); anything
+    else is left out."""
     if not directory.is_dir():
         raise RemoteError(f"bundle folder {directory} does not exist")
-    paths = [directory / MANIFEST] if (directory / MANIFEST).is_file() else []
-    for base in (directory, directory / HISTORY):
-        for folder in ENTRY_FOLDERS:
-            if (base / folder).is_dir():
-                paths += sorted(p for p in (base / folder).iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
     files: dict[str, str] = {}
-    for path in paths:
+    for path in bundle_paths(directory):
         relative = path.relative_to(directory).as_posix()
         try:
             files[relative] = path.read_text(encoding="utf-8")

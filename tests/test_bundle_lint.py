@@ -159,3 +159,18 @@ def test_every_seed_file_validates_against_the_schema() -> None:
 def test_a_broken_file_fails_the_schema(document: dict[str, object]) -> None:
     validator = Draft202012Validator(json.loads(COMMITTED_SCHEMA.read_text(encoding="utf-8")))
     assert list(validator.iter_errors(document))
+
+
+def test_a_key_given_twice_is_refused_with_its_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """YAML keeps the last of two equal keys silently: a reviewer would read one description and the
+    catalog would get the other. Both of the reader's YAML paths (libyaml, and the alias-refusing one a
+    ``*`` in the text selects) refuse it, nested mappings too."""
+    twice = PROMPT + "description: what reviewers read\ndescription: what would be served\n"
+    nested = PROMPT.replace("  required: true", "  required: true\n  required: false") + "# a * in a comment\n"
+    folder = _bundle(
+        tmp_path / "b", {"prompts/greet.yaml": twice, "prompts/other.yaml": nested.replace("greet", "other")}
+    )
+    code, _out, err = _lint(folder, capsys)
+    assert code == 1
+    assert "prompts/greet.yaml:7: not valid YAML: the key 'description' appears twice" in err, err
+    assert "prompts/other.yaml:5: not valid YAML: the key 'required' appears twice" in err, err

@@ -5,6 +5,7 @@ entry, a catalog that moved since the plan)."""
 from __future__ import annotations
 
 import re
+import secrets
 import shutil
 import socket
 from collections.abc import Iterator
@@ -325,6 +326,19 @@ def test_the_bundle_limits_bound_a_push(
         assert "too large for the registry" in err and "(413)" in err and "REGISTRY_LIMIT_BUNDLE_BYTES" in err, err
         with live.client() as api:
             assert api.get("/api/v1/prompts/p0").status_code == 404
+
+        # An export is answered in one document: bounded by the same limit, named.
+        for batch in range(4):  # 12 prompts of ~7 kB, three files a push
+            folder = tmp_path / f"batch{batch}" / "prompts"
+            folder.mkdir(parents=True)
+            for index in range(3):
+                name = f"big{batch}-{index}"
+                (folder / f"{name}.yaml").write_text(f"name: {name}\ntemplate: '{'x' * 7000}'\n")
+            assert main(["push", str(folder.parent), *remote]) == 0, capsys.readouterr().err
+        capsys.readouterr()
+        assert main(["pull", str(tmp_path / "pulled"), *remote]) == 1
+        err = capsys.readouterr().err
+        assert "the export is" in err and "REGISTRY_LIMIT_BUNDLE_BYTES" in err, err
     finally:
         live.stop()
         registry.close()
@@ -347,3 +361,48 @@ def test_a_push_never_reads_the_servers_environment(cli: Cli, api: httpx.Client,
     assert "tools/leaky.yaml:5: webhook.headers.Authorization: " in err, err
     assert "does not read the server's environment" in err
     assert api.get("/api/v1/tools/leaky").status_code == 404
+
+
+def test_plan_push_and_pull_refuse_symbolic_links(cli: Cli, tmp_path: Path) -> None:
+    """A bundle folder is read by plan and push and replaced by ``pull --force``: a link in it would
+    make them send a file from elsewhere (a pull request committing ``prompts/x.yaml -> /proc/self/environ``
+    for CI to plan) or delete and write files elsewhere. Nothing outside the folder is read or touched."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.yaml").write_text("name: keep\ntemplate: not a bundle's\n")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("name: leak\ntemplate: SECRET-VALUE\n")
+
+    linked_file = tmp_path / "linked-file"
+    (linked_file / "prompts").mkdir(parents=True)
+    (linked_file / "prompts" / "leak.yaml").symlink_to(secret)
+    for command in ("plan", "push"):
+        code, _out, err = cli(command, str(linked_file))
+        assert code == 1 and "symbolic links are not bundle files" in err and "leak.yaml" in err, err
+
+    linked_folder = tmp_path / "linked-folder"
+    linked_folder.mkdir()
+    (linked_folder / "tools").symlink_to(outside, target_is_directory=True)
+    code, _out, err = cli("pull", "--force", str(linked_folder))
+    assert code == 1 and "is a symbolic link" in err, err
+    assert sorted(p.name for p in outside.iterdir()) == ["keep.yaml"]
+
+
+def test_a_pull_that_cannot_see_every_team_does_not_replace_a_folder(
+    cli: Cli, api: httpx.Client, tmp_path: Path
+) -> None:
+    """``pull --force`` mirrors the catalog by deleting the folder's bundle files first: with a token
+    that sees only some teams' entries that would delete the others' files, so it is refused; a pull
+    into a new folder is fine."""
+    suffix = secrets.token_hex(3)
+    assert api.post("/api/v1/teams", json={"name": f"mirror-{suffix}"}).status_code == 201
+    made = api.post("/api/v1/prompts", json={"name": f"mirror-{suffix}", "template": "x", "team": f"mirror-{suffix}"})
+    assert made.status_code == 201, made.text
+    folder = tmp_path / "catalog"
+    assert cli("pull", str(folder))[0] == 0  # admin: every entry
+    assert (folder / "prompts" / f"mirror-{suffix}.yaml").is_file()
+    viewer = issue_token(api, f"mirror-viewer-{suffix}", ["viewer"])["token"]
+    code, _out, err = cli("pull", "--force", str(folder), token=viewer)
+    assert code == 1 and "does not see every team's entries" in err, err
+    assert (folder / "prompts" / f"mirror-{suffix}.yaml").is_file()
+    assert cli("pull", str(tmp_path / "fresh"), token=viewer)[0] == 0

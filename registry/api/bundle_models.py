@@ -198,9 +198,13 @@ class BundleExport(BaseModel):
     """The catalog as a bundle folder's files (write-only values masked)."""
 
     model_config = ConfigDict(
-        json_schema_extra={"examples": [{"entries": 1, "layout": "entries", "files": _FILES_EXAMPLE}]}
+        json_schema_extra={"examples": [{"entries": 1, "layout": "entries", "complete": True, "files": _FILES_EXAMPLE}]}
     )
 
     entries: int = Field(description="how many entries the files hold")
     layout: str = Field(description="`entries` (one file per entry) or `history` (`all_versions`)")
+    complete: bool = Field(
+        description="whether the files hold every entry the catalog has for this export: false when some team's "
+        "entries are not the caller's to see (left out), so the files cannot stand for the whole catalog"
+    )
     files: dict[str, str] = Field(description="path in the bundle folder -> the file's YAML text")

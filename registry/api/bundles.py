@@ -134,6 +134,7 @@ def apply_bundle(registry: RegistryDep, body: BundleApply, principal: AdminPrinc
 )
 def export_bundle(
     registry: RegistryDep,
+    teams: TeamsDep,
     principal: ViewerPrincipal,
     label: Annotated[
         str | None,
@@ -151,6 +152,7 @@ def export_bundle(
     return {
         "entries": entries,
         "layout": "history" if all_versions else "entries",
+        "complete": teams.sees_every_team(principal),
         "files": {path: content.decode("utf-8") for path, content in files.items()},
     }
 

@@ -359,6 +359,19 @@ class ZipBundles:
         """``export`` as the bundle folder's files (relative path -> content), for the admin API;
         the manifest included, the README for people left out. Returns the entry count and the files."""
         with self._exported(label, all_versions, visible) as (folder, result):
+            # Answered in one JSON document: bounded as a bundle sent to the API is (the files first
+            # written to a temporary folder, so the catalog is never held in memory whole).
+            size = sum(p.stat().st_size for p in [*result.files, *result.extras])
+            if size > self.limits.bundle_bytes:
+                raise Invalid(
+                    str(
+                        LimitExceeded(
+                            "bundle_bytes",
+                            f"the export is {size} bytes, more than {self.limits.bundle_bytes}: export it with "
+                            "`mcp-registry export` on the server, or by label",
+                        )
+                    )
+                )
             files = {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(result.files)}
             files |= {p.name: p.read_bytes() for p in result.extras if p.name != "README.md"}
             return len(result.files), files

@@ -79,7 +79,6 @@ README = "README.md"
 FORMAT = "mcp-registry-bundle/1"
 #: Entries compared with the catalog per read transaction.
 PLAN_SLICE = 5000
-_yaml_c_loader: Any = getattr(yaml, "CSafeLoader", None)
 
 
 class _ExportDumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
@@ -131,9 +130,39 @@ def _refuse(problems: list[Problem], files: int) -> Invalid:
 # ------------------------------------------------------------------ reading files
 
 
-class _BundleLoader(yaml.SafeLoader):
+class _UniqueKeys:
+    """Refuses a mapping that names one key twice. YAML's loaders keep the last value silently, so a
+    reviewer reading a pull request would see the first ``description:`` while the catalog got the
+    second; every bundle reader (import, ``lint``, ``plan``, ``push``) refuses instead, with the line."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        self.flatten_mapping(node)  # type: ignore[attr-defined]  # merge keys (<<) first, as SafeConstructor does
+        seen: set[Any] = set()
+        for key_node, _value in node.value:
+            key = self.construct_object(key_node, deep=True)  # type: ignore[attr-defined]
+            try:
+                duplicate = key in seen
+            except TypeError:  # an unhashable key: SafeConstructor refuses it with its own message
+                break
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"the key {key!r} appears twice (a second value would silently replace the first)",
+                    key_node.start_mark,
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)  # type: ignore[misc]
+
+
+_CSafeLoader: Any = getattr(yaml, "CSafeLoader", None)
+#: libyaml's parser with the key check (its constructor is Python: the subclass applies to both).
+_yaml_c_loader: Any = type("_UniqueKeysCLoader", (_UniqueKeys, _CSafeLoader), {}) if _CSafeLoader else None
+
+
+class _BundleLoader(_UniqueKeys, yaml.SafeLoader):
     """Safe YAML without anchors and aliases: entries never need them, and aliases are how a small
-    file expands into an enormous document (the "billion laughs")."""
+    file expands into an enormous document (the "billion laughs"). Keys are unique (``_UniqueKeys``)."""
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):

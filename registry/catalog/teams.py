@@ -136,19 +136,23 @@ class TeamService:
         with self.db.session() as session:
             return self._describe(session, list(session.scalars(stmt)))
 
-    def check_sees_every_team(self, access: Access | None, what: str) -> None:
-        """``Forbidden`` unless ``access`` may read the whole catalog: ``what`` (a bundle plan, an
-        export) covers every team's entries, and a caller must not see another team's entries
-        (``docs/security.md``: they answer as missing ones). Admins see every team; a member passes
-        while no team it is not in holds an entry."""
+    def sees_every_team(self, access: Access | None) -> bool:
+        """Whether ``access`` sees every entry: an admin (or the system) does; a member does while no
+        team it is not in holds an entry."""
         visible = access.visible_teams if access is not None else None
         if visible is None:
-            return
+            return True
         with self.db.session() as session:
             hidden = session.execute(
                 select(Entry.team).where(Entry.team.is_not(None), Entry.team.not_in(sorted(visible))).limit(1)
             ).first()
-        if hidden is not None:
+        return hidden is None
+
+    def check_sees_every_team(self, access: Access | None, what: str) -> None:
+        """``Forbidden`` unless ``access`` may read the whole catalog: ``what`` (a bundle plan) covers
+        every team's entries, and a caller must not see another team's entries (``docs/security.md``:
+        they answer as missing ones)."""
+        if not self.sees_every_team(access):
             raise Forbidden(
                 f"{what} covers the whole catalog, and it holds entries of teams you are not a member of: "
                 "this needs an admin"
