@@ -57,6 +57,8 @@ class PipeOutlet:
         self.dropped = 0
         #: Records written to the pipe.
         self.shipped = 0
+        #: The exporter process has exited (or could not be written to): records are dropped.
+        self.dead = False
         self._warned = False
         self._process: subprocess.Popen[bytes] | None = None
         self._thread: threading.Thread | None = None
@@ -126,8 +128,9 @@ class PipeOutlet:
             log.warning("tracing: exporter process %d did not exit within %.0f s; killed", process.pid, timeout_s)
             process.kill()
             process.wait()
-        if self.dropped:
-            log.warning("tracing: %d span records were dropped in all", self.dropped)
+        (log.warning if self.dropped else log.info)(
+            "tracing: %d span records shipped to the exporter process, %d dropped", self.shipped, self.dropped
+        )
 
     # ------------------------------------------------------------------ the writer thread
     def _run(self) -> None:
@@ -165,6 +168,7 @@ class PipeOutlet:
     def _dead(self, process: subprocess.Popen[bytes]) -> None:
         """The child is gone: drop everything from now on, never block."""
         self._bound = 0
+        self.dead = True
         dropped = len(self._queue)
         self._queue.clear()
         self.dropped += dropped
