@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Coroutine, Mapping
+from random import getrandbits
 from time import time_ns
 from typing import TYPE_CHECKING, Any
 
@@ -64,19 +65,19 @@ class McpSpans:
 
     def __init__(self, tracing: Tracing) -> None:
         self.recorder = tracing.recorder
+        self.sample = tracing.recorder.sampler.sample
         self.trace_arguments = tracing.trace_arguments
+        self._answer: Answer | None = None
+        self._notify: Notify | None = None
 
     def wrap_request(self, answer: Answer) -> Answer:
-        async def handle_request(message: Message, ctx: RequestContext) -> dict[str, Any]:
-            return await self.request(message, ctx, answer)
-
-        return handle_request
+        """:meth:`request` around ``answer`` (a bound method: no closure's frame per request)."""
+        self._answer = answer
+        return self.request
 
     def wrap_notification(self, notify: Notify) -> Notify:
-        async def handle_notification(message: Message, client: ClientState) -> None:
-            await self.notification(message, client, notify)
-
-        return handle_notification
+        self._notify = notify
+        return self.notification
 
     # ------------------------------------------------------------------ parent context
     @staticmethod
@@ -110,7 +111,9 @@ class McpSpans:
         return http, None
 
     # ------------------------------------------------------------------ requests
-    async def request(self, message: Message, ctx: RequestContext, answer: Answer) -> dict[str, Any]:
+    async def request(self, message: Message, ctx: RequestContext) -> dict[str, Any]:
+        answer = self._answer
+        assert answer is not None
         method = message.method
         assert method is not None
         params = message.params
@@ -143,31 +146,50 @@ class McpSpans:
         attributes["mcp_registry.agent"] = bounded(client.user or client.principal)
         recorder = self.recorder
         parent, links = self._parent(params, scope)
-        span = recorder.child_of(parent)
+        # Recorder.child_of, inlined: this runs on every request.
+        span_id = f"{getrandbits(64) or 1:016x}"
+        if parent is None:
+            trace_id = f"{getrandbits(128) or 1:032x}"
+            sampled = self.sample(None, trace_id)
+        else:
+            trace_id = parent.trace_id
+            sampled = self.sample(parent.sampled, trace_id)
         # Current only where the answer may call out (webhook calls, http resource fetches).
-        token = CURRENT.set(span) if method in _OUTBOUND_METHODS else None
+        token = None
+        if method in _OUTBOUND_METHODS:
+            if parent is None:
+                current = SpanRef(trace_id, span_id, sampled, None, None, False)
+            else:
+                current = SpanRef(trace_id, span_id, sampled, parent.tracestate, parent.baggage, False)
+            token = CURRENT.set(current)
         started = time_ns()
         try:
             result = await answer(message, ctx)
         except BaseException as exc:  # cancelled: the client went away, or the server is stopping
             if token is not None:
                 CURRENT.reset(token)
-            if span.sampled:
+            if sampled:
                 attributes["error.type"] = type(exc).__qualname__
                 recorder.put(
-                    _record(name, span, parent, started, ERROR, "request cancelled", attributes, links, False)
+                    _record(
+                        name, trace_id, span_id, parent, started, ERROR, "request cancelled", attributes, links, False
+                    )
                 )
             raise
         ended = time_ns()
         if token is not None:
             CURRENT.reset(token)
-        if span.sampled:
+        if sampled:
             description = self._finish(attributes, method, params, ctx, result, True)
             status = UNSET if description is None else ERROR
-            recorder.put(_record(name, span, parent, started, status, description, attributes, links, True, ended))
+            recorder.put(
+                _record(name, trace_id, span_id, parent, started, status, description, attributes, links, True, ended)
+            )
         elif recorder.metrics:  # not exported, but its duration counts
             self._finish(attributes, method, params, ctx, result, False)
-            recorder.put(_record(name, span, parent, started, UNSET, None, attributes, None, True, ended, False))
+            recorder.put(
+                _record(name, trace_id, span_id, parent, started, UNSET, None, attributes, None, True, ended, False)
+            )
         return result
 
     def _finish(
@@ -206,7 +228,9 @@ class McpSpans:
         return description
 
     # ------------------------------------------------------------------ notifications
-    async def notification(self, message: Message, client: ClientState, notify: Notify) -> None:
+    async def notification(self, message: Message, client: ClientState) -> None:
+        notify = self._notify
+        assert notify is not None
         method = message.method
         assert method is not None
         attributes: dict[str, Any] = {"mcp.method.name": method}
@@ -222,13 +246,27 @@ class McpSpans:
         await notify(message, client)
         if span.sampled or recorder.metrics:
             recorder.put(
-                _record(method, span, parent, started, UNSET, None, attributes, links, True, time_ns(), span.sampled)
+                _record(
+                    method,
+                    span.trace_id,
+                    span.span_id,
+                    parent,
+                    started,
+                    UNSET,
+                    None,
+                    attributes,
+                    links,
+                    True,
+                    time_ns(),
+                    span.sampled,
+                )
             )
 
 
 def _record(
     name: str,
-    span: SpanRef,
+    trace_id: str,
+    span_id: str,
     parent: SpanRef | None,
     started: int,
     status: int,
@@ -243,11 +281,11 @@ def _record(
     return [
         name,
         SERVER,
-        span.trace_id,
-        span.span_id,
+        trace_id,
+        span_id,
         None if parent is None else [parent.span_id, True],
         sampled,
-        span.tracestate,
+        None if parent is None else parent.tracestate,
         started,
         ended or time_ns(),
         status,

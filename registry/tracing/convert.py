@@ -47,6 +47,7 @@ _KINDS = {kind.value: kind for kind in SpanKind}
 _STATUS = {code.value: code for code in StatusCode}
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _UNSAMPLED = TraceFlags(TraceFlags.DEFAULT)
+_UNSET_STATUS = Status(StatusCode.UNSET)
 
 
 def duration_histogram(meter_provider: MeterProvider) -> Histogram:
@@ -122,7 +123,9 @@ class Converter:
             events=events,
             links=links,
             kind=_KINDS.get(record[r.KIND], SpanKind.INTERNAL),
-            status=Status(_STATUS.get(record[r.STATUS], StatusCode.UNSET), record[r.STATUS_DESCRIPTION]),
+            status=_UNSET_STATUS
+            if record[r.STATUS] == r.UNSET
+            else Status(_STATUS.get(record[r.STATUS], StatusCode.UNSET), record[r.STATUS_DESCRIPTION]),
             start_time=record[r.START],
             end_time=record[r.END],
             instrumentation_scope=scope,
