@@ -117,33 +117,7 @@ class McpSpans:
         method = message.method
         assert method is not None
         params = message.params
-        client = ctx.client
-        attributes: dict[str, Any] = {"mcp.method.name": method, "jsonrpc.request.id": bounded(str(message.id))}
-        name = method
-        if method == "tools/call" or method == "prompts/get":
-            target = params.get("name")
-            if isinstance(target, str):
-                target = bounded(target)
-                attributes["gen_ai.tool.name" if method == "tools/call" else "gen_ai.prompt.name"] = target
-                name = f"{method} {target}"
-            if method == "tools/call":
-                attributes["gen_ai.operation.name"] = "execute_tool"
-        elif method in _URI_METHODS:
-            uri = params.get("uri")
-            if isinstance(uri, str):
-                attributes["mcp.resource.uri"] = bounded(uri)
-        elif method == "completion/complete":
-            ref = params.get("ref")
-            if isinstance(ref, dict) and ref.get("type") == "ref/prompt" and isinstance(ref.get("name"), str):
-                attributes["gen_ai.prompt.name"] = bounded(ref["name"])
-        if client.protocol_version is not None:
-            attributes["mcp.protocol.version"] = client.protocol_version
-        if ctx.session_id is not None:
-            attributes["mcp.session.id"] = ctx.session_id
         scope = ctx.scope
-        _network(attributes, scope)
-        attributes["mcp_registry.label"] = client.label
-        attributes["mcp_registry.agent"] = bounded(client.user or client.principal)
         recorder = self.recorder
         parent, links = self._parent(params, scope)
         # Recorder.child_of, inlined: this runs on every request.
@@ -169,6 +143,7 @@ class McpSpans:
             if token is not None:
                 CURRENT.reset(token)
             if sampled:
+                name, attributes = self._attributes(method, message, ctx)
                 attributes["error.type"] = type(exc).__qualname__
                 recorder.put(
                     _record(
@@ -179,18 +154,54 @@ class McpSpans:
         ended = time_ns()
         if token is not None:
             CURRENT.reset(token)
+        # The attributes are made only for a span that is recorded (or counted): an unsampled
+        # request pays for its ids and the decision alone.
         if sampled:
+            name, attributes = self._attributes(method, message, ctx)
             description = self._finish(attributes, method, params, ctx, result, True)
             status = UNSET if description is None else ERROR
             recorder.put(
                 _record(name, trace_id, span_id, parent, started, status, description, attributes, links, True, ended)
             )
         elif recorder.metrics:  # not exported, but its duration counts
+            name, attributes = self._attributes(method, message, ctx)
             self._finish(attributes, method, params, ctx, result, False)
             recorder.put(
                 _record(name, trace_id, span_id, parent, started, UNSET, None, attributes, None, True, ended, False)
             )
         return result
+
+    @staticmethod
+    def _attributes(method: str, message: Message, ctx: RequestContext) -> tuple[str, dict[str, Any]]:
+        """The span's name and the attributes the request tells."""
+        params = message.params
+        client = ctx.client
+        attributes: dict[str, Any] = {"mcp.method.name": method, "jsonrpc.request.id": bounded(str(message.id))}
+        name = method
+        if method == "tools/call" or method == "prompts/get":
+            target = params.get("name")
+            if isinstance(target, str):
+                target = bounded(target)
+                attributes["gen_ai.tool.name" if method == "tools/call" else "gen_ai.prompt.name"] = target
+                name = f"{method} {target}"
+            if method == "tools/call":
+                attributes["gen_ai.operation.name"] = "execute_tool"
+        elif method in _URI_METHODS:
+            uri = params.get("uri")
+            if isinstance(uri, str):
+                attributes["mcp.resource.uri"] = bounded(uri)
+        elif method == "completion/complete":
+            ref = params.get("ref")
+            if isinstance(ref, dict) and ref.get("type") == "ref/prompt" and isinstance(ref.get("name"), str):
+                attributes["gen_ai.prompt.name"] = bounded(ref["name"])
+        if client.protocol_version is not None:
+            attributes["mcp.protocol.version"] = client.protocol_version
+        if ctx.session_id is not None:
+            attributes["mcp.session.id"] = ctx.session_id
+        _network(attributes, ctx.scope)
+        attributes["mcp_registry.label"] = client.label
+        attributes["mcp_registry.agent"] = bounded(client.user or client.principal)
+        return name, attributes
 
     def _finish(
         self,

@@ -40,6 +40,8 @@ MAX_ATTRIBUTE_CHARS = 1024
 #: Records waiting for the pipe at most (``OTEL_BSP_MAX_QUEUE_SIZE``, the SDK's default): beyond
 #: it records are dropped and counted, never waited for.
 DEFAULT_QUEUE_SIZE = 2048
+#: How long a stopping server waits for its exporter process to export what is left (seconds).
+STOP_TIMEOUT_S = 10.0
 
 
 class Tracing:
@@ -106,10 +108,12 @@ class Tracing:
         self.outlet.flush(timeout_ms / 1000)
 
     def shutdown(self) -> None:
-        """Ship what is pending, then let the exporter process export it and exit."""
+        """Ship what is pending, then let the exporter process export it and exit: within
+        :data:`STOP_TIMEOUT_S`, after which it is killed (a collector that is down must not hold
+        a stopping server past an orchestrator's grace period)."""
         try:
             self.provider.shutdown()
-            self.outlet.close()
+            self.outlet.close(timeout_s=STOP_TIMEOUT_S)
         except Exception:  # a stuck exporter must not fail a stop
             log.exception("tracing: shutting the exporter down failed")
 
