@@ -24,6 +24,7 @@ import fcntl
 import logging
 import os
 import subprocess
+import sys
 import threading
 import time
 from collections import deque
@@ -87,7 +88,11 @@ class PipeOutlet:
     def start(self) -> None:
         if self._process is not None:
             return
-        self._process = subprocess.Popen(self.command, stdin=subprocess.PIPE, env=self.env, close_fds=True)
+        # Its stdout is this process's stderr: under ``stdio`` stdout is the JSON-RPC channel, and the
+        # console exporter must not write spans into it.
+        self._process = subprocess.Popen(
+            self.command, stdin=subprocess.PIPE, stdout=sys.stderr.fileno(), env=self.env, close_fds=True
+        )
         assert self._process.stdin is not None
         # Not Linux, or above /proc/sys/fs/pipe-max-size: the default buffer.
         with contextlib.suppress(OSError):
