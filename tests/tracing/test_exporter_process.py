@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from registry.tracing.pipe import PipeOutlet
 from registry.tracing.records import SERVER
 from tests.factories import prompt_body
 from tests.interop.mcp_wire import ACCEPT_BOTH
-from tests.serve_process import ServerProcess
+from tests.serve_process import ServerProcess, mcp_registry_command
 from tests.tracing.otlp_receiver import OtlpReceiver
 from tests.waiting import wait_until
 
@@ -123,3 +124,54 @@ def test_serve_exports_through_its_own_exporter_process_and_keeps_serving_when_i
             for request_id in range(2, 12):  # serving goes on; the spans are dropped
                 _prompts_get(server, "greet", request_id)
         assert "dropped" in server.log_path.read_text(errors="replace")
+
+
+def _children(pid: int) -> list[int]:
+    return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def test_each_worker_has_its_own_exporter_process_and_the_supervisor_none(tmp_path: Path) -> None:
+    with OtlpReceiver() as receiver:
+        server = ServerProcess(
+            tmp_path / "data", args=["--workers", "2"], env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint}
+        )
+        with server:
+            workers = _children(server.pid)
+            assert len(workers) == 2
+            wait_until(
+                lambda: all(len(_children(worker)) == 1 for worker in workers),
+                lambda: f"an exporter process under each worker; have {[_children(w) for w in workers]}",
+            )
+            for worker in workers:
+                assert _exporter_pid(worker)
+
+
+def test_stdio_keeps_stdout_for_json_rpc_when_the_console_exporter_prints_spans(tmp_path: Path) -> None:
+    """The exporter process writes to stderr: stdout is the host's JSON-RPC channel."""
+    lines = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}},
+    ]
+    env = {name: value for name, value in os.environ.items() if not name.startswith("OTEL_")}
+    env["OTEL_TRACES_EXPORTER"] = "console"
+    done = subprocess.run(
+        [*mcp_registry_command(), "stdio", "--data-dir", str(tmp_path / "data")],
+        input="".join(json.dumps(line) + "\n" for line in lines).encode(),
+        capture_output=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    answers = [json.loads(line) for line in done.stdout.decode().splitlines()]  # JSON-RPC only
+    assert [answer.get("id") for answer in answers] == [1, 2]
+    assert '"name": "tools/list"' in done.stderr.decode(errors="replace")  # the span, on stderr
