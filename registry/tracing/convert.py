@@ -79,10 +79,10 @@ class Converter:
         self.resource = resource
         self.meter_provider = meter_provider
         self.duration = None if meter_provider is None else duration_histogram(meter_provider)
-        self._scopes: dict[tuple[str, str | None], InstrumentationScope] = {
-            (SCOPE, __version__): InstrumentationScope(SCOPE, __version__)
+        self._own = InstrumentationScope(SCOPE, __version__)
+        self._scopes: dict[tuple[str, str | None, str | None], InstrumentationScope] = {
+            (SCOPE, __version__, None): self._own
         }
-        self._own = self._scopes[(SCOPE, __version__)]
 
     def export(self, batch: Sequence[Record]) -> None:
         for record in batch:
@@ -113,7 +113,7 @@ class Converter:
         ]
         events = [Event(name, attributes, timestamp) for name, timestamp, attributes in record[r.EVENTS] or ()]
         scope_field = record[r.SCOPE]
-        scope = self._own if scope_field is None else self._scope(scope_field[0], scope_field[1])
+        scope = self._own if scope_field is None else self._scope(*scope_field)
         return ReadableSpan(
             name=record[r.NAME],
             context=context,
@@ -131,10 +131,10 @@ class Converter:
             instrumentation_scope=scope,
         )
 
-    def _scope(self, name: str, version: str | None) -> InstrumentationScope:
-        scope = self._scopes.get((name, version))
+    def _scope(self, name: str, version: str | None, schema_url: str | None = None) -> InstrumentationScope:
+        scope = self._scopes.get((name, version, schema_url))
         if scope is None:
-            scope = self._scopes[(name, version)] = InstrumentationScope(name, version)
+            scope = self._scopes[(name, version, schema_url)] = InstrumentationScope(name, version, schema_url)
         return scope
 
     def _record_duration(self, record: Record) -> None:
@@ -197,7 +197,7 @@ def from_readable(span: ReadableSpan) -> Record:
         ]
         or None,
         [[event.name, event.timestamp, dict(event.attributes or {})] for event in span.events] or None,
-        None if scope is None else [scope.name, scope.version],
+        None if scope is None else [scope.name, scope.version, scope.schema_url],
         False,
     ]
 

@@ -86,13 +86,20 @@ class PipeOutlet:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
-        if self._process is not None:
+        if self._process is not None or self.dead:
             return
         # Its stdout is this process's stderr: under ``stdio`` stdout is the JSON-RPC channel, and the
         # console exporter must not write spans into it.
-        self._process = subprocess.Popen(
-            self.command, stdin=subprocess.PIPE, stdout=sys.stderr.fileno(), env=self.env, close_fds=True
-        )
+        try:
+            self._process = subprocess.Popen(
+                self.command, stdin=subprocess.PIPE, stdout=sys.stderr.fileno(), env=self.env, close_fds=True
+            )
+        except OSError:  # serving goes on without spans, as when the exporter process dies
+            log.exception("tracing: the exporter process could not be started; span records are dropped")
+            self._bound = 0
+            self.dead = True
+            self._queue.clear()
+            return
         assert self._process.stdin is not None
         # Not Linux, or above /proc/sys/fs/pipe-max-size: the default buffer.
         with contextlib.suppress(OSError):

@@ -17,7 +17,7 @@ A record (a list, so that orjson encodes it fast and it reads back as it was)::
 hex; ``parent``: ``[span_id, is_remote]`` or None (same trace); ``sampled`` false: a record only
 for the duration histogram, not exported as a span; ``links``: ``[[trace_id, span_id, sampled,
 tracestate], ...]`` or None; ``events``: ``[[name, time_ns, attributes], ...]`` or None;
-``scope``: ``[name, version]``, None for this server's own; ``histogram``: the record's duration
+``scope``: ``[name, version, schema_url]``, None for this server's own; ``histogram``: the record's duration
 goes to ``mcp.server.operation.duration``.
 """
 

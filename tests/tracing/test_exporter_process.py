@@ -175,3 +175,14 @@ def test_stdio_keeps_stdout_for_json_rpc_when_the_console_exporter_prints_spans(
     answers = [json.loads(line) for line in done.stdout.decode().splitlines()]  # JSON-RPC only
     assert [answer.get("id") for answer in answers] == [1, 2]
     assert '"name": "tools/list"' in done.stderr.decode(errors="replace")  # the span, on stderr
+
+
+def test_an_exporter_process_that_cannot_start_costs_only_the_spans(caplog: pytest.LogCaptureFixture) -> None:
+    outlet = PipeOutlet(["/nonexistent/python", "-m", "registry.tracing.exporter"], queue_size=100)
+    with caplog.at_level(logging.ERROR, logger="registry.tracing"):
+        outlet.start()
+    assert outlet.dead
+    outlet.put(record())
+    assert outlet.dropped == 1
+    outlet.close(timeout_s=5)
+    assert any("could not be started" in r.getMessage() for r in caplog.records)
