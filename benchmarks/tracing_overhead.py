@@ -68,6 +68,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         help="REGISTRY_TRACE_EXPORTER_NICE of the tracing server (default: the server's own default)",
     )
+    ap.add_argument(
+        "--pin",
+        action="store_true",
+        help="both servers on CPU 0; this script, its sink, wrk and the exporter process on CPU 1 (the exporter "
+        "then does not take the server's core)",
+    )
     ap.add_argument("--results-dir", type=Path, default=REPO / "benchmarks" / "results")
     ap.add_argument("--keep", action="store_true", help="keep the temporary data dir")
     args = ap.parse_args(argv)
@@ -80,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     prompts = [e for e in mt.catalog_entries("http://127.0.0.1:9/unused") if e[0] == "prompt"]
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     work = Path(tempfile.mkdtemp(prefix="tracing-overhead-"))
+    if args.pin:
+        os.sched_setaffinity(0, {1})  # this process's threads (the sink) and what it starts (wrk)
     servers: dict[str, mt.Server] = {}
     with OtlpReceiver(decode=False) as sink:
         try:
@@ -118,6 +126,12 @@ def main(argv: list[str] | None = None) -> int:
                     if name == "on":
                         warmup_on_requests = int(warm.get("requests") or 0)
             exporter_pid = _child_pid(servers["on"].process.pid)
+            if args.pin:
+                for server in servers.values():
+                    _pin(server.process.pid, 0)
+                if exporter_pid is not None:
+                    _pin(exporter_pid, 1)
+                mt.log("pinned: servers on CPU 0; the exporter process, the sink and wrk on CPU 1")
             exporter_cpu_s = 0.0
             t0 = time.monotonic()
             for rnd in range(args.rounds):
@@ -167,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             sampler = args.sampler + (f" {args.sampler_arg}" if args.sampler_arg is not None else "")
             print(
                 f"prompts/get, c={args.concurrency}, {args.rounds} rounds x {args.duration} s, SQLite, {args.engine}, "
-                f"sampler {sampler}"
+                f"sampler {sampler}{', pinned (servers CPU 0; exporter, sink, wrk CPU 1)' if args.pin else ''}"
             )
             print(f"{'round':>6} {'off req/s':>10} {'on req/s':>10} {'loss %':>7}")
             for rnd, (off, on) in enumerate(zip(runs["off"], runs["on"], strict=False)):
@@ -200,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
                     "concurrency": args.concurrency,
                     "engine": args.engine,
                     "tracing_env": {k: v for k, v in tracing_env.items() if k != "OTEL_EXPORTER_OTLP_ENDPOINT"},
+                "pinned": args.pin,
                 },
                 "environment": mt.environment.describe(),
                 "runs": runs,
@@ -238,6 +253,12 @@ def _child_pid(pid: int) -> int | None:
     except OSError:
         return None
     return int(children[0]) if children else None
+
+
+def _pin(pid: int, cpu: int) -> None:
+    """Every thread of ``pid`` onto ``cpu``."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        os.sched_setaffinity(int(task.name), {cpu})
 
 
 def _cpu_seconds(pid: int | None) -> float:
