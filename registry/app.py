@@ -148,6 +148,8 @@ def create_app(registry: Registry, *, freeze_gc: bool = False, tracing: Tracing 
         # On a database that is not migrated yet the process must still come up, so /readyz can
         # answer 503 (and /healthz 200) until `db upgrade` has run. The MCP side reads the change
         # log as it starts, so it then starts in the background once the database is ready.
+        if owned and tracing is not None:  # this process's exporter process (one per worker)
+            tracing.start()
         ready, detail = await asyncio.to_thread(registry.ready)
         waiting: asyncio.Task[None] | None = None
         if ready:
@@ -169,7 +171,7 @@ def create_app(registry: Registry, *, freeze_gc: bool = False, tracing: Tracing 
                     await events.stop()
                 await mcp.stop()
             ready_threads.shutdown(wait=False, cancel_futures=True)
-            if owned and tracing is not None:  # what is still batched goes out before the process ends
+            if owned and tracing is not None:  # what is still queued goes out before the process ends
                 await asyncio.to_thread(tracing.shutdown)
 
     app = FastAPI(

@@ -205,6 +205,8 @@ def cmd_stdio(args: argparse.Namespace) -> int:
         server.usage = UsageCounter(registry.db, flush_s=settings.usage_flush_s, max_pending_keys=limit)
 
     async def run() -> None:
+        if tracing is not None:
+            tracing.start()  # the exporter process
         transport = StdioTransport(server, client, limits=settings.limits)
         if server.usage is not None:
             server.usage.start()

@@ -22,6 +22,11 @@ Argument values only with ``REGISTRY_TRACE_ARGUMENTS=true`` (``gen_ai.tool.call.
 has one; the HTTP request's headers are then a link (the conventions: MCP and transport contexts are
 independent). Without one in ``_meta``, the HTTP headers' context is the parent.
 
+**Cost.** No OpenTelemetry span is made here: a request's span is a record (ids, times, attributes;
+``registry.tracing.records``) handed to the recorder's outlet, which ships it to the exporter
+process; the SDK and the OTLP encoder run there. The parent comes from a small strict W3C parser
+(``registry.tracing.propagation``), and the sampling decision from ``registry.tracing.sampling``.
+
 **Duration.** ``mcp.server.operation.duration`` (seconds) with the metric's attributes, where
 ``OTEL_METRICS_EXPORTER`` turns metrics on. A tool's or prompt's name is recorded there only when it
 named an entry this caller may use: names that callers make up would be unbounded series.
@@ -30,14 +35,13 @@ named an entry this caller may use: names that callers make up would be unbounde
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Coroutine, Mapping
+from random import getrandbits
+from time import time_ns
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry import context as otel_context
-from opentelemetry import propagate, trace
-from opentelemetry.trace import Link, SpanKind, Status, StatusCode
-
+from registry.tracing.propagation import CURRENT, SpanRef, parse
+from registry.tracing.records import ERROR, SERVER, UNSET, link
 from registry.tracing.sdk import MAX_ATTRIBUTE_CHARS, Tracing, bounded
 
 if TYPE_CHECKING:
@@ -54,89 +58,122 @@ _URI_METHODS = frozenset({"resources/read", "resources/subscribe", "resources/un
 _OUTBOUND_METHODS = frozenset({"tools/call", "resources/read"})
 #: Where argument values go, with ``REGISTRY_TRACE_ARGUMENTS`` on.
 _ARGUMENT_KEYS = {"tools/call": "gen_ai.tool.call.arguments", "prompts/get": "mcp_registry.prompt.arguments"}
-#: The metric's attributes (a subset of the span's: no ids, no URIs).
-_METRIC_KEYS = (
-    "mcp.method.name",
-    "mcp.protocol.version",
-    "gen_ai.operation.name",
-    "network.transport",
-    "network.protocol.name",
-    "network.protocol.version",
-)
 
 
 class McpSpans:
     """Wraps the dispatcher's entry points; holds what every span needs, looked up once."""
 
     def __init__(self, tracing: Tracing) -> None:
-        self.tracer = tracing.tracer
-        self.duration = tracing.duration
+        self.recorder = tracing.recorder
+        self.sample = tracing.recorder.sampler.sample
         self.trace_arguments = tracing.trace_arguments
-        self.propagator = propagate.get_global_textmap()
-        #: The header names the configured propagators read, as ASGI spells them.
-        self.header_names = frozenset(name.lower().encode("latin-1") for name in self.propagator.fields)
+        self._answer: Answer | None = None
+        self._notify: Notify | None = None
 
     def wrap_request(self, answer: Answer) -> Answer:
-        async def handle_request(message: Message, ctx: RequestContext) -> dict[str, Any]:
-            return await self.request(message, ctx, answer)
-
-        return handle_request
+        """:meth:`request` around ``answer`` (a bound method: no closure's frame per request)."""
+        self._answer = answer
+        return self.request
 
     def wrap_notification(self, notify: Notify) -> Notify:
-        async def handle_notification(message: Message, client: ClientState) -> None:
-            await self.notification(message, client, notify)
-
-        return handle_notification
+        self._notify = notify
+        return self.notification
 
     # ------------------------------------------------------------------ parent context
-    def _meta_carrier(self, params: Mapping[str, Any]) -> dict[str, str] | None:
-        meta = params.get("_meta")
-        if not isinstance(meta, dict):
-            return None
-        carrier: dict[str, str] | None = None
-        for key in self.propagator.fields:
-            value = meta.get(key)
-            if isinstance(value, str) and len(value) <= 8192:
-                if carrier is None:
-                    carrier = {}
-                carrier[key] = value
-        return carrier
-
-    def _http_carrier(self, scope: Mapping[str, Any] | None) -> dict[str, str] | None:
-        if scope is None:
-            return None
-        carrier: dict[str, str] | None = None
-        names = self.header_names
-        for key, value in scope["headers"]:
-            if key in names:
-                if carrier is None:
-                    carrier = {}
-                carrier[key.decode("latin-1")] = value.decode("latin-1")
-        return carrier
-
-    def _parent(
-        self, params: Mapping[str, Any], scope: Mapping[str, Any] | None
-    ) -> tuple[otel_context.Context | None, list[Link] | None]:
+    @staticmethod
+    def _parent(params: Mapping[str, Any], scope: Mapping[str, Any] | None) -> tuple[SpanRef | None, list[Any] | None]:
         """``_meta``'s context as the parent, the HTTP request's as a link; or the HTTP request's
         as the parent; or none (a new trace)."""
-        from_meta = self._meta_carrier(params)
-        from_http = self._http_carrier(scope)
-        http_context = self.propagator.extract(from_http) if from_http is not None else None
-        if from_meta is not None:
-            meta_context = self.propagator.extract(from_meta)
-            if trace.get_current_span(meta_context).get_span_context().is_valid:
-                links = None
-                if http_context is not None:
-                    linked = trace.get_current_span(http_context).get_span_context()
-                    if linked.is_valid:
-                        links = [Link(linked)]
-                return meta_context, links
-        return http_context, None
+        http: SpanRef | None = None
+        if scope is not None:
+            traceparent = tracestate = baggage = None
+            for key, value in scope["headers"]:
+                if key == b"traceparent":
+                    traceparent = value.decode("latin-1")
+                elif key == b"tracestate":
+                    tracestate = value.decode("latin-1")
+                elif key == b"baggage":
+                    baggage = value.decode("latin-1")
+            if traceparent is not None:
+                http = parse(traceparent, tracestate, baggage)
+        meta = params.get("_meta")
+        if isinstance(meta, dict):
+            traceparent = meta.get("traceparent")
+            if isinstance(traceparent, str) and len(traceparent) <= 8192:
+                tracestate, baggage = meta.get("tracestate"), meta.get("baggage")
+                parent = parse(
+                    traceparent,
+                    tracestate if isinstance(tracestate, str) else None,
+                    baggage if isinstance(baggage, str) else None,
+                )
+                if parent is not None:
+                    return parent, None if http is None else [link(http)]
+        return http, None
 
     # ------------------------------------------------------------------ requests
-    async def request(self, message: Message, ctx: RequestContext, answer: Answer) -> dict[str, Any]:
+    async def request(self, message: Message, ctx: RequestContext) -> dict[str, Any]:
+        answer = self._answer
+        assert answer is not None
         method = message.method
         assert method is not None
+        params = message.params
+        scope = ctx.scope
+        recorder = self.recorder
+        parent, links = self._parent(params, scope)
+        # Recorder.child_of, inlined: this runs on every request.
+        span_id = f"{getrandbits(64) or 1:016x}"
+        if parent is None:
+            trace_id = f"{getrandbits(128) or 1:032x}"
+            sampled = self.sample(None, trace_id)
+        else:
+            trace_id = parent.trace_id
+            sampled = self.sample(parent.sampled, trace_id)
+        # Current only where the answer may call out (webhook calls, http resource fetches).
+        token = None
+        if method in _OUTBOUND_METHODS:
+            if parent is None:
+                current = SpanRef(trace_id, span_id, sampled, None, None, False)
+            else:
+                current = SpanRef(trace_id, span_id, sampled, parent.tracestate, parent.baggage, False)
+            token = CURRENT.set(current)
+        started = time_ns()
+        try:
+            result = await answer(message, ctx)
+        except BaseException as exc:  # cancelled: the client went away, or the server is stopping
+            if token is not None:
+                CURRENT.reset(token)
+            if sampled:
+                name, attributes = self._attributes(method, message, ctx)
+                attributes["error.type"] = type(exc).__qualname__
+                recorder.put(
+                    _record(
+                        name, trace_id, span_id, parent, started, ERROR, "request cancelled", attributes, links, False
+                    )
+                )
+            raise
+        ended = time_ns()
+        if token is not None:
+            CURRENT.reset(token)
+        # The attributes are made only for a span that is recorded (or counted): an unsampled
+        # request pays for its ids and the decision alone.
+        if sampled:
+            name, attributes = self._attributes(method, message, ctx)
+            description = self._finish(attributes, method, params, ctx, result, True)
+            status = UNSET if description is None else ERROR
+            recorder.put(
+                _record(name, trace_id, span_id, parent, started, status, description, attributes, links, True, ended)
+            )
+        elif recorder.metrics:  # not exported, but its duration counts
+            name, attributes = self._attributes(method, message, ctx)
+            self._finish(attributes, method, params, ctx, result, False)
+            recorder.put(
+                _record(name, trace_id, span_id, parent, started, UNSET, None, attributes, None, True, ended, False)
+            )
+        return result
+
+    @staticmethod
+    def _attributes(method: str, message: Message, ctx: RequestContext) -> tuple[str, dict[str, Any]]:
+        """The span's name and the attributes the request tells."""
         params = message.params
         client = ctx.client
         attributes: dict[str, Any] = {"mcp.method.name": method, "jsonrpc.request.id": bounded(str(message.id))}
@@ -161,86 +198,50 @@ class McpSpans:
             attributes["mcp.protocol.version"] = client.protocol_version
         if ctx.session_id is not None:
             attributes["mcp.session.id"] = ctx.session_id
-        scope = ctx.scope
-        _network(attributes, scope)
+        _network(attributes, ctx.scope)
         attributes["mcp_registry.label"] = client.label
         attributes["mcp_registry.agent"] = bounded(client.user or client.principal)
-        parent, links = self._parent(params, scope)
-        span = self.tracer.start_span(name, parent, SpanKind.SERVER, attributes, links)
-        # Current only where the answer may make spans of its own (webhook calls, http resource
-        # fetches): attaching and detaching the context costs as much as a few attributes.
-        token = otel_context.attach(trace.set_span_in_context(span, parent)) if method in _OUTBOUND_METHODS else None
-        started = time.perf_counter()
-        try:
-            result = await answer(message, ctx)
-        except BaseException as exc:  # cancelled: the client went away, or the server is stopping
-            if token is not None:
-                otel_context.detach(token)
-            span.set_attribute("error.type", type(exc).__qualname__)
-            span.set_status(Status(StatusCode.ERROR, "request cancelled"))
-            span.end()
-            raise
-        if token is not None:
-            otel_context.detach(token)
-        if span.is_recording():
-            error_type = self._finish(span, method, params, ctx, result)
-            span.end()
-        else:  # not sampled: nothing to add to it (ending it does nothing either)
-            error_type = _error_type(method, result) if self.duration is not None else None
-        if self.duration is not None:
-            self._record(time.perf_counter() - started, attributes, error_type, ctx)
-        return result
+        return name, attributes
 
     def _finish(
-        self, span: trace.Span, method: str, params: Mapping[str, Any], ctx: RequestContext, answer: dict[str, Any]
+        self,
+        attributes: dict[str, Any],
+        method: str,
+        params: Mapping[str, Any],
+        ctx: RequestContext,
+        answer: dict[str, Any],
+        sampled: bool,
     ) -> str | None:
-        """What only the answer tells: the error, the entry served, the negotiated version (set
-        in one call: each call to the span takes its lock and checks every value)."""
-        late: dict[str, Any] = {}
+        """What only the answer tells: the error, the entry served, the negotiated version. The
+        status description of an error (None: no error)."""
         error = answer.get("error")
-        error_type: str | None = None
-        status: Status | None = None
+        description: str | None = None
         if isinstance(error, dict):
-            error_type = late["error.type"] = late["rpc.response.status_code"] = str(error.get("code"))
-            status = Status(StatusCode.ERROR, bounded(str(error.get("message", ""))))
+            attributes["error.type"] = attributes["rpc.response.status_code"] = str(error.get("code"))
+            description = bounded(str(error.get("message", "")))
         else:
             result = answer.get("result")
             if isinstance(result, dict):
                 if method == "tools/call" and result.get("isError") is True:
-                    error_type = late["error.type"] = "tool_error"
-                    status = Status(StatusCode.ERROR, "the tool answered isError")
+                    attributes["error.type"] = "tool_error"
+                    description = "the tool answered isError"
                 elif method == "initialize" and isinstance(result.get("protocolVersion"), str):
-                    late["mcp.protocol.version"] = result["protocolVersion"]
+                    attributes["mcp.protocol.version"] = result["protocolVersion"]
         entry = ctx.entry
         if entry is not None:
-            late["mcp_registry.entry.version"] = entry.version
+            attributes["mcp_registry.entry.version"] = entry.version
             if entry.team is not None:
-                late["mcp_registry.entry.team"] = entry.team
-        if self.trace_arguments and method in _ARGUMENT_KEYS:
+                attributes["mcp_registry.entry.team"] = entry.team
+        if sampled and self.trace_arguments and method in _ARGUMENT_KEYS:
             arguments = params.get("arguments")
             if isinstance(arguments, dict):
-                late[_ARGUMENT_KEYS[method]] = _json(arguments)
-        if late:
-            span.set_attributes(late)
-        if status is not None:
-            span.set_status(status)
-        return error_type
-
-    def _record(
-        self, seconds: float, attributes: Mapping[str, Any], error_type: str | None, ctx: RequestContext
-    ) -> None:
-        assert self.duration is not None
-        metric = {key: attributes[key] for key in _METRIC_KEYS if key in attributes}
-        if error_type is not None:
-            metric["error.type"] = error_type
-        if ctx.entry is not None:  # a real entry's name: bounded cardinality
-            for key in ("gen_ai.tool.name", "gen_ai.prompt.name"):
-                if key in attributes:
-                    metric[key] = attributes[key]
-        self.duration.record(seconds, metric)
+                attributes[_ARGUMENT_KEYS[method]] = _json(arguments)
+        return description
 
     # ------------------------------------------------------------------ notifications
-    async def notification(self, message: Message, client: ClientState, notify: Notify) -> None:
+    async def notification(self, message: Message, client: ClientState) -> None:
+        notify = self._notify
+        assert notify is not None
         method = message.method
         assert method is not None
         attributes: dict[str, Any] = {"mcp.method.name": method}
@@ -249,26 +250,63 @@ class McpSpans:
         session_id = getattr(client, "id", None)
         if isinstance(session_id, str) and session_id:
             attributes["mcp.session.id"] = session_id
+        recorder = self.recorder
         parent, links = self._parent(message.params, None)
-        started = time.perf_counter()
-        with self.tracer.start_as_current_span(
-            method, parent, SpanKind.SERVER, attributes, links, record_exception=False, set_status_on_exception=False
-        ):
-            await notify(message, client)
-        if self.duration is not None:
-            metric = {key: value for key, value in attributes.items() if key in _METRIC_KEYS}
-            self.duration.record(time.perf_counter() - started, metric)
+        span = recorder.child_of(parent)
+        started = time_ns()
+        await notify(message, client)
+        if span.sampled or recorder.metrics:
+            recorder.put(
+                _record(
+                    method,
+                    span.trace_id,
+                    span.span_id,
+                    parent,
+                    started,
+                    UNSET,
+                    None,
+                    attributes,
+                    links,
+                    True,
+                    time_ns(),
+                    span.sampled,
+                )
+            )
 
 
-def _error_type(method: str, answer: dict[str, Any]) -> str | None:
-    """``error.type`` of an answer, for the histogram of a request whose span is not sampled."""
-    error = answer.get("error")
-    if isinstance(error, dict):
-        return str(error.get("code"))
-    result = answer.get("result")
-    if method == "tools/call" and isinstance(result, dict) and result.get("isError") is True:
-        return "tool_error"
-    return None
+def _record(
+    name: str,
+    trace_id: str,
+    span_id: str,
+    parent: SpanRef | None,
+    started: int,
+    status: int,
+    description: str | None,
+    attributes: dict[str, Any],
+    links: list[Any] | None,
+    histogram: bool,
+    ended: int = 0,
+    sampled: bool = True,
+) -> list[Any]:
+    """A server span's record (``registry.tracing.records``)."""
+    return [
+        name,
+        SERVER,
+        trace_id,
+        span_id,
+        None if parent is None else [parent.span_id, True],
+        sampled,
+        None if parent is None else parent.tracestate,
+        started,
+        ended or time_ns(),
+        status,
+        description,
+        attributes,
+        links,
+        None,
+        None,
+        histogram,
+    ]
 
 
 def _network(attributes: dict[str, Any], scope: Mapping[str, Any] | None) -> None:

@@ -9,8 +9,15 @@ process's (:func:`active`), which outbound clients made without one of their own
 
 **On** when ``OTEL_TRACES_EXPORTER`` names an exporter other than ``none``, or when
 ``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set, and
-``OTEL_SDK_DISABLED`` is not ``true``. Everything else (sampler, resource, batching, exporter
-endpoint, headers, timeouts, propagators) is the SDK's own reading of the standard variables.
+``OTEL_SDK_DISABLED`` is not ``true``.
+
+**How, when on.** The serving process records each MCP request's span (and each outbound call's)
+as a plain record, samples it by ``OTEL_TRACES_SAMPLER``/``_ARG`` (``registry.tracing.sampling``),
+and ships the records over a pipe to one exporter process of its own (``registry.tracing.pipe``,
+``registry.tracing.exporter``), where the official SDK and OTLP exporter, configured by the standard
+variables (resource, batching, endpoint, headers, timeouts), export them: the SDK's costs stay off
+the event loop. Propagation is W3C ``tracecontext`` and ``baggage`` (``OTEL_PROPAGATORS``'s default;
+:func:`check` refuses others).
 """
 
 from __future__ import annotations
@@ -28,6 +35,9 @@ __all__ = ["active", "check", "enabled", "from_environment", "install"]
 OTLP_PROTOCOL = "http/protobuf"
 #: Exporters this server can build, per signal (``none``: that signal off).
 EXPORTERS = {"OTEL_TRACES_EXPORTER": ("otlp", "console", "none"), "OTEL_METRICS_EXPORTER": ("otlp", "console", "none")}
+
+#: What ``OTEL_PROPAGATORS`` may name: the hot path reads and writes W3C context itself.
+PROPAGATORS = ("tracecontext", "baggage", "none")
 
 _active: Tracing | None = None
 
@@ -53,7 +63,8 @@ def exporter_names(environ: Mapping[str, str], variable: str, default: str) -> l
 
 def check(environ: Mapping[str, str] = os.environ) -> None:
     """Refuse (``ValueError``, naming the variable) what this server cannot honour while tracing
-    is on: an exporter it does not ship, an OTLP protocol other than HTTP/protobuf. Imports
+    is on: an exporter it does not ship, an OTLP protocol other than HTTP/protobuf, a propagator
+    other than W3C's. Imports
     nothing; ``serve`` and ``stdio`` call it before anything starts."""
     if not enabled(environ):
         return
@@ -61,6 +72,9 @@ def check(environ: Mapping[str, str] = os.environ) -> None:
         for name in exporter_names(environ, variable, "none"):
             if name not in known:
                 raise ValueError(f"{variable}={name!r}: supported are {', '.join(known)}")
+    for name in (part.strip().lower() for part in environ.get("OTEL_PROPAGATORS", "").split(",")):
+        if name and name not in PROPAGATORS:
+            raise ValueError(f"OTEL_PROPAGATORS={name!r}: supported are {', '.join(PROPAGATORS)}")
     for variable in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"):
         protocol = (environ.get(variable) or environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or OTLP_PROTOCOL).strip()
         if protocol != OTLP_PROTOCOL:

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -55,12 +55,16 @@ class Traced:
 
 
 def in_memory_tracing(*, trace_arguments: bool = False) -> tuple[Tracing, InMemorySpanExporter, InMemoryMetricReader]:
-    """Tracing as a server gets it from the environment, exporting to memory instead (each span as it ends)."""
+    """Tracing as a server gets it from the environment, with the exporter process's conversion
+    run in this process (``Tracing.in_process``: each record through orjson, as the pipe has it)
+    and exporting to memory (each span as it is recorded)."""
     exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
     reader = InMemoryMetricReader()
-    tracing = Tracing(provider, meter_provider=MeterProvider(metric_readers=[reader]), trace_arguments=trace_arguments)
+    tracing = Tracing.in_process(
+        [SimpleSpanProcessor(exporter)],
+        meter_provider=MeterProvider(metric_readers=[reader]),
+        trace_arguments=trace_arguments,
+    )
     return tracing, exporter, reader
 
 
