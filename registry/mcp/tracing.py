@@ -40,6 +40,7 @@ from random import getrandbits
 from time import time_ns
 from typing import TYPE_CHECKING, Any
 
+from registry.mcp.protocol import INVALID_PARAMS, RESOURCE_NOT_FOUND
 from registry.tracing.propagation import CURRENT, SpanRef, parse
 from registry.tracing.records import ERROR, SERVER, UNSET, link
 from registry.tracing.sdk import MAX_ATTRIBUTE_CHARS, Tracing, bounded
@@ -57,6 +58,29 @@ _URI_METHODS = frozenset({"resources/read", "resources/subscribe", "resources/un
 #: Requests whose answer may call out (webhooks, http resources): their span is made current.
 _OUTBOUND_METHODS = frozenset({"tools/call", "resources/read"})
 #: Where argument values go, with ``REGISTRY_TRACE_ARGUMENTS`` on.
+#: Errors whose message quotes what the caller sent (an argument's value, the URI asked for): their
+#: span says what went wrong in these words instead, unless argument values may be recorded.
+_QUOTING_ERRORS = {INVALID_PARAMS: "invalid params", RESOURCE_NOT_FOUND: "resource not found"}
+
+
+def _resource_uri(asked: Any, entry: Any, trace_arguments: bool) -> str | None:
+    """``mcp.resource.uri`` without argument values: a templated resource's URI is filled in by the
+    caller (``sprint://{customer}/...``), so it is recorded as the entry's template, and a URI that
+    served nothing not at all; with ``REGISTRY_TRACE_ARGUMENTS``, the URI asked for."""
+    if not isinstance(asked, str):
+        return None
+    if trace_arguments:
+        return bounded(asked)
+    listing = getattr(entry, "listing", None)
+    if not isinstance(listing, dict):
+        return None
+    fixed = listing.get("uri")
+    if isinstance(fixed, str):
+        return bounded(fixed)
+    template = listing.get("uriTemplate")
+    return bounded(template) if isinstance(template, str) else None
+
+
 _ARGUMENT_KEYS = {"tools/call": "gen_ai.tool.call.arguments", "prompts/get": "mcp_registry.prompt.arguments"}
 
 
@@ -186,10 +210,6 @@ class McpSpans:
                 name = f"{method} {target}"
             if method == "tools/call":
                 attributes["gen_ai.operation.name"] = "execute_tool"
-        elif method in _URI_METHODS:
-            uri = params.get("uri")
-            if isinstance(uri, str):
-                attributes["mcp.resource.uri"] = bounded(uri)
         elif method == "completion/complete":
             ref = params.get("ref")
             if isinstance(ref, dict) and ref.get("type") == "ref/prompt" and isinstance(ref.get("name"), str):
@@ -217,8 +237,10 @@ class McpSpans:
         error = answer.get("error")
         description: str | None = None
         if isinstance(error, dict):
-            attributes["error.type"] = attributes["rpc.response.status_code"] = str(error.get("code"))
-            description = bounded(str(error.get("message", "")))
+            code = error.get("code")
+            attributes["error.type"] = attributes["rpc.response.status_code"] = str(code)
+            quiet = None if self.trace_arguments or not isinstance(code, int) else _QUOTING_ERRORS.get(code)
+            description = quiet or bounded(str(error.get("message", "")))
         else:
             result = answer.get("result")
             if isinstance(result, dict):
@@ -228,6 +250,10 @@ class McpSpans:
                 elif method == "initialize" and isinstance(result.get("protocolVersion"), str):
                     attributes["mcp.protocol.version"] = result["protocolVersion"]
         entry = ctx.entry
+        if method in _URI_METHODS:
+            uri = _resource_uri(params.get("uri"), entry, self.trace_arguments)
+            if uri is not None:
+                attributes["mcp.resource.uri"] = uri
         if entry is not None:
             attributes["mcp_registry.entry.version"] = entry.version
             if entry.team is not None:

@@ -10,7 +10,9 @@ caller's trace, sampled or not. The span is a record (``registry.tracing.records
 exporter process like the server spans.
 
 Attributes: ``http.request.method``, ``server.address``, ``server.port``, ``url.scheme``, ``url.full``
-without userinfo or query (a query often carries a key), ``http.response.status_code``, and
+without userinfo, query or path (a path is ``/REDACTED``: webhook URLs carry their keys there, as
+Slack's ``/services/T0/B0/<secret>`` does, and the conventions ask to scrub what is sensitive; the
+parent span names the tool or resource), ``http.response.status_code``, and
 ``error.type``: the status code as text for 4xx/5xx, else the failure's class name.
 """
 
@@ -62,13 +64,18 @@ class ClientSpans:
             "server.address": host,
             "server.port": port,
             "url.scheme": scheme,
-            "url.full": f"{scheme}://{host if ':' not in host else f'[{host}]'}:{port}{path}",
+            "url.full": f"{scheme}://{host if ':' not in host else f'[{host}]'}:{port}{_scrubbed(path)}",
         }
         parent = _current()
         span = self.recorder.child_of(parent)
         sent = [(name, value) for name, value in headers if name.lower() not in FIELDS]
         sent.extend(propagation_headers(span))
         return ClientSpan(self.recorder, method, span, parent, attributes), sent
+
+
+def _scrubbed(path: str) -> str:
+    """``url.full``'s path: ``/REDACTED`` for any but the root (see the module's docstring)."""
+    return path if path in ("", "/") else "/REDACTED"
 
 
 class ClientSpan:

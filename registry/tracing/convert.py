@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import parse_qsl, urlencode
 
 import orjson
 from opentelemetry.context import Context
@@ -167,8 +168,20 @@ class Converter:
                 log.exception("tracing: shutting the metric exporter down failed")
 
 
+def _without_query_values(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    """FastAPI records ``url.query`` as sent, redacting only a few cloud-signature names; a query
+    here carries single-sign-on codes and states (``/ui/sso/callback?code=...``), search terms and
+    filters. The names stay, every value reads ``REDACTED``."""
+    scrubbed = dict(attributes)
+    query = scrubbed.get("url.query")
+    if isinstance(query, str) and query:
+        scrubbed["url.query"] = urlencode([(name, "REDACTED") for name, _ in parse_qsl(query, keep_blank_values=True)])
+    return scrubbed
+
+
 def from_readable(span: ReadableSpan) -> Record:
-    """A finished SDK span (the admin API's, from FastAPI's instrumentation) as a record."""
+    """A finished SDK span (the admin API's, from FastAPI's instrumentation) as a record, its query's
+    values scrubbed (``_without_query_values``)."""
     context = span.context
     assert context is not None
     parent = span.parent
@@ -185,7 +198,7 @@ def from_readable(span: ReadableSpan) -> Record:
         span.end_time,
         span.status.status_code.value,
         span.status.description,
-        dict(span.attributes or {}),
+        _without_query_values(span.attributes or {}),
         [
             [
                 f"{link.context.trace_id:032x}",
