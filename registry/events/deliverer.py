@@ -77,6 +77,8 @@ class EventDeliverer:
         self._sending: dict[int, asyncio.Task[None]] = {}
         self._client: OutboundClient | None = None
         self._pruned_at = -self.PRUNE_EVERY_S
+        #: Subscriptions already warned of as undecryptable (one warning each, not one per attempt).
+        self._warned: set[int] = set()
 
     # ---------------------------------------------------------------- control
 
@@ -175,8 +177,14 @@ class EventDeliverer:
         return wait_s
 
     async def _deliver(self, item: queue.Due, held: Held) -> None:
-        outcome = await self.send(item)
-        if not outcome.ok:
+        if item.error is not None:
+            outcome = queue.Outcome(None, item.error)
+            if item.subscription_id not in self._warned:
+                self._warned.add(item.subscription_id)
+                log.warning("event subscription %d: %s", item.subscription_id, item.error)
+        else:
+            outcome = await self.send(item)
+        if not outcome.ok and item.error is None:
             log.info("event %s to subscription %d: %s", item.webhook_id, item.subscription_id, outcome.error)
         try:
             written = await asyncio.to_thread(
