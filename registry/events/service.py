@@ -379,9 +379,11 @@ def record_tool_test_failed(
 ) -> None:
     """Append a ``tool_test``/``test_failed`` event for a test call whose result is an error (the
     ``tool.test.failed`` event; audited like any governance event). Not kind ``tool``: catalog rows
-    are replayed against the tables by ``audit verify``, and a test changes no entry."""
-    texts = [block.get("text", "") for block in result.get("content") or [] if isinstance(block, dict)]
-    error = " ".join(text for text in texts if isinstance(text, str))[:1000] or "error result"
+    are replayed against the tables by ``audit verify``, and a test changes no entry. The note is a
+    category only: the result's text quotes the caller's argument values (``'hunter2' is not of
+    type 'number'``) and the receiver's answer, neither of which belongs in a permanent trail
+    every viewer reads, nor in a message sent to subscribers."""
+    error = failure_category(result)
     with db.session() as session:
         team = session.scalar(select(Entry.team).where(Entry.kind == "tool", Entry.name == name))
         append_event(
@@ -394,6 +396,40 @@ def record_tool_test_failed(
             version=version,
             note=error,
         )
+
+
+#: (pattern of a registry-made error result's text, category). The first that matches names it.
+_FAILURES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^invalid arguments for tool "), "invalid arguments"),
+    (
+        re.compile(r"^tool \S+ (declares an|returned structuredContent that violates its) outputSchema"),
+        "the result failed its outputSchema",
+    ),
+    (re.compile(r"^(webhook call to|built-in hook) .* timed out after "), "timeout"),
+    (re.compile(r"^webhook call refused"), "refused by the SSRF guard"),
+    (re.compile(r"^webhook call to .* was not made"), "an outbound limit was reached"),
+    (re.compile(r"^could not connect to webhook host"), "could not connect"),
+    (re.compile(r"^tool \S+ asked for input"), "the tool asked for input a test call cannot give"),
+    (re.compile(r"^webhook response from .* could not be read"), "the answer could not be read"),
+    (re.compile(r"^webhook (request to .* could not be sent|URL is not a valid)"), "the request could not be sent"),
+    (re.compile(r"^webhook call to .* failed: "), "the connection failed"),
+)
+_HTTP_STATUS = re.compile(r"webhook returned HTTP (\d{3})")
+
+
+def failure_category(result: dict[str, Any]) -> str:
+    """A short, fixed description of an error result: never its text, which may quote argument
+    values or whatever the tool answered; only a status code is carried over."""
+    blocks = result.get("content") or []
+    texts = [b["text"] for b in blocks if isinstance(b, dict) and isinstance(b.get("text"), str)]
+    first: str = texts[0] if texts else ""
+    status = _HTTP_STATUS.match(first)
+    if status is not None:
+        return f"webhook answered HTTP {status.group(1)}"
+    for pattern, category in _FAILURES:
+        if pattern.search(first):
+            return category
+    return "the tool returned an error result"
 
 
 def url_origin(url: str) -> str:
