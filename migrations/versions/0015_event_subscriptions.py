@@ -4,7 +4,8 @@ Revision ID: 0015
 Revises: 0014
 Create Date: 2026-12-05 17:40:00.000000
 
-``event_subscriptions`` (an admin's URL, events, filters, encrypted signing secret and the cursor:
+``event_subscriptions`` (an admin's URL, encrypted, in a Text column: its length is bounded by the
+configurable ``REGISTRY_LIMIT_URI_CHARS``; events, filters, encrypted signing secret and the cursor:
 the last change-log id examined for it), ``event_deliveries`` (one row per subscription and event,
 the body fixed when queued, so retries and redeliveries send the same bytes under the same
 ``webhook-id``) and ``event_leases`` (which replica delivers; ``registry.events.lease``).
@@ -29,7 +30,7 @@ def upgrade() -> None:
         "event_subscriptions",
         sa.Column("id", BigId, autoincrement=True, nullable=False),
         sa.Column("name", sa.String(length=128), nullable=False),
-        sa.Column("url", sa.String(length=2048), nullable=False),
+        sa.Column("url", sa.Text(), nullable=False),
         sa.Column("events", sa.JSON(), nullable=False),
         sa.Column("filters", sa.JSON(), nullable=False),
         sa.Column("secret", sa.Text(), nullable=False),

@@ -5,7 +5,9 @@ Every row of the change log (catalog changes and governance events alike) is has
 on the change id in either direction, so a deep page costs what the first does. What a caller may
 see follows the catalog's visibility rule: a catalog change whose audience (the teams whose view
 it altered; ``*`` everyone; None an old row, everyone) meets their teams, and a governance event
-of a team they see (or of none). ``registry.catalog.audit_verify`` checks it.
+of a team they see (or of none), except the admin-only kinds (``ADMIN_ONLY_KINDS``): admins see
+every row. The API and the web UI both read through ``audit_page``, so one rule holds for both.
+``registry.catalog.audit_verify`` checks it.
 """
 
 from __future__ import annotations
@@ -27,7 +29,10 @@ from registry.db.models import Change
 DEFAULT_PAGE = 100
 MAX_PAGE = 500
 #: The kinds of governance event (``append_event``), besides the catalog's own kinds.
-EVENT_KINDS = ("change_request", "team", "label", "token", "bundle", "audit")
+EVENT_KINDS = ("change_request", "team", "label", "token", "bundle", "audit", "subscription", "tool_test")
+#: Governance events only admins read: event subscriptions (``registry.events.service.AUDIT_KIND``)
+#: are admin-only objects of no team, and their rows name receivers.
+ADMIN_ONLY_KINDS = ("subscription",)
 AUDIT_KINDS = (*CATALOG_KINDS, *EVENT_KINDS)
 
 Order = Literal["newest", "oldest"]
@@ -148,7 +153,8 @@ def _visible(access: Access | None, dialect: str) -> ColumnElement[bool] | None:
     catalog_change = Change.kind.in_(CATALOG_KINDS)
     audience = or_(Change.audience.is_(None), _audience_meets(dialect, [*names, "*"]))
     event_team = or_(Change.team.is_(None), Change.team.in_(names)) if names else Change.team.is_(None)
-    return or_(and_(catalog_change, audience), and_(~catalog_change, event_team))
+    for_everyone = Change.kind.not_in(ADMIN_ONLY_KINDS)
+    return or_(and_(catalog_change, audience), and_(~catalog_change, for_everyone, event_team))
 
 
 def _audience_meets(dialect: str, names: list[str]) -> ColumnElement[bool]:

@@ -452,7 +452,9 @@ class EventSubscription(Base):
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(128))
-    url: Mapped[str] = mapped_column(String(2048))
+    #: The receiver's URL, encrypted like the secret (a Slack webhook's path is its credential).
+    #: Text: its length is bounded by ``REGISTRY_LIMIT_URI_CHARS`` (configurable), not the column.
+    url: Mapped[str] = mapped_column(Text)
     #: Event types delivered (``registry.events.types.EVENT_TYPES``).
     events: Mapped[list[str]]
     #: ``{"kinds": [...], "name_prefix": "...", "teams": [...], "labels": [...]}``; absent or empty: any.

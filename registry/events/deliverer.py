@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from registry import __version__
 from registry.catalog.secrets import SecretBox
@@ -38,6 +39,8 @@ from .signing import sign
 log = logging.getLogger("registry.events")
 #: Longest answer body read (and dropped) from a receiver.
 ANSWER_BYTES = 16 * 1024
+#: How long that read may take once the status is in (separate from the delivery's bound).
+DRAIN_S = 1.0
 
 
 class EventDeliverer:
@@ -77,6 +80,8 @@ class EventDeliverer:
         self._sending: dict[int, asyncio.Task[None]] = {}
         self._client: OutboundClient | None = None
         self._pruned_at = -self.PRUNE_EVERY_S
+        #: Subscriptions already warned of as undecryptable (one warning each, not one per attempt).
+        self._warned: set[int] = set()
 
     # ---------------------------------------------------------------- control
 
@@ -175,8 +180,14 @@ class EventDeliverer:
         return wait_s
 
     async def _deliver(self, item: queue.Due, held: Held) -> None:
-        outcome = await self.send(item)
-        if not outcome.ok:
+        if item.error is not None:
+            outcome = queue.Outcome(None, item.error)
+            if item.subscription_id not in self._warned:
+                self._warned.add(item.subscription_id)
+                log.warning("event subscription %d: %s", item.subscription_id, item.error)
+        else:
+            outcome = await self.send(item)
+        if not outcome.ok and item.error is None:
             log.info("event %s to subscription %d: %s", item.webhook_id, item.subscription_id, outcome.error)
         try:
             written = await asyncio.to_thread(
@@ -215,16 +226,10 @@ class EventDeliverer:
                 ("webhook-timestamp", str(timestamp)),
                 ("webhook-signature", " ".join(sign(key, item.webhook_id, timestamp, content) for key in item.secrets)),
             ]
+            exchange = client.stream("POST", item.url, content=content, headers=headers, caller="events")
             async with asyncio.timeout(self.limits.event_delivery_seconds):
-                async with client.stream(
-                    "POST", item.url, content=content, headers=headers, caller="events"
-                ) as response:
-                    read = 0
-                    async for chunk in response.aiter_raw():
-                        read += len(chunk)
-                        if read > ANSWER_BYTES:
-                            break
-                    status = response.status_code
+                response = await exchange.__aenter__()
+            status = response.status_code
         except TimeoutError:
             return queue.Outcome(
                 None,
@@ -240,6 +245,33 @@ class EventDeliverer:
         except Exception as exc:  # a bug, not the receiver's failure: logged, and retried like one
             log.exception("event %s could not be sent", item.webhook_id)
             return queue.Outcome(None, f"could not be sent ({type(exc).__name__}); see the server's log")
+        # The status is the answer: what follows is only drained, within its own bound, and can
+        # no longer turn a delivered event into a failure (and ten redeliveries).
+        await _drain_and_close(exchange, response)
         if 200 <= status < 300:
             return queue.Outcome(status, None)
         return queue.Outcome(status, f"HTTP {status}")
+
+
+async def _drain_and_close(exchange: Any, response: Any) -> None:
+    """Read (and drop) at most ``ANSWER_BYTES`` of the answer within ``DRAIN_S``, then close it; a
+    receiver that trickles its body, or breaks off, only has its connection closed."""
+    try:
+        async with asyncio.timeout(DRAIN_S):
+            read = 0
+            async for chunk in response.aiter_raw():
+                read += len(chunk)
+                if read > ANSWER_BYTES:
+                    break
+    except asyncio.CancelledError:
+        await _close(exchange)
+        raise
+    except Exception:  # the outcome is already decided; the rest does not matter
+        pass
+    await _close(exchange)
+
+
+async def _close(exchange: Any) -> None:
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(DRAIN_S):
+            await exchange.__aexit__(None, None, None)

@@ -17,14 +17,14 @@ with the epoch it sent under (``registry.events.lease``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, delete, exists, select, update
 from sqlalchemy.orm import Session, aliased
 
-from registry.catalog.secrets import SecretBox
+from registry.catalog.secrets import SecretBox, SecretKeyError
 from registry.db.changelog import CATALOG_KINDS, changes_after
 from registry.db.engine import Database
 from registry.db.models import Change, ChangeRequest, EventDelivery, EventLease, EventSubscription, utcnow
@@ -47,6 +47,9 @@ from .types import (
 QUEUE_BATCH = 500
 #: Longest error text kept per delivery.
 ERROR_CHARS = 500
+#: The error recorded on a subscription's delivery when its URL or secret cannot be decrypted.
+UNDECRYPTABLE = "cannot decrypt the signing secret: rotate it"
+UNDECRYPTABLE_URL = "cannot decrypt the URL: set it again"
 #: Delivered and failed deliveries are kept this long (the delivery log), then pruned.
 KEEP_DAYS = 30
 
@@ -130,6 +133,9 @@ class Due:
     secrets: tuple[str, ...]
     body: str
     attempts: int
+    #: Set: it cannot be sent (its subscription's secret or URL does not decrypt); recorded as a
+    #: failed attempt with this error, so it backs off like any failure and the others go on.
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -167,18 +173,32 @@ def due(db: Database, secrets: SecretBox, busy: set[int], now: datetime) -> Wait
             if delivery.next_attempt_at > now:
                 next_at = delivery.next_attempt_at if next_at is None else min(next_at, delivery.next_attempt_at)
                 continue
-            found.append(
-                Due(
-                    delivery_id=delivery.id,
-                    subscription_id=subscription.id,
-                    webhook_id=delivery.webhook_id,
-                    url=subscription.url,
-                    secrets=_signing_secrets(secrets, subscription, now),
-                    body=delivery.body,
-                    attempts=delivery.attempts,
-                )
-            )
+            found.append(_due(secrets, delivery, subscription, now))
         return Waiting(found, next_at)
+
+
+def _due(box: SecretBox, delivery: EventDelivery, subscription: EventSubscription, now: datetime) -> Due:
+    """``delivery`` ready to send; or, when its subscription's secrets do not decrypt (a changed
+    ``REGISTRY_SECRET_KEY``), ready to be recorded as failed: one subscription's bad secret must
+    not stop the round, and with it every other subscription's deliveries."""
+    item = Due(
+        delivery_id=delivery.id,
+        subscription_id=subscription.id,
+        webhook_id=delivery.webhook_id,
+        url="",
+        secrets=(),
+        body=delivery.body,
+        attempts=delivery.attempts,
+    )
+    try:
+        signing = _signing_secrets(box, subscription, now)
+    except SecretKeyError:
+        return replace(item, error=UNDECRYPTABLE)
+    try:
+        url = box.decrypt(subscription.url)
+    except SecretKeyError:
+        return replace(item, error=UNDECRYPTABLE_URL)
+    return replace(item, url=url, secrets=signing)
 
 
 def _signing_secrets(box: SecretBox, subscription: EventSubscription, now: datetime) -> tuple[str, ...]:

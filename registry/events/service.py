@@ -9,6 +9,7 @@ tokens, and, being change-log rows, they wake the delivering replica wherever it
 from __future__ import annotations
 
 import re
+import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -19,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from registry.catalog.access import Access
 from registry.catalog.errors import Conflict, Invalid, NotFound
-from registry.catalog.secrets import SecretBox
+from registry.catalog.secrets import SecretBox, SecretKeyError
 from registry.catalog.teams import check_admin
 from registry.db.audit import Actor
 from registry.db.changelog import CATALOG_KINDS, append_event, last_change_id
@@ -36,6 +37,8 @@ NAME_CHARS = 128
 DELIVERY_STATUSES = ("pending", "delivered", "failed")
 #: How long a rotated-out secret keeps signing, beside the new one.
 ROTATION_GRACE = timedelta(hours=24)
+#: What a subscription's URL reads as when the key that encrypted it is gone.
+UNREADABLE_URL = "(cannot be decrypted: set its URL again)"
 _LABEL = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _TEAM = re.compile(r"-|[a-z0-9][a-z0-9_.-]{0,63}")
 
@@ -72,11 +75,20 @@ class EventSubscriptionService:
     # ---------------------------------------------------------------- checks
 
     def _check_url(self, url: str) -> str:
+        """The URL as stored. Blocking (the guard resolves the host): call it before a session
+        opens, never while a row is locked. Userinfo is refused: it would go out as Basic auth
+        without the admin seeing it, and it is the one place a URL credential has no need to be."""
         url = url.strip()
         if len(url) > self.limits.uri_chars:
             raise _limit("uri_chars", "url", f"the URL has {len(url)} characters; at most {self.limits.uri_chars}")
         if not re.match(r"https?://", url):
             raise Invalid("the URL must be http:// or https://")
+        if _has_userinfo(url):
+            message = (
+                "the URL holds a user name or password (user:password@host), which would be sent as Basic "
+                "auth: put credentials in the URL path or use the signature"
+            )
+            raise Invalid(message, errors=[{"loc": "url", "msg": message}])
         if self.url_guard is not None:
             try:
                 self.url_guard(url)
@@ -140,12 +152,12 @@ class EventSubscriptionService:
 
     # ---------------------------------------------------------------- reads
 
-    @staticmethod
-    def _view(row: EventSubscription, counts: dict[str, int] | None = None) -> dict[str, Any]:
+    def _view(self, row: EventSubscription, counts: dict[str, int] | None = None) -> dict[str, Any]:
+        """A subscription as admins see it (the routes are admin-only): the URL in full, decrypted."""
         return {
             "id": row.id,
             "name": row.name,
-            "url": row.url,
+            "url": self.url_of(row),
             "events": list(row.events),
             "filters": Filters.from_json(row.filters).as_json(),
             "slack_text": row.slack_text,
@@ -156,6 +168,14 @@ class EventSubscriptionService:
             "updated_at": row.updated_at,
             "deliveries": counts or {status: 0 for status in DELIVERY_STATUSES},
         }
+
+    def url_of(self, row: EventSubscription) -> str:
+        """The stored URL in clear; a placeholder when the key that encrypted it is gone (the page
+        still lists the subscription, so it can be changed or deleted)."""
+        try:
+            return self.secrets.decrypt(row.url)
+        except SecretKeyError:
+            return UNREADABLE_URL
 
     @staticmethod
     def _counts(session: Session, ids: Sequence[int]) -> dict[int, dict[str, int]]:
@@ -253,7 +273,7 @@ class EventSubscriptionService:
             now = utcnow()
             row = EventSubscription(
                 name=name,
-                url=url,
+                url=self.secrets.encrypt(url),
                 events=events,
                 filters=filters,
                 secret=self.secrets.encrypt(secret),
@@ -266,7 +286,7 @@ class EventSubscriptionService:
             )
             session.add(row)
             session.flush()
-            self._audit(session, row, "created", actor, f"{url} for {', '.join(events)}")
+            self._audit(session, row, "created", actor, f"{url_origin(url)} for {', '.join(events)}")
             session.flush()
             # After its own audit row: it hears of what is committed from now on.
             row.cursor = last_change_id(session)
@@ -276,23 +296,30 @@ class EventSubscriptionService:
     def update(
         self, subscription_id: int, data: SubscriptionInput, *, actor: Actor | str, access: Access | None
     ) -> dict[str, Any]:
+        """Every check (the URL's resolves its host) runs before the row is locked: a slow
+        resolver must not hold ``SELECT ... FOR UPDATE`` and stall the deliverer's queueing."""
         check_admin(access, "event subscriptions")
+        name = None if data.name is None else self._check_name(data.name)
+        url = None if data.url is None else self._check_url(data.url)
+        events = None if data.events is None else self._check_events(data.events)
+        filters = None if data.filters is None else self._check_filters(data.filters)
         with self.db.session() as session:
             row = self._row(session, subscription_id, lock=True)
-            if data.name is not None:
-                row.name = self._check_name(data.name)
-            if data.url is not None:
-                row.url = self._check_url(data.url)
-            if data.events is not None:
-                row.events = self._check_events(data.events)
-            if data.filters is not None:
-                row.filters = self._check_filters(data.filters)
+            if name is not None:
+                row.name = name
+            if url is not None:
+                row.url = self.secrets.encrypt(url)
+            if events is not None:
+                row.events = events
+            if filters is not None:
+                row.filters = filters
             if data.slack_text is not None:
                 row.slack_text = data.slack_text
             if data.enabled is not None:
                 row.enabled = data.enabled
             row.updated_at = utcnow()
-            self._audit(session, row, "updated", actor, f"{row.url} for {', '.join(row.events)}")
+            origin = url_origin(self.url_of(row))
+            self._audit(session, row, "updated", actor, f"{origin} for {', '.join(row.events)}")
             view = self._view(row, self._counts(session, [row.id])[row.id])
         self._wake()
         return view
@@ -302,7 +329,7 @@ class EventSubscriptionService:
         with self.db.session() as session:
             row = self._row(session, subscription_id, lock=True)
             view = self._view(row, self._counts(session, [row.id])[row.id])
-            self._audit(session, row, "deleted", actor, row.url)
+            self._audit(session, row, "deleted", actor, url_origin(self.url_of(row)))
             session.query(EventDelivery).filter(EventDelivery.subscription_id == row.id).delete(
                 synchronize_session=False
             )
@@ -352,9 +379,11 @@ def record_tool_test_failed(
 ) -> None:
     """Append a ``tool_test``/``test_failed`` event for a test call whose result is an error (the
     ``tool.test.failed`` event; audited like any governance event). Not kind ``tool``: catalog rows
-    are replayed against the tables by ``audit verify``, and a test changes no entry."""
-    texts = [block.get("text", "") for block in result.get("content") or [] if isinstance(block, dict)]
-    error = " ".join(text for text in texts if isinstance(text, str))[:1000] or "error result"
+    are replayed against the tables by ``audit verify``, and a test changes no entry. The note is a
+    category only: the result's text quotes the caller's argument values (``'hunter2' is not of
+    type 'number'``) and the receiver's answer, neither of which belongs in a permanent trail
+    every viewer reads, nor in a message sent to subscribers."""
+    error = failure_category(result)
     with db.session() as session:
         team = session.scalar(select(Entry.team).where(Entry.kind == "tool", Entry.name == name))
         append_event(
@@ -367,6 +396,62 @@ def record_tool_test_failed(
             version=version,
             note=error,
         )
+
+
+#: (pattern of a registry-made error result's text, category). The first that matches names it.
+_FAILURES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^invalid arguments for tool "), "invalid arguments"),
+    (
+        re.compile(r"^tool \S+ (declares an|returned structuredContent that violates its) outputSchema"),
+        "the result failed its outputSchema",
+    ),
+    (re.compile(r"^(webhook call to|built-in hook) .* timed out after "), "timeout"),
+    (re.compile(r"^webhook call refused"), "refused by the SSRF guard"),
+    (re.compile(r"^webhook call to .* was not made"), "an outbound limit was reached"),
+    (re.compile(r"^could not connect to webhook host"), "could not connect"),
+    (re.compile(r"^tool \S+ asked for input"), "the tool asked for input a test call cannot give"),
+    (re.compile(r"^webhook response from .* could not be read"), "the answer could not be read"),
+    (re.compile(r"^webhook (request to .* could not be sent|URL is not a valid)"), "the request could not be sent"),
+    (re.compile(r"^webhook call to .* failed: "), "the connection failed"),
+)
+_HTTP_STATUS = re.compile(r"webhook returned HTTP (\d{3})")
+
+
+def failure_category(result: dict[str, Any]) -> str:
+    """A short, fixed description of an error result: never its text, which may quote argument
+    values or whatever the tool answered; only a status code is carried over."""
+    blocks = result.get("content") or []
+    texts = [b["text"] for b in blocks if isinstance(b, dict) and isinstance(b.get("text"), str)]
+    first: str = texts[0] if texts else ""
+    status = _HTTP_STATUS.match(first)
+    if status is not None:
+        return f"webhook answered HTTP {status.group(1)}"
+    for pattern, category in _FAILURES:
+        if pattern.search(first):
+            return category
+    return "the tool returned an error result"
+
+
+def url_origin(url: str) -> str:
+    """``scheme://host[:port]`` of ``url``: what the audit trail names. A receiver's URL is a
+    credential (a Slack webhook's path, a token in the query), so its path, query and any userinfo
+    stay out of the permanent record."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host = parts.hostname or "?"
+        port = parts.port
+    except ValueError:
+        return "(an invalid URL)"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
+
+
+def _has_userinfo(url: str) -> bool:
+    try:
+        return "@" in urllib.parse.urlsplit(url).netloc
+    except ValueError:
+        return True
 
 
 def _actor_name(actor: Actor | str) -> str:

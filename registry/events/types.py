@@ -198,37 +198,83 @@ def request_id_of(row: Any) -> int | None:
     return _request_id(row.ref)
 
 
-def slack_text(event: Event) -> str:
-    """One line a chat channel shows."""
+#: At most this many bytes of a note (or error) go into ``text`` when the body must be cut.
+TEXT_DETAIL_BYTES = 300
+_ELLIPSIS = "…"
+
+
+def mrkdwn(value: Any) -> str:
+    """``value`` as inert Slack mrkdwn on one line: ``&``, ``<`` and ``>`` escaped as Slack asks
+    (so ``<!channel>`` or ``<https://evil|label>`` in a note is shown, not acted on), and every run
+    of whitespace, newlines included, made one space (a note cannot forge a second line)."""
+    text = " ".join(str(value).split())
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def slack_text(event: Event, *, detail_bytes: int | None = None) -> str:
+    """One line a chat channel shows; every value in it escaped (``mrkdwn``). ``detail_bytes``:
+    cut the note (or error) to that many UTF-8 bytes first."""
     data = event.data
-    version = f" v{data['version']}" if data.get("version") is not None else ""
-    labels = f" [{', '.join(event.labels)}]" if event.labels else ""
+    version = f" v{mrkdwn(data['version'])}" if data.get("version") is not None else ""
+    labels = f" [{mrkdwn(', '.join(event.labels))}]" if event.labels else ""
     what = EVENT_TYPES.get(event.type, event.type)
-    detail = data.get("note") or data.get("error") or ""
-    text = f"{event.type}: {event.kind} {event.name}{version}{labels} by {data.get('actor')} ({what})"
-    return f"{text}: {detail}" if detail else text
+    detail = str(data.get("note") or data.get("error") or "")
+    if detail_bytes is not None and len(detail.encode()) > detail_bytes:
+        detail = _prefix_bytes(detail, detail_bytes) + _ELLIPSIS
+    text = (
+        f"{mrkdwn(event.type)}: {mrkdwn(event.kind)} {mrkdwn(event.name)}{version}{labels}"
+        f" by {mrkdwn(data.get('actor'))} ({mrkdwn(what)})"
+    )
+    return f"{text}: {mrkdwn(detail)}" if detail else text
 
 
 def body(event: Event, *, with_text: bool, max_bytes: int) -> str:
     """The JSON sent for ``event``: ``{"type", "timestamp", "data"}`` (and ``text``), at most
-    ``max_bytes``: a longer note (or error) is cut, with ``"truncated": true`` in ``data``."""
+    ``max_bytes`` UTF-8 bytes where cutting the note (or error) can get it there: the cut one
+    ends in an ellipsis, with ``"truncated": true`` in ``data``. Sizes are encoded bytes (a note in
+    Cyrillic or emoji has several per character), and ``text``, which quotes the note too, is cut
+    on its own first so the note's excess is not counted twice."""
     data = {"change_id": event.change_id, **event.data}
     document: dict[str, Any] = {"type": event.type, "timestamp": event.timestamp, "data": data}
     if with_text:
         document["text"] = slack_text(event)
-    encoded = _dump(document)
+    if _size(document) <= max_bytes:
+        return _dump(document)
+    if with_text:
+        document["text"] = slack_text(event, detail_bytes=TEXT_DETAIL_BYTES)
     for member in ("note", "error"):
-        if len(encoded.encode()) <= max_bytes:
-            break
         value = data.get(member)
-        if isinstance(value, str) and value:
-            excess = len(encoded.encode()) - max_bytes
-            data[member] = value[: max(0, len(value) - excess - 64)] + "…"
-            data["truncated"] = True
-            if with_text:
-                document["text"] = slack_text(event)[:200]
-            encoded = _dump(document)
-    return encoded
+        if not isinstance(value, str) or not value or _size(document) <= max_bytes:
+            continue
+        data["truncated"] = True
+        excess = _size(document) - max_bytes
+        keep = _json_bytes(value) - excess - _json_bytes(_ELLIPSIS)
+        data[member] = _prefix_json(value, keep) + _ELLIPSIS
+    return _dump(document)
+
+
+def _size(document: Mapping[str, Any]) -> int:
+    return len(_dump(document).encode())
+
+
+def _json_bytes(value: str) -> int:
+    """Bytes ``value`` takes inside a JSON string (its escapes included), quotes excluded."""
+    return len(json.dumps(value, ensure_ascii=False).encode()) - 2
+
+
+def _prefix_json(value: str, budget: int) -> str:
+    """The longest prefix of ``value`` taking at most ``budget`` bytes inside a JSON string."""
+    used = 0
+    for index, char in enumerate(value):
+        used += _json_bytes(char)
+        if used > budget:
+            return value[:index]
+    return value
+
+
+def _prefix_bytes(value: str, budget: int) -> str:
+    """The longest prefix of ``value`` of at most ``budget`` UTF-8 bytes (never half a character)."""
+    return value.encode()[: max(0, budget)].decode(errors="ignore")
 
 
 def _dump(document: Mapping[str, Any]) -> str:
