@@ -118,7 +118,9 @@ def event_deliverer(registry: Registry, mcp: McpRuntime) -> EventDeliverer | Non
         retry_max_s=settings.events_retry_max_s,
         max_attempts=settings.events_max_attempts,
         poll_s=settings.change_poll_s,
+        on_attempt=lambda outcome: mcp.metrics.event_deliveries.labels(outcome).inc(),
     )
+    mcp.metrics.event_lease_held.set_function(lambda: 1.0 if deliverer.held is not None else 0.0)
     mcp.change_observers.append(deliverer.poke)
     registry.catalog.on_change(lambda _change_id: deliverer.poke())
     registry.events.wake = deliverer.poke

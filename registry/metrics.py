@@ -45,6 +45,18 @@ class RegistryMetrics:
             buckets=LAG_BUCKETS,
             registry=self.registry,
         )
+        self.event_deliveries = Counter(
+            "registry_event_deliveries",
+            "Change-event delivery attempts this process made, by outcome: delivered; retry (sent again later); "
+            "failed (given up after the last attempt); unrecorded (the lease moved on meanwhile)",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.event_lease_held = Gauge(
+            "registry_event_lease_held",
+            "1 while this process holds the change-event delivery lease (one replica delivers)",
+            registry=self.registry,
+        )
         self.request_latency = LoopHistogram(
             "mcp_request_duration_seconds", "MCP request handling time by method", "method", LATENCY_BUCKETS
         )

@@ -62,7 +62,10 @@ class EventDeliverer:
         max_attempts: int = 10,
         poll_s: float = 2.0,
         clock: Callable[[], datetime] = utcnow,
+        on_attempt: Callable[[str], None] | None = None,
     ) -> None:
+        """``on_attempt``: told each attempt's outcome (``delivered``, ``retry``, ``failed``: given up,
+        ``unrecorded``: the lease moved on), for ``/metrics``."""
         self.db = db
         self.secrets = secrets
         self.limits = limits
@@ -73,6 +76,7 @@ class EventDeliverer:
         self.max_attempts = max_attempts
         self.poll_s = poll_s
         self.clock = clock
+        self.on_attempt = on_attempt
         self.held: Held | None = None
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -210,6 +214,11 @@ class EventDeliverer:
         if not written:
             log.warning(
                 "event %s: its outcome was not recorded (the lease moved on, or it was redelivered)", item.webhook_id
+            )
+        if self.on_attempt is not None:
+            given_up = item.attempts + 1 >= self.max_attempts
+            self.on_attempt(
+                "unrecorded" if not written else "delivered" if outcome.ok else "failed" if given_up else "retry"
             )
 
     async def send(self, item: queue.Due) -> queue.Outcome:

@@ -125,6 +125,11 @@ def test_a_500_then_200_gets_the_event_twice_with_the_same_id(server: LiveServer
         assert delivery["status"] == "delivered" and delivery["attempts"] == 2
         assert delivery["webhook_id"] == first.id
         assert len(receiver.all()) == 2
+        # What an operator sees of it (this server is the only one: it holds the lease).
+        metrics = api.get("/metrics").text
+        assert 'registry_event_deliveries_total{outcome="retry"} 1.0' in metrics, metrics
+        assert 'registry_event_deliveries_total{outcome="delivered"} 1.0' in metrics
+        assert "registry_event_lease_held 1.0" in metrics
 
 
 def test_redeliver_sends_the_same_id_again(server: LiveServer) -> None:
