@@ -17,7 +17,7 @@ import pytest
 from registry.tracing.pipe import PipeOutlet
 from registry.tracing.records import SERVER
 from tests.factories import prompt_body
-from tests.interop.mcp_wire import ACCEPT_BOTH
+from tests.interop.mcp_wire import ACCEPT_BOTH, INITIALIZED, TOOLS_LIST, article_initialize
 from tests.serve_process import ServerProcess, mcp_registry_command
 from tests.tracing.otlp_receiver import OtlpReceiver
 from tests.waiting import wait_until
@@ -149,18 +149,9 @@ def test_each_worker_has_its_own_exporter_process_and_the_supervisor_none(tmp_pa
 def test_stdio_keeps_stdout_for_json_rpc_when_the_console_exporter_prints_spans(tmp_path: Path) -> None:
     """The exporter process writes to stderr: stdout is the host's JSON-RPC channel."""
     lines = [
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "t", "version": "1"},
-            },
-        },
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}},
+        article_initialize("2025-06-18"),
+        INITIALIZED,
+        TOOLS_LIST,
     ]
     env = {name: value for name, value in os.environ.items() if not name.startswith("OTEL_")}
     env["OTEL_TRACES_EXPORTER"] = "console"

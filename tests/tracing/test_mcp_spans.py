@@ -23,7 +23,7 @@ from registry.mcp.transports.stdio import StdioTransport
 from registry.runtime import Registry
 from tests.factories import prompt_body, tool_body
 from tests.http import TLS
-from tests.interop.mcp_wire import ACCEPT_BOTH, StreamableHttpClient, iter_sse
+from tests.interop.mcp_wire import ACCEPT_BOTH, INITIALIZED, StreamableHttpClient, article_initialize, iter_sse
 from tests.tracing.conftest import Traced, in_memory_tracing
 from tests.webhooks.conftest import WebhookServer
 
@@ -304,17 +304,8 @@ def test_the_stdio_transport_gets_the_same_spans_in_both_eras(traced: Traced) ->
     tracing, exporter, _ = in_memory_tracing()
     session_trace, stateless_trace = traceparent(), traceparent()
     lines = [
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "t", "version": "1"},
-            },
-        },
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        article_initialize("2025-06-18"),
+        INITIALIZED,
         {
             "jsonrpc": "2.0",
             "id": 2,
